@@ -1,0 +1,22 @@
+//! memcolo's policy core: every algorithm memcolo takes from its papers, written as
+//! a pure state machine `(state, observations, now) -> (state, actions)`.
+//!
+//! Nothing in this crate reads a file, a clock or makes a system call. Time comes in
+//! as a [`std::time::Duration`] since an arbitrary epoch chosen by the caller (the
+//! agent uses a monotonic clock), observations come in as plain values, and actions
+//! go out as values the caller carries out. The agent, the benchmarks and the
+//! simulator all run this same code.
+//!
+//! Modules:
+//! - [`types`]: the vocabulary shared by every policy (process class, signal level).
+//! - [`m3`]: the M3 node monitor (M3, EuroSys'21 §5): adaptive low/high thresholds
+//!   below a *top* of memory, selective high signalling (Algorithm 1), kill as a last
+//!   resort (BE processes only).
+//! - [`hermes`]: Hermes' file-cache advice (Hermes, Middleware'21 §3.3): which BE
+//!   files to drop from the page cache, largest resident first.
+
+pub mod hermes;
+pub mod m3;
+pub mod types;
+
+pub use types::{Class, Level, Pid};
