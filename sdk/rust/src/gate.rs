@@ -1,0 +1,219 @@
+//! The adaptive allocation protocol of M3 §4.2: after a high-pressure signal, only
+//! every ⌊1/r⌋-th allocation proceeds at once; the others first run the application's
+//! eviction callback, so the application replaces data instead of growing. An
+//! allocation is never failed, only made to evict first.
+//!
+//! ```text
+//! r = min(time since the last high signal / (epoch × NUM_epochs), 1)
+//! epoch = time the application took to handle that signal (receipt -> memory returned)
+//! ```
+//!
+//! Before the first high signal is handled there is no epoch yet: from the receipt of
+//! that signal until its handler returns, r = 0 (every allocation evicts first).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// M3 used NUM_epochs = 5 for Go-Cache and Memcached and 1 for Spark (M3 §4.2).
+pub const DEFAULT_NUM_EPOCHS: u32 = 5;
+
+#[derive(Debug, Default)]
+struct GateState {
+    last_signal: Option<Instant>,
+    epoch: Option<Duration>,
+    count: u64,
+}
+
+/// The allow-rate gate (M3 §4.2). Thread-safe; share it with `Arc`.
+///
+/// The [`crate::Client`] feeds it: [`AllowRateGate::signal_received`] when a `high` or
+/// `top` notification arrives and [`AllowRateGate::signal_handled`] when its handlers
+/// return. The application calls [`AllowRateGate::before_alloc`] (or
+/// [`AllowRateGate::admit`]) in its allocation path.
+#[derive(Debug)]
+pub struct AllowRateGate {
+    num_epochs: u32,
+    state: Mutex<GateState>,
+}
+
+impl Default for AllowRateGate {
+    fn default() -> Self {
+        Self::new(DEFAULT_NUM_EPOCHS)
+    }
+}
+
+impl AllowRateGate {
+    /// A gate that reaches 100 % after `num_epochs` epochs (at least 1).
+    pub fn new(num_epochs: u32) -> Self {
+        AllowRateGate {
+            num_epochs: num_epochs.max(1),
+            state: Mutex::new(GateState::default()),
+        }
+    }
+
+    /// NUM_epochs of this gate.
+    pub fn num_epochs(&self) -> u32 {
+        self.num_epochs
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A high signal arrived at `at`: the rate drops to 0 and climbs from there.
+    pub fn signal_received(&self, at: Instant) {
+        let mut s = self.lock();
+        s.last_signal = Some(at);
+        s.count = 0;
+    }
+
+    /// The handlers of the signal received last finished at `at`: the epoch is the
+    /// time between receipt and `at`.
+    pub fn signal_handled(&self, at: Instant) {
+        let mut s = self.lock();
+        if let Some(t) = s.last_signal {
+            s.epoch = Some(at.saturating_duration_since(t));
+        }
+    }
+
+    /// The epoch length of the last handled signal, if any.
+    pub fn epoch(&self) -> Option<Duration> {
+        self.lock().epoch
+    }
+
+    /// The allow rate r in [0, 1] at `now`.
+    pub fn allow_rate_at(&self, now: Instant) -> f64 {
+        let s = self.lock();
+        Self::rate(&s, self.num_epochs, now)
+    }
+
+    /// The allow rate r in [0, 1] now.
+    pub fn allow_rate(&self) -> f64 {
+        self.allow_rate_at(Instant::now())
+    }
+
+    fn rate(s: &GateState, num_epochs: u32, now: Instant) -> f64 {
+        let Some(t) = s.last_signal else { return 1.0 };
+        let Some(epoch) = s.epoch else { return 0.0 };
+        let window = epoch.as_secs_f64() * f64::from(num_epochs);
+        if window <= 0.0 {
+            return 1.0;
+        }
+        (now.saturating_duration_since(t).as_secs_f64() / window).min(1.0)
+    }
+
+    /// Whether an allocation at `now` may proceed at once (`true`) or must first evict
+    /// (`false`): only the ⌊1/r⌋-th allocation proceeds; r is recomputed on every call.
+    pub fn admit_at(&self, now: Instant) -> bool {
+        let mut s = self.lock();
+        let r = Self::rate(&s, self.num_epochs, now);
+        if r >= 1.0 {
+            s.count = 0;
+            return true;
+        }
+        s.count += 1;
+        if r <= 0.0 {
+            return false;
+        }
+        let every = (1.0 / r).floor().max(1.0) as u64;
+        if s.count >= every {
+            s.count = 0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// [`AllowRateGate::admit_at`] now.
+    pub fn admit(&self) -> bool {
+        self.admit_at(Instant::now())
+    }
+
+    /// Call in the allocation path: runs `evict` (which should free about as much as
+    /// the allocation needs) unless this allocation is admitted. Returns whether
+    /// eviction ran. Never fails the allocation.
+    pub fn before_alloc<F: FnOnce()>(&self, evict: F) -> bool {
+        if self.admit() {
+            false
+        } else {
+            evict();
+            true
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_rate_without_signals() {
+        let g = AllowRateGate::new(5);
+        let t = Instant::now();
+        assert_eq!(g.allow_rate_at(t), 1.0);
+        assert!((0..100).all(|_| g.admit_at(t)));
+    }
+
+    #[test]
+    fn rate_is_zero_while_first_signal_is_handled() {
+        let g = AllowRateGate::new(5);
+        let t = Instant::now();
+        g.signal_received(t);
+        assert_eq!(g.allow_rate_at(t + Duration::from_secs(3)), 0.0);
+        assert!(!g.admit_at(t + Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn rate_grows_linearly_over_num_epochs() {
+        let g = AllowRateGate::new(5);
+        let t = Instant::now();
+        g.signal_received(t);
+        g.signal_handled(t + Duration::from_secs(2)); // epoch 2 s, window 10 s
+        let r = g.allow_rate_at(t + Duration::from_secs(1));
+        assert!((r - 0.1).abs() < 1e-9, "{r}");
+        let r = g.allow_rate_at(t + Duration::from_secs(5));
+        assert!((r - 0.5).abs() < 1e-9, "{r}");
+        assert_eq!(g.allow_rate_at(t + Duration::from_secs(11)), 1.0);
+    }
+
+    #[test]
+    fn only_every_floor_one_over_r_th_allocation_proceeds() {
+        let g = AllowRateGate::new(1);
+        let t = Instant::now();
+        g.signal_received(t);
+        g.signal_handled(t + Duration::from_secs(10));
+        // r = 2.5 / 10 = 0.25 -> every 4th allocation.
+        let now = t + Duration::from_millis(2500);
+        let admitted: Vec<bool> = (0..8).map(|_| g.admit_at(now)).collect();
+        assert_eq!(admitted, [false, false, false, true, false, false, false, true]);
+        // r = 0.3 -> floor(3.33) = every 3rd.
+        let now = t + Duration::from_secs(3);
+        let admitted: Vec<bool> = (0..6).map(|_| g.admit_at(now)).collect();
+        assert_eq!(admitted, [false, false, true, false, false, true]);
+    }
+
+    #[test]
+    fn new_signal_resets_rate() {
+        let g = AllowRateGate::new(1);
+        let t = Instant::now();
+        g.signal_received(t);
+        g.signal_handled(t + Duration::from_secs(1));
+        assert_eq!(g.allow_rate_at(t + Duration::from_secs(5)), 1.0);
+        let t2 = t + Duration::from_secs(5);
+        g.signal_received(t2);
+        assert_eq!(g.allow_rate_at(t2), 0.0);
+        // Now is before t2, so no time has elapsed since the signal: evict first.
+        let mut evicted = 0;
+        assert!(g.before_alloc(|| evicted += 1));
+        assert_eq!(evicted, 1);
+    }
+
+    #[test]
+    fn instant_handler_gives_full_rate() {
+        let g = AllowRateGate::new(5);
+        let t = Instant::now();
+        g.signal_received(t);
+        g.signal_handled(t);
+        assert_eq!(g.allow_rate_at(t), 1.0);
+    }
+}
