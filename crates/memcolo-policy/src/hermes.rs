@@ -1,3 +1,125 @@
-//! Hermes' proactive file-cache advice (Hermes, Middleware'21 §3.3, §4).
+//! Hermes' proactive file-cache advice (Hermes, Middleware'21 §3.3, §4), as a pure
+//! function.
 //!
-//! TODO(policy helper): implementation and worked-example tests.
+//! Hermes' monitor daemon tracks the data files that batch (BE) jobs have loaded and,
+//! when memory usage passes `adv_thr`, advises the kernel with
+//! `posix_fadvise(POSIX_FADV_DONTNEED)` to drop their page cache, *largest file first*,
+//! "until the percentage of file cache drops below the threshold or no file cache is
+//! from the specified batch jobs" (§3.3). Largest first frees a large chunk at once
+//! for the latency-critical (LC) services and keeps the number of advice calls low.
+//!
+//! memcolo states the threshold in bytes of used memory rather than as a percentage,
+//! and the caller (the agent) does the I/O: it lists each BE process's open and mapped
+//! files with their resident page-cache bytes (e.g. from `/proc/<pid>/maps`, `fd/` and
+//! `mincore`/`cachestat`), calls [`plan_advice`], and issues the advice.
+//!
+//! # Rules
+//! - **H1** — nothing is advised while `used_bytes <= adv_thr_bytes`.
+//! - **H2** — a file (identified by `dev`, `ino`) that any LC process also holds is
+//!   never advised: dropping it would make the LC service refault it. When the same
+//!   file is listed several times (once per holder), one listing with `held_by_lc`
+//!   excludes it.
+//! - **H3** — files with fewer than `min_resident_bytes` resident are skipped (an
+//!   advice call would free too little to be worth it).
+//! - **H4** — the rest are taken largest resident first (ties: `dev`, then `ino`,
+//!   ascending), each expected to free its resident bytes, until
+//!   `used_bytes - Σ expected <= adv_thr_bytes` or no file is left.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One file's page cache as seen by the agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileCache {
+    /// Device number of the file (`st_dev`).
+    pub dev: u64,
+    /// Inode number (`st_ino`).
+    pub ino: u64,
+    /// A path to the file, for logs and for opening it to advise.
+    pub path: String,
+    /// Bytes of the file resident in the page cache.
+    pub resident_bytes: u64,
+    /// Whether an LC process also has the file open or mapped.
+    pub held_by_lc: bool,
+}
+
+/// One `posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)` to issue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Advice {
+    /// Device number of the file (`st_dev`); the caller checks it after opening
+    /// `path`, so a renamed or replaced file is not advised by mistake.
+    pub dev: u64,
+    /// Inode number (`st_ino`), checked like `dev`.
+    pub ino: u64,
+    /// Path to open.
+    pub path: String,
+    /// Bytes the advice is expected to free: the file's resident page cache.
+    pub expected_bytes: u64,
+}
+
+/// Configuration of the file-cache advice.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdviceConfig {
+    /// Used memory, bytes, above which BE file cache is dropped (`adv_thr`, §3.3).
+    pub adv_thr_bytes: u64,
+    /// Files with less page cache than this, bytes, are skipped (rule H3).
+    pub min_resident_bytes: u64,
+}
+
+impl AdviceConfig {
+    /// Default `min_resident_bytes`: 1 MiB.
+    pub const DEFAULT_MIN_RESIDENT_BYTES: u64 = 1 << 20;
+
+    /// `adv_thr_bytes` with the default minimum of 1 MiB resident per file.
+    pub fn with_adv_thr(adv_thr_bytes: u64) -> Self {
+        AdviceConfig {
+            adv_thr_bytes,
+            min_resident_bytes: Self::DEFAULT_MIN_RESIDENT_BYTES,
+        }
+    }
+}
+
+/// Files to drop with `POSIX_FADV_DONTNEED`, largest resident first, until
+/// `used_bytes - Σ expected_bytes <= adv_thr_bytes` or no BE file is left; never a file
+/// an LC process also holds. Empty when `used_bytes <= adv_thr_bytes`. Each file
+/// appears at most once (listings of the same `dev`/`ino` are merged, keeping the
+/// largest resident figure and the first path). Rules H1–H4 in the module docs.
+pub fn plan_advice(cfg: &AdviceConfig, used_bytes: u64, files: &[FileCache]) -> Vec<Advice> {
+    if used_bytes <= cfg.adv_thr_bytes {
+        return Vec::new();
+    }
+    // Merge listings of the same file: (dev, ino) -> (path, resident, held_by_lc).
+    let mut merged: BTreeMap<(u64, u64), (&str, u64, bool)> = BTreeMap::new();
+    for f in files {
+        let e = merged.entry((f.dev, f.ino)).or_insert((
+            f.path.as_str(),
+            f.resident_bytes,
+            f.held_by_lc,
+        ));
+        e.1 = e.1.max(f.resident_bytes);
+        e.2 |= f.held_by_lc;
+    }
+    let mut candidates: Vec<((u64, u64), &str, u64)> = merged
+        .into_iter()
+        .filter(|(_, (_, resident, lc))| !lc && *resident >= cfg.min_resident_bytes)
+        .map(|(key, (path, resident, _))| (key, path, resident))
+        .collect();
+    candidates.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+
+    let overshoot = used_bytes - cfg.adv_thr_bytes;
+    let mut expected: u64 = 0;
+    let mut plan = Vec::new();
+    for ((dev, ino), path, resident) in candidates {
+        if expected >= overshoot {
+            break;
+        }
+        expected = expected.saturating_add(resident);
+        plan.push(Advice {
+            dev,
+            ino,
+            path: path.to_string(),
+            expected_bytes: resident,
+        });
+    }
+    plan
+}

@@ -8,6 +8,7 @@
 //! simulator all run this same code.
 //!
 //! Modules:
+//! - [`error`]: [`PolicyError`], why a policy refused a configuration or a state.
 //! - [`types`]: the vocabulary shared by every policy (process class, signal level).
 //! - [`m3`]: the M3 node monitor (M3, EuroSys'21 §5): adaptive low/high thresholds
 //!   below a *top* of memory, selective high signalling (Algorithm 1), kill as a last
@@ -15,8 +16,10 @@
 //! - [`hermes`]: Hermes' file-cache advice (Hermes, Middleware'21 §3.3): which BE
 //!   files to drop from the page cache, largest resident first.
 
+pub mod error;
 pub mod hermes;
 pub mod m3;
 pub mod types;
 
+pub use error::PolicyError;
 pub use types::{Class, Level, Pid};

@@ -1,17 +1,891 @@
 //! The M3 node monitor (M3, EuroSys'21 §5 and §6), as a pure state machine.
 //!
 //! The monitor is configured with a *top* of memory (the bytes applications may use)
-//! and two thresholds below it that partition usage into zones: green (< low),
-//! yellow (low..high), red (high..top) and above top. Every poll the caller hands
-//! [`Monitor::step`] the node's used bytes and the registered processes; the monitor
-//! answers with [`Action`]s:
-//! - yellow or worse: a `Low` signal to every notifiable process (M3 §3);
-//! - red: `High` signals to the processes chosen by Algorithm 1 (M3 §5.1) until their
-//!   expected reclamation covers `used - high`;
-//! - above top: `Top` signals to every notifiable process; above top for longer than
-//!   `kill_after`, BE processes are killed in Algorithm 1 order until their RSS covers
-//!   `used - top` (M3 §5.1, last paragraph). LC and elastic processes are never killed.
+//! and two thresholds below it that partition usage into zones: green, yellow, red
+//! and above top. Every poll the caller hands [`Monitor::step`] the node's used bytes
+//! (its working set) and the registered processes; the monitor answers with
+//! [`Action`]s for the caller to carry out. No clock is read: `now` is a
+//! [`Duration`] since an arbitrary epoch, the same epoch as [`ProcView::started_at`].
 //!
-//! The low and high thresholds adapt by the time-in-red ratio rule of M3 §5.2.
+//! # Rules
 //!
-//! TODO(policy helper): implementation and worked-example tests.
+//! **R1 — zones** (M3 §5, Figure 4). A threshold is *passed* when usage is strictly
+//! above it ("when it sees memory past a threshold, it sends a signal"):
+//!
+//! | zone | usage |
+//! |---|---|
+//! | green | `used <= low` |
+//! | yellow | `low < used <= high` |
+//! | red | `high < used <= top` |
+//! | above top | `top < used` |
+//!
+//! With this choice every signal carries a positive target: Algorithm 1's
+//! `target = used - high` (line 5) is `> 0` exactly in red and above, so its
+//! `if target <= 0 return` (line 6) never fires in the red zone.
+//!
+//! **R2 — low signal** (M3 §3). In yellow or worse every notifiable process, of any
+//! class, is signalled [`Level::Low`] with `target_bytes = used - low`, unless it gets
+//! a higher level in the same poll (a process receives at most one signal per poll,
+//! the highest that applies).
+//!
+//! **R3 — high signal, Algorithm 1** (M3 §5.1). In red, notifiable processes are
+//! sorted by [`M3Config::sort_order`] and walked in order; each is signalled
+//! [`Level::High`] and its expected reclamation ([`Monitor::expected_reclaim_bytes`])
+//! added to `expected`, until `expected >= used - high`. A process whose expected
+//! reclamation is 0 is still signalled when its turn comes (the loop stops only on
+//! `expected >= target`, as in the paper). Each signalled process's `target_bytes`
+//! is the overshoot still uncovered when it is picked: `(used - high) - expected`.
+//!
+//! **R4 — top** (M3 §5.1, last paragraph). Above top every notifiable process is
+//! signalled [`Level::Top`] with `target_bytes = used - high` (the paper signals *all*
+//! processes "in hopes of reclaiming all possible memory"; the target is the node's
+//! whole red-zone overshoot).
+//!
+//! **R5 — kill** (M3 §5.1, last paragraph). A kill timer starts at the first poll
+//! above top and resets at the first poll at or below top. Once the timer has run for
+//! at least [`M3Config::kill_after`], Algorithm 1 runs again over the
+//! [`Class::Be`] processes only (notifiable or not), in the same sort order, with each
+//! process's RSS as its expected reclamation, until the RSS sum covers `used - top`;
+//! each picked process gets an [`Action::Kill`] whose reason names the rule, the
+//! usage, the top and how long usage has been above top. [`Class::Lc`] and
+//! [`Class::Elastic`] processes are never killed. A killed process that still shows in
+//! the next poll (it is still exiting) is not killed again, and its RSS still counts
+//! as expected, so a new kill happens only when a poll shows that the processes
+//! already killed are not enough. Killed processes get no `Top` signal.
+//!
+//! **R6 — adaptive thresholds** (M3 §5.2). A sliding window keeps the zone of the
+//! last [`M3Config::window_samples`] polls. With `a:b` = [`M3Config::ratio_target`]:
+//! - low: `ratio_red = T_red : T_green_or_yellow` (red counts above top too). Low is
+//!   lowered by one step only when this poll is above high *and* `ratio_red > a:b`;
+//!   raised by one step only when this poll is above low *and* `ratio_red < a:b`.
+//! - high: `ratio_top = T_above_top : T_below_top`, the same rule one level up:
+//!   lowered only when above top and `ratio_top > a:b`; raised only when above high
+//!   and `ratio_top < a:b`.
+//! - A ratio equal to the target moves nothing; in green nothing moves (the paper's
+//!   "M3 does not adjust thresholds when the system is operating in the green or
+//!   yellow zone" applies to the high threshold, whose rules need red; the low
+//!   threshold may rise in yellow, as §5.2's rule for it states).
+//! - Each threshold moves at most one [`M3Config::step_bytes`] per poll, after the
+//!   poll's actions were decided with the thresholds in force when it began.
+//! - Invariant `step <= low`, `low + step <= high`, `high + step <= top` is kept by
+//!   clamping every move: low never goes below one step, high never rises above
+//!   `top - step`, and the two stay at least one step apart (a minimum yellow and red
+//!   zone of one step, so both signals stay distinct). A move that the clamp would
+//!   turn into a move in the wrong direction is skipped, so a configuration that
+//!   starts tighter than this is never made tighter; `low <= high <= top` always holds.
+//!
+//! **R7 — resignal suppression** (memcolo's refinement, not in the paper). A process
+//! that has an unanswered signal of a level `>=` the new one, sent less than
+//! [`M3Config::resignal_after`] ago, is not signalled again: it is still reclaiming.
+//! In Algorithm 1 (R3) its expected reclamation still counts toward `expected`, since
+//! that reclamation is in flight. [`Monitor::record_reclaim`] (the process answered)
+//! clears the outstanding signal, so the next poll may signal it again.
+//!
+//! Ties in every sort order are broken by ascending pid, so the output is a
+//! deterministic function of the input.
+
+use crate::error::PolicyError;
+use crate::types::{Class, Level, Pid};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The order in which Algorithm 1 (M3 §5.1) walks the processes; the first ones are
+/// signalled (or, above top for too long, killed) first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SortOrder {
+    /// Newest to oldest by start time (favours long batch jobs; the paper's choice in
+    /// its evaluation).
+    #[default]
+    NewestFirst,
+    /// Oldest to newest by start time (favours interactive jobs).
+    OldestFirst,
+    /// Largest resident set (RSS) first.
+    LargestRss,
+    /// Largest expected reclamation first ([`Monitor::expected_reclaim_bytes`]).
+    LargestExpectedReclaim,
+}
+
+impl SortOrder {
+    /// The snake_case name used in configuration files and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SortOrder::NewestFirst => "newest_first",
+            SortOrder::OldestFirst => "oldest_first",
+            SortOrder::LargestRss => "largest_rss",
+            SortOrder::LargestExpectedReclaim => "largest_expected_reclaim",
+        }
+    }
+}
+
+impl fmt::Display for SortOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SortOrder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "newest_first" => Ok(SortOrder::NewestFirst),
+            "oldest_first" => Ok(SortOrder::OldestFirst),
+            "largest_rss" => Ok(SortOrder::LargestRss),
+            "largest_expected_reclaim" => Ok(SortOrder::LargestExpectedReclaim),
+            other => Err(format!(
+                "unknown sort order `{other}` (expected newest_first, oldest_first, \
+                 largest_rss or largest_expected_reclaim)"
+            )),
+        }
+    }
+}
+
+/// Configuration of the M3 monitor (M3 §6 gives the paper's values).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct M3Config {
+    /// The top of memory: bytes the applications may use (62 GB of 64 GB in §6).
+    pub top_bytes: u64,
+    /// Initial low threshold, bytes (50 GB in §6).
+    pub low_bytes: u64,
+    /// Initial high threshold, bytes (55 GB in §6).
+    pub high_bytes: u64,
+    /// Sliding window, in polls, over which time-in-red ratios are computed (32).
+    pub window_samples: usize,
+    /// Target `T_red : T_green_or_yellow` for the low threshold and
+    /// `T_above_top : T_below_top` for the high one, as `(numerator, denominator)`;
+    /// `(1, 32)` in §6.
+    pub ratio_target: (u32, u32),
+    /// How far a threshold moves per adaptation, bytes (2 % of top in §6).
+    pub step_bytes: u64,
+    /// Order of Algorithm 1.
+    pub sort_order: SortOrder,
+    /// Above top for this long: kill BE processes (R5). 30 s by default.
+    pub kill_after: Duration,
+    /// Expected reclamation of a process = mean of its last this many reports (5).
+    pub reclaim_history: usize,
+    /// A process with an unanswered signal of the same or a higher level younger than
+    /// this is not signalled again (R7). 5 s by default.
+    pub resignal_after: Duration,
+}
+
+/// `value * num / den` without overflow, rounded down (`den > 0`).
+fn mul_div(value: u64, num: u64, den: u64) -> u64 {
+    ((value as u128 * num as u128) / den as u128).min(u64::MAX as u128) as u64
+}
+
+impl M3Config {
+    /// Default sliding window, polls (M3 §6).
+    pub const DEFAULT_WINDOW_SAMPLES: usize = 32;
+    /// Default ratio target (M3 §6).
+    pub const DEFAULT_RATIO_TARGET: (u32, u32) = (1, 32);
+    /// Default kill delay above top.
+    pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(30);
+    /// Default number of reclamation reports averaged (M3 §5.1: "the last five signals").
+    pub const DEFAULT_RECLAIM_HISTORY: usize = 5;
+    /// Default resignal suppression.
+    pub const DEFAULT_RESIGNAL_AFTER: Duration = Duration::from_secs(5);
+
+    /// The paper's configuration scaled to `top_bytes`: low = top × 50/62, high =
+    /// top × 55/62 (the 50/55/62 GB of §6), step = 2 % of top (at least 1 byte), a
+    /// window of 32 polls, ratio 1:32, newest first, kill after 30 s, expected
+    /// reclamation over the last 5 reports, resignal after 5 s.
+    pub fn with_top(top_bytes: u64) -> Self {
+        M3Config {
+            top_bytes,
+            low_bytes: mul_div(top_bytes, 50, 62),
+            high_bytes: mul_div(top_bytes, 55, 62),
+            window_samples: Self::DEFAULT_WINDOW_SAMPLES,
+            ratio_target: Self::DEFAULT_RATIO_TARGET,
+            step_bytes: mul_div(top_bytes, 2, 100).max(1),
+            sort_order: SortOrder::default(),
+            kill_after: Self::DEFAULT_KILL_AFTER,
+            reclaim_history: Self::DEFAULT_RECLAIM_HISTORY,
+            resignal_after: Self::DEFAULT_RESIGNAL_AFTER,
+        }
+    }
+
+    /// Checks the configuration: `top_bytes > 0`, `low_bytes <= high_bytes <=
+    /// top_bytes`, `step_bytes > 0`, `window_samples > 0`, a ratio target with a
+    /// non-zero denominator, `reclaim_history > 0`.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let bad = |field: &'static str, value: String, reason: &'static str| {
+            Err(PolicyError::InvalidConfig {
+                field,
+                value,
+                reason,
+            })
+        };
+        if self.top_bytes == 0 {
+            return bad("top_bytes", "0".into(), "the top of memory must be > 0");
+        }
+        if self.high_bytes > self.top_bytes {
+            return bad(
+                "high_bytes",
+                self.high_bytes.to_string(),
+                "the high threshold must be <= top_bytes",
+            );
+        }
+        if self.low_bytes > self.high_bytes {
+            return bad(
+                "low_bytes",
+                self.low_bytes.to_string(),
+                "the low threshold must be <= high_bytes",
+            );
+        }
+        if self.step_bytes == 0 {
+            return bad("step_bytes", "0".into(), "the threshold step must be > 0");
+        }
+        if self.window_samples == 0 {
+            return bad(
+                "window_samples",
+                "0".into(),
+                "the window must hold >= 1 poll",
+            );
+        }
+        if self.ratio_target.1 == 0 {
+            return bad(
+                "ratio_target",
+                format!("{}:{}", self.ratio_target.0, self.ratio_target.1),
+                "the ratio's denominator must be > 0",
+            );
+        }
+        if self.reclaim_history == 0 {
+            return bad(
+                "reclaim_history",
+                "0".into(),
+                "expected reclamation needs >= 1 report",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One registered process as the monitor sees it in a poll.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcView {
+    /// Process id.
+    pub pid: Pid,
+    /// Registered class.
+    pub class: Class,
+    /// Start time, same epoch as the `now` given to [`Monitor::step`]; with `pid` it
+    /// identifies the process across pid reuse.
+    pub started_at: Duration,
+    /// Resident set size, bytes.
+    pub rss_bytes: u64,
+    /// Whether the process handles M3 signals (it registered a handler).
+    pub notifiable: bool,
+    /// Expected reclamation per signal declared at registration, bytes; used until
+    /// the process has reported a reclamation.
+    pub expected_reclaim_bytes: Option<u64>,
+}
+
+/// Where usage stands against the thresholds (rule R1 in the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Zone {
+    /// `used <= low`.
+    Green,
+    /// `low < used <= high`.
+    Yellow,
+    /// `high < used <= top`.
+    Red,
+    /// `top < used`.
+    AboveTop,
+}
+
+impl Zone {
+    /// The snake_case name used in logs and metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Zone::Green => "green",
+            Zone::Yellow => "yellow",
+            Zone::Red => "red",
+            Zone::AboveTop => "above_top",
+        }
+    }
+}
+
+impl fmt::Display for Zone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The thresholds in force, bytes; `low_bytes <= high_bytes <= top_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thresholds {
+    /// Low threshold: above it, `Low` signals.
+    pub low_bytes: u64,
+    /// High threshold: above it, `High` signals (Algorithm 1).
+    pub high_bytes: u64,
+    /// Top of memory: above it, `Top` signals and, after a while, kills.
+    pub top_bytes: u64,
+}
+
+impl Thresholds {
+    /// The zone of `used_bytes` (rule R1).
+    pub fn zone_of(&self, used_bytes: u64) -> Zone {
+        if used_bytes > self.top_bytes {
+            Zone::AboveTop
+        } else if used_bytes > self.high_bytes {
+            Zone::Red
+        } else if used_bytes > self.low_bytes {
+            Zone::Yellow
+        } else {
+            Zone::Green
+        }
+    }
+
+    /// Checks `low <= high <= top` and `top > 0`.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if self.top_bytes == 0
+            || self.high_bytes > self.top_bytes
+            || self.low_bytes > self.high_bytes
+        {
+            return Err(PolicyError::InvalidThresholds {
+                low_bytes: self.low_bytes,
+                high_bytes: self.high_bytes,
+                top_bytes: self.top_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// These thresholds rescaled in proportion to a new top (rounded down).
+    fn rescaled(&self, top_bytes: u64) -> Thresholds {
+        if self.top_bytes == 0 {
+            return *self;
+        }
+        Thresholds {
+            low_bytes: mul_div(self.low_bytes, top_bytes, self.top_bytes),
+            high_bytes: mul_div(self.high_bytes, top_bytes, self.top_bytes),
+            top_bytes,
+        }
+    }
+}
+
+/// What the caller must do after a poll.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send `pid` a memory-pressure signal of `level`, asking it to give back about
+    /// `target_bytes` (rules R2–R4).
+    Signal {
+        pid: Pid,
+        level: Level,
+        target_bytes: u64,
+    },
+    /// Kill `pid` (a BE process; rule R5). `reason` names the rule and the figures.
+    Kill { pid: Pid, reason: String },
+}
+
+impl Action {
+    /// The process the action is for.
+    pub fn pid(&self) -> Pid {
+        match self {
+            Action::Signal { pid, .. } | Action::Kill { pid, .. } => *pid,
+        }
+    }
+}
+
+/// What survives an agent restart: the adapted thresholds and each process's
+/// reclamation reports (oldest first, bytes). The sliding window, the kill timer and
+/// outstanding signals are not kept: after a restart they start afresh.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MonitorState {
+    /// Thresholds in force when the state was taken; `None` keeps the configured ones.
+    #[serde(default)]
+    pub thresholds: Option<Thresholds>,
+    /// Per-pid reclamation reports, oldest first, bytes.
+    #[serde(default)]
+    pub reclaim_history: BTreeMap<Pid, Vec<u64>>,
+}
+
+/// How the polls in the sliding window split (rule R6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowCounts {
+    /// Polls in the window (at most [`M3Config::window_samples`]).
+    pub samples: usize,
+    /// Polls above the high threshold (red or above top): `T_red`.
+    pub above_high: usize,
+    /// Polls above the top: `T_above_top`.
+    pub above_top: usize,
+}
+
+/// A signal sent and not yet answered.
+#[derive(Clone, Copy, Debug)]
+struct Outstanding {
+    level: Level,
+    sent_at: Duration,
+    started_at: Duration,
+}
+
+/// The M3 node monitor. See the module docs for the rules it applies.
+#[derive(Clone, Debug)]
+pub struct Monitor {
+    cfg: M3Config,
+    low_bytes: u64,
+    high_bytes: u64,
+    zone: Zone,
+    /// Zone of each of the last `window_samples` polls, oldest first.
+    window: VecDeque<Zone>,
+    /// When the current run above top began.
+    above_top_since: Option<Duration>,
+    outstanding: BTreeMap<Pid, Outstanding>,
+    /// Processes already killed, by pid, with their start time.
+    killed: BTreeMap<Pid, Duration>,
+    /// Reclamation reports per pid, oldest first, at most `reclaim_history`.
+    history: BTreeMap<Pid, VecDeque<u64>>,
+}
+
+impl Monitor {
+    /// A monitor with `cfg`'s initial thresholds, in the green zone.
+    ///
+    /// # Panics
+    /// If `cfg` fails [`M3Config::validate`]; use [`Monitor::try_new`] to get the
+    /// error instead.
+    pub fn new(cfg: M3Config) -> Self {
+        match Self::try_new(cfg) {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A monitor with `cfg`'s initial thresholds, or why `cfg` is invalid.
+    pub fn try_new(cfg: M3Config) -> Result<Self, PolicyError> {
+        cfg.validate()?;
+        Ok(Monitor {
+            low_bytes: cfg.low_bytes,
+            high_bytes: cfg.high_bytes,
+            zone: Zone::Green,
+            window: VecDeque::with_capacity(cfg.window_samples),
+            above_top_since: None,
+            outstanding: BTreeMap::new(),
+            killed: BTreeMap::new(),
+            history: BTreeMap::new(),
+            cfg,
+        })
+    }
+
+    /// The configuration; after [`Monitor::set_top`], with the rescaled top, initial
+    /// thresholds and step.
+    pub fn config(&self) -> &M3Config {
+        &self.cfg
+    }
+
+    /// The thresholds in force for the next poll.
+    pub fn thresholds(&self) -> Thresholds {
+        Thresholds {
+            low_bytes: self.low_bytes,
+            high_bytes: self.high_bytes,
+            top_bytes: self.cfg.top_bytes,
+        }
+    }
+
+    /// The zone of the last poll ([`Zone::Green`] before the first).
+    pub fn zone(&self) -> Zone {
+        self.zone
+    }
+
+    /// How the polls of the sliding window split between zones.
+    pub fn window_counts(&self) -> WindowCounts {
+        WindowCounts {
+            samples: self.window.len(),
+            above_high: self.window.iter().filter(|z| **z >= Zone::Red).count(),
+            above_top: self.window.iter().filter(|z| **z == Zone::AboveTop).count(),
+        }
+    }
+
+    /// How long usage has been above top at `now` (`None` if the last poll was not).
+    pub fn above_top_for(&self, now: Duration) -> Option<Duration> {
+        self.above_top_since.map(|since| now.saturating_sub(since))
+    }
+
+    /// Expected reclamation of `p`, bytes: the mean of its last
+    /// [`M3Config::reclaim_history`] reports (M3 §5.1), else the value it declared at
+    /// registration, else 0.
+    pub fn expected_reclaim_bytes(&self, p: &ProcView) -> u64 {
+        match self.history.get(&p.pid) {
+            Some(reports) if !reports.is_empty() => {
+                let sum: u128 = reports.iter().map(|b| *b as u128).sum();
+                (sum / reports.len() as u128) as u64
+            }
+            _ => p.expected_reclaim_bytes.unwrap_or(0),
+        }
+    }
+
+    /// One poll at `now`: `used_bytes` is the node's working set, `procs` the
+    /// registered processes (a pid listed twice counts once, the first entry wins).
+    /// Returns the actions to carry out now: kills first, in Algorithm 1 order, then
+    /// signals, high/top ones in Algorithm 1 order and low ones after them. Then adapts
+    /// the thresholds for the next poll (rule R6).
+    pub fn step(&mut self, now: Duration, used_bytes: u64, procs: &[ProcView]) -> Vec<Action> {
+        let th = self.thresholds();
+        let zone = th.zone_of(used_bytes);
+        self.zone = zone;
+
+        // Forget outstanding signals and kills of processes that are gone or whose pid
+        // now names another process.
+        let mut present: BTreeMap<Pid, Duration> = BTreeMap::new();
+        for p in procs {
+            present.entry(p.pid).or_insert(p.started_at);
+        }
+        self.outstanding
+            .retain(|pid, o| present.get(pid) == Some(&o.started_at));
+        self.killed
+            .retain(|pid, started| present.get(pid) == Some(started));
+
+        if zone == Zone::AboveTop {
+            self.above_top_since.get_or_insert(now);
+        } else {
+            self.above_top_since = None;
+        }
+
+        let sorted = self.sorted(procs);
+        let mut actions = Vec::new();
+        match zone {
+            Zone::Green => {}
+            Zone::Yellow => {
+                let target = used_bytes - th.low_bytes;
+                self.signal_all(
+                    now,
+                    &sorted,
+                    Level::Low,
+                    target,
+                    &BTreeSet::new(),
+                    &mut actions,
+                );
+            }
+            Zone::Red => {
+                let high_target = used_bytes - th.high_bytes;
+                let chosen = self.algorithm1_signal(now, &sorted, high_target, &mut actions);
+                let low_target = used_bytes - th.low_bytes;
+                self.signal_all(now, &sorted, Level::Low, low_target, &chosen, &mut actions);
+            }
+            Zone::AboveTop => {
+                let killed = self.kill_round(now, used_bytes, &sorted, &mut actions);
+                let target = used_bytes - th.high_bytes;
+                self.signal_all(now, &sorted, Level::Top, target, &killed, &mut actions);
+            }
+        }
+
+        self.window.push_back(zone);
+        while self.window.len() > self.cfg.window_samples {
+            self.window.pop_front();
+        }
+        self.adapt(zone);
+        actions
+    }
+
+    /// A process answered: it gave back `bytes` at `now`. The report feeds its expected
+    /// reclamation (M3 §5.1) and clears its outstanding signal (rule R7), unless that
+    /// signal was sent after `now` (a report cannot answer a later signal).
+    pub fn record_reclaim(&mut self, pid: Pid, bytes: u64, now: Duration) {
+        let reports = self.history.entry(pid).or_default();
+        reports.push_back(bytes);
+        while reports.len() > self.cfg.reclaim_history {
+            reports.pop_front();
+        }
+        if let Some(o) = self.outstanding.get(&pid) {
+            if o.sent_at <= now {
+                self.outstanding.remove(&pid);
+            }
+        }
+    }
+
+    /// The process is gone: drop its reclamation history, outstanding signal and kill
+    /// record.
+    pub fn forget(&mut self, pid: Pid) {
+        self.history.remove(&pid);
+        self.outstanding.remove(&pid);
+        self.killed.remove(&pid);
+    }
+
+    /// The scope's memory changed: the top becomes `top_bytes`, and the current
+    /// thresholds, the configured initial ones and the step are rescaled in the same
+    /// proportion (rounded down; the step stays >= 1 byte). A top of 0 is refused and
+    /// leaves the monitor unchanged ([`Monitor::try_set_top`] reports it).
+    pub fn set_top(&mut self, top_bytes: u64) {
+        let _ = self.try_set_top(top_bytes);
+    }
+
+    /// [`Monitor::set_top`], reporting a refused top of 0.
+    pub fn try_set_top(&mut self, top_bytes: u64) -> Result<(), PolicyError> {
+        if top_bytes == 0 {
+            return Err(PolicyError::InvalidConfig {
+                field: "top_bytes",
+                value: "0".into(),
+                reason: "the top of memory must be > 0",
+            });
+        }
+        let old_top = self.cfg.top_bytes;
+        if old_top == top_bytes {
+            return Ok(());
+        }
+        let current = self.thresholds().rescaled(top_bytes);
+        let initial = Thresholds {
+            low_bytes: self.cfg.low_bytes,
+            high_bytes: self.cfg.high_bytes,
+            top_bytes: old_top,
+        }
+        .rescaled(top_bytes);
+        self.cfg.step_bytes = mul_div(self.cfg.step_bytes, top_bytes, old_top).max(1);
+        self.cfg.top_bytes = top_bytes;
+        self.cfg.low_bytes = initial.low_bytes;
+        self.cfg.high_bytes = initial.high_bytes;
+        self.low_bytes = current.low_bytes;
+        self.high_bytes = current.high_bytes;
+        Ok(())
+    }
+
+    /// What must survive a restart: thresholds and reclamation reports.
+    pub fn state(&self) -> MonitorState {
+        MonitorState {
+            thresholds: Some(self.thresholds()),
+            reclaim_history: self
+                .history
+                .iter()
+                .map(|(pid, r)| (*pid, r.iter().copied().collect()))
+                .collect(),
+        }
+    }
+
+    /// Restores a saved [`MonitorState`]. Thresholds saved for another top are
+    /// rescaled to the configured top; invalid thresholds are ignored (the current
+    /// ones stay; [`Monitor::try_restore`] reports them). Each history keeps its last
+    /// [`M3Config::reclaim_history`] reports.
+    pub fn restore(&mut self, state: MonitorState) {
+        let _ = self.try_restore(state);
+    }
+
+    /// [`Monitor::restore`], reporting invalid thresholds (the reclamation history is
+    /// restored either way).
+    pub fn try_restore(&mut self, state: MonitorState) -> Result<(), PolicyError> {
+        self.history = state
+            .reclaim_history
+            .into_iter()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(pid, r)| {
+                let skip = r.len().saturating_sub(self.cfg.reclaim_history);
+                (pid, r.into_iter().skip(skip).collect())
+            })
+            .collect();
+        if let Some(t) = state.thresholds {
+            t.validate()?;
+            let t = t.rescaled(self.cfg.top_bytes);
+            self.low_bytes = t.low_bytes;
+            self.high_bytes = t.high_bytes;
+        }
+        Ok(())
+    }
+
+    /// `procs` deduplicated by pid and sorted by the configured order (ties: pid).
+    fn sorted<'a>(&self, procs: &'a [ProcView]) -> Vec<&'a ProcView> {
+        let mut seen = BTreeSet::new();
+        let mut v: Vec<(u64, &ProcView)> = procs
+            .iter()
+            .filter(|p| seen.insert(p.pid))
+            .map(|p| (self.expected_reclaim_bytes(p), p))
+            .collect();
+        match self.cfg.sort_order {
+            SortOrder::NewestFirst => v.sort_by(|a, b| {
+                b.1.started_at
+                    .cmp(&a.1.started_at)
+                    .then(a.1.pid.cmp(&b.1.pid))
+            }),
+            SortOrder::OldestFirst => v.sort_by(|a, b| {
+                a.1.started_at
+                    .cmp(&b.1.started_at)
+                    .then(a.1.pid.cmp(&b.1.pid))
+            }),
+            SortOrder::LargestRss => v.sort_by(|a, b| {
+                b.1.rss_bytes
+                    .cmp(&a.1.rss_bytes)
+                    .then(a.1.pid.cmp(&b.1.pid))
+            }),
+            SortOrder::LargestExpectedReclaim => {
+                v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.pid.cmp(&b.1.pid)))
+            }
+        }
+        v.into_iter().map(|(_, p)| p).collect()
+    }
+
+    /// Whether a new `level` signal to `p` is suppressed by an outstanding one (R7).
+    fn suppressed(&self, p: &ProcView, level: Level, now: Duration) -> bool {
+        match self.outstanding.get(&p.pid) {
+            Some(o) => {
+                o.started_at == p.started_at
+                    && o.level >= level
+                    && now.saturating_sub(o.sent_at) < self.cfg.resignal_after
+            }
+            None => false,
+        }
+    }
+
+    /// Emits a signal unless suppressed; records it as outstanding.
+    fn signal(
+        &mut self,
+        now: Duration,
+        p: &ProcView,
+        level: Level,
+        target_bytes: u64,
+        actions: &mut Vec<Action>,
+    ) {
+        if self.suppressed(p, level, now) {
+            return;
+        }
+        self.outstanding.insert(
+            p.pid,
+            Outstanding {
+                level,
+                sent_at: now,
+                started_at: p.started_at,
+            },
+        );
+        actions.push(Action::Signal {
+            pid: p.pid,
+            level,
+            target_bytes,
+        });
+    }
+
+    /// Signals `level` to every notifiable process not in `except` (R2, R4).
+    fn signal_all(
+        &mut self,
+        now: Duration,
+        sorted: &[&ProcView],
+        level: Level,
+        target_bytes: u64,
+        except: &BTreeSet<Pid>,
+        actions: &mut Vec<Action>,
+    ) {
+        for p in sorted {
+            if p.notifiable && !except.contains(&p.pid) {
+                self.signal(now, p, level, target_bytes, actions);
+            }
+        }
+    }
+
+    /// Algorithm 1 (M3 §5.1) for the high signal; returns the pids it picked (signalled
+    /// now, or left alone because a signal to them is still outstanding).
+    fn algorithm1_signal(
+        &mut self,
+        now: Duration,
+        sorted: &[&ProcView],
+        target_bytes: u64,
+        actions: &mut Vec<Action>,
+    ) -> BTreeSet<Pid> {
+        let mut picked = BTreeSet::new();
+        let mut expected: u64 = 0;
+        for p in sorted.iter().filter(|p| p.notifiable) {
+            if expected >= target_bytes {
+                break;
+            }
+            self.signal(now, p, Level::High, target_bytes - expected, actions);
+            picked.insert(p.pid);
+            expected = expected.saturating_add(self.expected_reclaim_bytes(p));
+        }
+        picked
+    }
+
+    /// Rule R5: once above top for `kill_after`, Algorithm 1 over BE processes with
+    /// RSS as expected reclamation. Returns the pids killed, now or in an earlier poll.
+    fn kill_round(
+        &mut self,
+        now: Duration,
+        used_bytes: u64,
+        sorted: &[&ProcView],
+        actions: &mut Vec<Action>,
+    ) -> BTreeSet<Pid> {
+        let mut killed: BTreeSet<Pid> = self.killed.keys().copied().collect();
+        let Some(above_for) = self.above_top_for(now) else {
+            return killed;
+        };
+        if above_for < self.cfg.kill_after {
+            return killed;
+        }
+        let top = self.cfg.top_bytes;
+        let target = used_bytes - top;
+        let mut expected: u64 = 0;
+        for p in sorted.iter().filter(|p| p.class == Class::Be) {
+            if expected >= target {
+                break;
+            }
+            if !self.killed.contains_key(&p.pid) {
+                let reason = format!(
+                    "m3 kill rule (M3 §5.1): used_bytes={used_bytes} above top_bytes={top} \
+                     for {:.1} s (kill_after {:.1} s); best-effort process picked by \
+                     Algorithm 1 ({}) with rss_bytes={} toward an overshoot of {} bytes \
+                     ({} bytes already covered)",
+                    above_for.as_secs_f64(),
+                    self.cfg.kill_after.as_secs_f64(),
+                    self.cfg.sort_order,
+                    p.rss_bytes,
+                    target,
+                    expected,
+                );
+                actions.push(Action::Kill { pid: p.pid, reason });
+                self.killed.insert(p.pid, p.started_at);
+                self.outstanding.remove(&p.pid);
+                killed.insert(p.pid);
+            }
+            expected = expected.saturating_add(p.rss_bytes);
+        }
+        killed
+    }
+
+    /// Rule R6: moves each threshold at most one step, by the window's ratios.
+    fn adapt(&mut self, zone: Zone) {
+        let counts = self.window_counts();
+        let (num, den) = self.cfg.ratio_target;
+        let step = self.cfg.step_bytes;
+        let top = self.cfg.top_bytes;
+
+        let red = counts.above_high as u64;
+        let not_red = (counts.samples - counts.above_high) as u64;
+        let red_cmp = compare_ratio(red, not_red, num as u64, den as u64);
+        if zone >= Zone::Red && red_cmp == std::cmp::Ordering::Greater {
+            let new_low = self.low_bytes.saturating_sub(step).max(step);
+            if new_low < self.low_bytes {
+                self.low_bytes = new_low;
+            }
+        } else if zone >= Zone::Yellow && red_cmp == std::cmp::Ordering::Less {
+            let new_low = self
+                .low_bytes
+                .saturating_add(step)
+                .min(self.high_bytes.saturating_sub(step));
+            if new_low > self.low_bytes {
+                self.low_bytes = new_low;
+            }
+        }
+
+        let above = counts.above_top as u64;
+        let below = (counts.samples - counts.above_top) as u64;
+        let top_cmp = compare_ratio(above, below, num as u64, den as u64);
+        if zone == Zone::AboveTop && top_cmp == std::cmp::Ordering::Greater {
+            let new_high = self
+                .high_bytes
+                .saturating_sub(step)
+                .max(self.low_bytes.saturating_add(step));
+            if new_high < self.high_bytes {
+                self.high_bytes = new_high;
+            }
+        } else if zone >= Zone::Red && top_cmp == std::cmp::Ordering::Less {
+            let new_high = self
+                .high_bytes
+                .saturating_add(step)
+                .min(top.saturating_sub(step));
+            if new_high > self.high_bytes {
+                self.high_bytes = new_high;
+            }
+        }
+    }
+}
+
+/// Compares the ratio `a : b` with `num : den` (`den > 0`); `a : 0` with `a > 0` is
+/// infinite.
+fn compare_ratio(a: u64, b: u64, num: u64, den: u64) -> std::cmp::Ordering {
+    (a as u128 * den as u128).cmp(&(num as u128 * b as u128))
+}

@@ -46,7 +46,9 @@ impl FromStr for Class {
             "lc" => Ok(Class::Lc),
             "be" => Ok(Class::Be),
             "elastic" => Ok(Class::Elastic),
-            other => Err(format!("unknown class `{other}` (expected lc, be or elastic)")),
+            other => Err(format!(
+                "unknown class `{other}` (expected lc, be or elastic)"
+            )),
         }
     }
 }
@@ -88,7 +90,9 @@ impl FromStr for Level {
             "low" => Ok(Level::Low),
             "high" => Ok(Level::High),
             "top" => Ok(Level::Top),
-            other => Err(format!("unknown level `{other}` (expected low, high or top)")),
+            other => Err(format!(
+                "unknown level `{other}` (expected low, high or top)"
+            )),
         }
     }
 }
