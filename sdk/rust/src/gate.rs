@@ -185,7 +185,10 @@ mod tests {
         // r = 2.5 / 10 = 0.25 -> every 4th allocation.
         let now = t + Duration::from_millis(2500);
         let admitted: Vec<bool> = (0..8).map(|_| g.admit_at(now)).collect();
-        assert_eq!(admitted, [false, false, false, true, false, false, false, true]);
+        assert_eq!(
+            admitted,
+            [false, false, false, true, false, false, false, true]
+        );
         // r = 0.3 -> floor(3.33) = every 3rd.
         let now = t + Duration::from_secs(3);
         let admitted: Vec<bool> = (0..6).map(|_| g.admit_at(now)).collect();

@@ -251,7 +251,13 @@ impl Client {
     }
     fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        if let Some(s) = self.shared.stream.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some(s) = self
+            .shared
+            .stream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         self.shared.sleep.1.notify_all();
@@ -400,7 +406,14 @@ impl Connection {
             let n = match stream.read(&mut chunk) {
                 Ok(0) => return Session::Lost("agent closed the connection".into()),
                 Ok(n) => n,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue
+                }
                 Err(e) => return Session::Lost(e.to_string()),
             };
             buf.extend_from_slice(&chunk[..n]);
@@ -451,7 +464,9 @@ impl Connection {
                 if std::mem::take(reconnect_pending) {
                     if let Some(h) = &self.on_reconnect {
                         if catch_unwind(AssertUnwindSafe(h)).is_err() {
-                            self.warn_once("reconnect_hook", || "on_reconnect hook panicked".into());
+                            self.warn_once("reconnect_hook", || {
+                                "on_reconnect hook panicked".into()
+                            });
                         }
                     }
                 }
@@ -498,7 +513,8 @@ impl Connection {
         }
         if self.busy.swap(true, Ordering::SeqCst) {
             self.warn_once("busy", || {
-                "a notification arrived while an overlong handler still runs; reported as failed".into()
+                "a notification arrived while an overlong handler still runs; reported as failed"
+                    .into()
             });
             return (false, 0, Duration::ZERO);
         }

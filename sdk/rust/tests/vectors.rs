@@ -71,10 +71,26 @@ fn common_invalid() -> Vec<Value> {
         invalid("array", "[1,2]", BadRequest),
         invalid("string", "\"ping\"", BadRequest),
         invalid("missing_version", "{\"type\":\"ping\"}", BadRequest),
-        invalid("version_is_string", "{\"v\":\"1\",\"type\":\"ping\"}", BadRequest),
-        invalid("version_is_float", "{\"v\":1.0,\"type\":\"ping\"}", BadRequest),
-        invalid("version_negative", "{\"v\":-1,\"type\":\"ping\"}", BadRequest),
-        invalid("newer_version", "{\"v\":2,\"type\":\"ping\"}", UnsupportedVersion),
+        invalid(
+            "version_is_string",
+            "{\"v\":\"1\",\"type\":\"ping\"}",
+            BadRequest,
+        ),
+        invalid(
+            "version_is_float",
+            "{\"v\":1.0,\"type\":\"ping\"}",
+            BadRequest,
+        ),
+        invalid(
+            "version_negative",
+            "{\"v\":-1,\"type\":\"ping\"}",
+            BadRequest,
+        ),
+        invalid(
+            "newer_version",
+            "{\"v\":2,\"type\":\"ping\"}",
+            UnsupportedVersion,
+        ),
         invalid(
             "newer_version_unknown_type",
             "{\"v\":9,\"type\":\"hologram\",\"x\":1}",
@@ -82,7 +98,11 @@ fn common_invalid() -> Vec<Value> {
         ),
         invalid("missing_type", "{\"v\":1}", BadRequest),
         invalid("type_not_string", "{\"v\":1,\"type\":3}", BadRequest),
-        invalid("unknown_type", "{\"v\":1,\"type\":\"launch_missiles\"}", BadRequest),
+        invalid(
+            "unknown_type",
+            "{\"v\":1,\"type\":\"launch_missiles\"}",
+            BadRequest,
+        ),
     ]
 }
 
@@ -209,7 +229,11 @@ fn requests() -> Value {
             "{\"v\":1,\"type\":\"register\",\"class\":\"vip\"}",
             BadRequest,
         ),
-        invalid("register_no_class", "{\"v\":1,\"type\":\"register\"}", BadRequest),
+        invalid(
+            "register_no_class",
+            "{\"v\":1,\"type\":\"register\"}",
+            BadRequest,
+        ),
         invalid(
             "unknown_notify",
             "{\"v\":1,\"type\":\"register\",\"class\":\"be\",\"notify\":\"email\"}",
@@ -245,7 +269,11 @@ fn requests() -> Value {
             "{\"v\":1,\"type\":\"reclaimed\",\"bytes\":1}",
             BadRequest,
         ),
-        invalid("cgroup_missing_name", "{\"v\":1,\"type\":\"cgroup\"}", BadRequest),
+        invalid(
+            "cgroup_missing_name",
+            "{\"v\":1,\"type\":\"cgroup\"}",
+            BadRequest,
+        ),
         invalid(
             "reply_type_sent_as_request",
             "{\"v\":1,\"type\":\"notify\",\"seq\":1,\"level\":\"low\",\"target_bytes\":1}",
@@ -415,8 +443,12 @@ fn check_file(file: &str, generated: &Value) {
     if std::env::var_os("MEMCOLO_REGEN_VECTORS").is_some() {
         std::fs::write(&path, &text).unwrap();
     }
-    let on_disk = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (regenerate with MEMCOLO_REGEN_VECTORS=1)", path.display()));
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (regenerate with MEMCOLO_REGEN_VECTORS=1)",
+            path.display()
+        )
+    });
     assert!(
         on_disk == text,
         "{} is stale: regenerate with MEMCOLO_REGEN_VECTORS=1 cargo test -p memcolo-sdk --test vectors",
@@ -432,7 +464,12 @@ where
     for v in vectors["valid"].as_array().unwrap() {
         let line = v["line"].as_str().unwrap();
         let msg = decode(line).unwrap_or_else(|e| panic!("{}: {e}", v["name"]));
-        assert_eq!(serde_json::to_value(&msg).unwrap(), v["message"], "{}", v["name"]);
+        assert_eq!(
+            serde_json::to_value(&msg).unwrap(),
+            v["message"],
+            "{}",
+            v["name"]
+        );
         if v["canonical"].as_bool().unwrap() {
             assert_eq!(encode(&msg), format!("{line}\n"), "{}", v["name"]);
         }
@@ -446,7 +483,10 @@ where
     let line = format!(
         "{}{}{}",
         t["prefix"].as_str().unwrap(),
-        t["fill"].as_str().unwrap().repeat(t["count"].as_u64().unwrap() as usize),
+        t["fill"]
+            .as_str()
+            .unwrap()
+            .repeat(t["count"].as_u64().unwrap() as usize),
         t["suffix"].as_str().unwrap()
     );
     assert!(line.len() > MAX_LINE_BYTES);
