@@ -158,7 +158,9 @@ pub struct M3Config {
     /// `T_above_top : T_below_top` for the high one, as `(numerator, denominator)`;
     /// `(1, 32)` in §6.
     pub ratio_target: (u32, u32),
-    /// How far a threshold moves per adaptation, bytes (2 % of top in §6).
+    /// How far a threshold moves per adaptation, bytes (2 % of top in §6). The
+    /// adaptation keeps thresholds at least one step apart (rule R6), so a step of
+    /// `top_bytes` or more keeps the thresholds static (the baseline of M3 §7.4).
     pub step_bytes: u64,
     /// Order of Algorithm 1.
     pub sort_order: SortOrder,
@@ -888,4 +890,695 @@ impl Monitor {
 /// infinite.
 fn compare_ratio(a: u64, b: u64, num: u64, den: u64) -> std::cmp::Ordering {
     (a as u128 * den as u128).cmp(&(num as u128 * b as u128))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn proc_(
+        pid: Pid,
+        class: Class,
+        started_s: u64,
+        rss_bytes: u64,
+        notifiable: bool,
+        expected: Option<u64>,
+    ) -> ProcView {
+        ProcView {
+            pid,
+            class,
+            started_at: secs(started_s),
+            rss_bytes,
+            notifiable,
+            expected_reclaim_bytes: expected,
+        }
+    }
+
+    /// top 1000, low 800, high 900, step 20, window 32, ratio 1:32.
+    fn small_cfg() -> M3Config {
+        M3Config {
+            top_bytes: 1000,
+            low_bytes: 800,
+            high_bytes: 900,
+            step_bytes: 20,
+            ..M3Config::with_top(1000)
+        }
+    }
+
+    /// [`small_cfg`] with static thresholds (a step of `top`, see
+    /// [`M3Config::step_bytes`]), for tests of the signals alone.
+    fn static_cfg() -> M3Config {
+        M3Config {
+            step_bytes: 1000,
+            ..small_cfg()
+        }
+    }
+
+    fn high(pid: Pid, target_bytes: u64) -> Action {
+        Action::Signal {
+            pid,
+            level: Level::High,
+            target_bytes,
+        }
+    }
+
+    fn low(pid: Pid, target_bytes: u64) -> Action {
+        Action::Signal {
+            pid,
+            level: Level::Low,
+            target_bytes,
+        }
+    }
+
+    fn top(pid: Pid, target_bytes: u64) -> Action {
+        Action::Signal {
+            pid,
+            level: Level::Top,
+            target_bytes,
+        }
+    }
+
+    fn kills(actions: &[Action]) -> Vec<Pid> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Kill { pid, .. } => Some(*pid),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The handmade table of the Algorithm 1 tests.
+    ///
+    /// | pid | class   | started | rss | notifiable | expected |
+    /// |-----|---------|---------|-----|------------|----------|
+    /// | 1   | elastic | 10 s    | 300 | yes        | 40       |
+    /// | 2   | elastic | 30 s    | 100 | yes        | 70       |
+    /// | 3   | lc      | 20 s    | 350 | yes        | 0        |
+    /// | 4   | be      | 40 s    | 50  | yes        | none (0) |
+    /// | 5   | be      | 5 s     | 400 | no         | 30       |
+    fn table() -> Vec<ProcView> {
+        vec![
+            proc_(1, Class::Elastic, 10, 300, true, Some(40)),
+            proc_(2, Class::Elastic, 30, 100, true, Some(70)),
+            proc_(3, Class::Lc, 20, 350, true, Some(0)),
+            proc_(4, Class::Be, 40, 50, true, None),
+            proc_(5, Class::Be, 5, 400, false, Some(30)),
+        ]
+    }
+
+    /// used 960: red; Algorithm 1 target = 960 - 900 = 60; low target = 960 - 800 = 160.
+    fn run_order(order: SortOrder) -> Vec<Action> {
+        let mut m = Monitor::new(M3Config {
+            sort_order: order,
+            ..small_cfg()
+        });
+        let actions = m.step(secs(100), 960, &table());
+        assert_eq!(m.zone(), Zone::Red);
+        actions
+    }
+
+    #[test]
+    fn algorithm1_newest_first() {
+        // Order 4 (40 s), 2 (30 s), 3 (20 s), 1 (10 s); 5 is not notifiable.
+        // 4: expected 0 < 60, signal with 60 left, expected += 0 -> 0
+        // 2: 0 < 60, signal with 60 left, expected += 70 -> 70 >= 60: stop.
+        // 3 and 1 get Low (target 160), in sort order.
+        assert_eq!(
+            run_order(SortOrder::NewestFirst),
+            vec![high(4, 60), high(2, 60), low(3, 160), low(1, 160)]
+        );
+    }
+
+    #[test]
+    fn algorithm1_oldest_first() {
+        // Order 1 (10 s), 3 (20 s), 2 (30 s), 4 (40 s).
+        // 1: 60 left, expected -> 40; 3: 20 left, expected stays 40 (3 expects 0 but is
+        // still signalled); 2: 20 left, expected -> 110 >= 60: stop. 4 gets Low.
+        assert_eq!(
+            run_order(SortOrder::OldestFirst),
+            vec![high(1, 60), high(3, 20), high(2, 20), low(4, 160)]
+        );
+    }
+
+    #[test]
+    fn algorithm1_largest_rss() {
+        // Order by RSS among all: 5 (400, not notifiable), 3 (350), 1 (300), 2 (100), 4 (50).
+        // 3: 60 left, expected 0; 1: 60 left, expected 40; 2: 20 left, expected 110: stop.
+        assert_eq!(
+            run_order(SortOrder::LargestRss),
+            vec![high(3, 60), high(1, 60), high(2, 20), low(4, 160)]
+        );
+    }
+
+    #[test]
+    fn algorithm1_largest_expected_reclaim() {
+        // Order 2 (70), 1 (40), 5 (30, not notifiable), 3 (0), 4 (0; tie -> pid order).
+        // 2: 60 left, expected 70 >= 60: stop. Others get Low in that order.
+        assert_eq!(
+            run_order(SortOrder::LargestExpectedReclaim),
+            vec![high(2, 60), low(1, 160), low(3, 160), low(4, 160)]
+        );
+    }
+
+    #[test]
+    fn expected_reclaim_is_mean_of_last_reports() {
+        let mut m = Monitor::new(M3Config {
+            reclaim_history: 3,
+            ..small_cfg()
+        });
+        let p = proc_(7, Class::Elastic, 0, 500, true, Some(99));
+        // No report yet: the registration value.
+        assert_eq!(m.expected_reclaim_bytes(&p), 99);
+        let q = ProcView {
+            expected_reclaim_bytes: None,
+            ..p.clone()
+        };
+        m.forget(7);
+        assert_eq!(m.expected_reclaim_bytes(&q), 0);
+        // Reports 10, 20, 30, 40 with a history of 3: mean of 20, 30, 40 = 30.
+        for b in [10, 20, 30, 40] {
+            m.record_reclaim(7, b, secs(1));
+        }
+        assert_eq!(m.expected_reclaim_bytes(&p), 30);
+        m.forget(7);
+        assert_eq!(m.expected_reclaim_bytes(&p), 99);
+    }
+
+    #[test]
+    fn reported_reclamation_reorders_algorithm1() {
+        // Largest expected reclaim: after pid 3 reports 200 and 100 (mean 150), it is
+        // first and covers the 60-byte overshoot alone.
+        let mut m = Monitor::new(M3Config {
+            sort_order: SortOrder::LargestExpectedReclaim,
+            ..small_cfg()
+        });
+        m.record_reclaim(3, 200, secs(1));
+        m.record_reclaim(3, 100, secs(2));
+        let actions = m.step(secs(100), 960, &table());
+        assert_eq!(actions[0], high(3, 60));
+        assert_eq!(
+            actions
+                .iter()
+                .filter(|a| matches!(
+                    a,
+                    Action::Signal {
+                        level: Level::High,
+                        ..
+                    }
+                ))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn zone_boundaries() {
+        let th = Thresholds {
+            low_bytes: 800,
+            high_bytes: 900,
+            top_bytes: 1000,
+        };
+        assert_eq!(th.zone_of(0), Zone::Green);
+        assert_eq!(th.zone_of(800), Zone::Green);
+        assert_eq!(th.zone_of(801), Zone::Yellow);
+        assert_eq!(th.zone_of(900), Zone::Yellow);
+        assert_eq!(th.zone_of(901), Zone::Red);
+        assert_eq!(th.zone_of(1000), Zone::Red);
+        assert_eq!(th.zone_of(1001), Zone::AboveTop);
+        assert_eq!(Zone::AboveTop.as_str(), "above_top");
+    }
+
+    #[test]
+    fn yellow_signals_low_to_every_notifiable_process() {
+        let mut m = Monitor::new(small_cfg());
+        assert!(m.step(secs(100), 800, &table()).is_empty());
+        assert_eq!(m.zone(), Zone::Green);
+        // used 850: target 850 - 800 = 50 for everyone notifiable, newest first.
+        let actions = m.step(secs(200), 850, &table());
+        assert_eq!(m.zone(), Zone::Yellow);
+        assert_eq!(
+            actions,
+            vec![low(4, 50), low(2, 50), low(3, 50), low(1, 50)]
+        );
+    }
+
+    #[test]
+    fn with_top_uses_the_papers_proportions() {
+        const GB: u64 = 1_000_000_000;
+        let cfg = M3Config::with_top(62 * GB);
+        assert_eq!(cfg.low_bytes, 50 * GB);
+        assert_eq!(cfg.high_bytes, 55 * GB);
+        assert_eq!(cfg.step_bytes, 1_240_000_000);
+        assert_eq!(cfg.window_samples, 32);
+        assert_eq!(cfg.ratio_target, (1, 32));
+        assert_eq!(cfg.reclaim_history, 5);
+        assert_eq!(cfg.sort_order, SortOrder::NewestFirst);
+        assert!(cfg.validate().is_ok());
+    }
+
+    #[test]
+    fn invalid_configs_are_refused_with_the_field() {
+        let field_of = |cfg: M3Config| match Monitor::try_new(cfg) {
+            Err(PolicyError::InvalidConfig { field, .. }) => field,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        };
+        assert_eq!(field_of(M3Config::with_top(0)), "top_bytes");
+        assert_eq!(
+            field_of(M3Config {
+                low_bytes: 950,
+                ..small_cfg()
+            }),
+            "low_bytes"
+        );
+        assert_eq!(
+            field_of(M3Config {
+                high_bytes: 1001,
+                ..small_cfg()
+            }),
+            "high_bytes"
+        );
+        assert_eq!(
+            field_of(M3Config {
+                step_bytes: 0,
+                ..small_cfg()
+            }),
+            "step_bytes"
+        );
+        assert_eq!(
+            field_of(M3Config {
+                window_samples: 0,
+                ..small_cfg()
+            }),
+            "window_samples"
+        );
+        assert_eq!(
+            field_of(M3Config {
+                ratio_target: (1, 0),
+                ..small_cfg()
+            }),
+            "ratio_target"
+        );
+        assert_eq!(
+            field_of(M3Config {
+                reclaim_history: 0,
+                ..small_cfg()
+            }),
+            "reclaim_history"
+        );
+        let msg = Monitor::try_new(M3Config::with_top(0))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("top_bytes"), "{msg}");
+    }
+
+    #[test]
+    #[should_panic(expected = "low_bytes")]
+    fn new_panics_on_invalid_config() {
+        Monitor::new(M3Config {
+            low_bytes: 950,
+            ..small_cfg()
+        });
+    }
+
+    fn th(m: &Monitor) -> (u64, u64) {
+        let t = m.thresholds();
+        (t.low_bytes, t.high_bytes)
+    }
+
+    #[test]
+    fn threshold_adaptation_sequence() {
+        // top 1000, low 800, high 900, step 20, window of 4 polls, target ratio 1:3.
+        let mut m = Monitor::new(M3Config {
+            window_samples: 4,
+            ratio_target: (1, 3),
+            ..small_cfg()
+        });
+        let mut poll = |t: u64, used: u64| {
+            m.step(secs(t), used, &[]);
+            (m.zone(), th(&m))
+        };
+        // 700 green: window [G]; nothing adapts in green.
+        assert_eq!(poll(1, 700), (Zone::Green, (800, 900)));
+        // 850 yellow: [G Y]; red 0:2 < 1:3 and above low -> low +20.
+        assert_eq!(poll(2, 850), (Zone::Yellow, (820, 900)));
+        // 850 yellow (> 820): [G Y Y]; 0:3 < 1:3 -> low 840. High needs red: no move.
+        assert_eq!(poll(3, 850), (Zone::Yellow, (840, 900)));
+        // 950 red: [G Y Y R]; red 1:3 == target -> low stays; above top 0:4 < 1:3 and
+        // above high -> high +20.
+        assert_eq!(poll(4, 950), (Zone::Red, (840, 920)));
+        // 950 red (> 920): [Y Y R R]; red 2:2 > 1:3 and above high -> low -20;
+        // above top 0:4 < 1:3 -> high 940.
+        assert_eq!(poll(5, 950), (Zone::Red, (820, 940)));
+        // 1100 above top: [Y R R A]; red 3:1 > -> low 800; top 1:3 == target -> high stays.
+        assert_eq!(poll(6, 1100), (Zone::AboveTop, (800, 940)));
+        // 1100 above top: [R R A A]; low 780; top 2:2 > 1:3 and above top -> high 920.
+        assert_eq!(poll(7, 1100), (Zone::AboveTop, (780, 920)));
+        // 700 green: [R A A G]; nothing moves in green.
+        assert_eq!(poll(8, 700), (Zone::Green, (780, 920)));
+        // 930 red: [A A G R]; red 3:1 > -> low 760; top 2:2 > but not above top, and not
+        // < target: high stays.
+        assert_eq!(poll(9, 930), (Zone::Red, (760, 920)));
+        // 790 yellow (> 760): [A G R Y]; red 2:2 > target but only yellow: low stays.
+        assert_eq!(poll(10, 790), (Zone::Yellow, (760, 920)));
+    }
+
+    #[test]
+    fn adaptation_is_clamped_to_keep_zones_apart() {
+        // low 860, high 900, step 20: raising low stops at high - step = 880.
+        let mut m = Monitor::new(M3Config {
+            low_bytes: 860,
+            ..small_cfg()
+        });
+        m.step(secs(1), 890, &[]);
+        assert_eq!(th(&m), (880, 900));
+        m.step(secs(2), 890, &[]);
+        assert_eq!(th(&m), (880, 900));
+        // In red with no time above top, high rises to top - step = 980 and stops.
+        // Each poll also lowers low by one step (ratio_red > 1:32 once red is in the window).
+        for t in 3..20 {
+            m.step(secs(t), 999, &[]);
+        }
+        assert_eq!(m.thresholds().high_bytes, 980);
+        // Meanwhile low fell one step per red poll: 880 - 17 × 20 = 540.
+        assert_eq!(m.thresholds().low_bytes, 540);
+        let mut m = Monitor::new(M3Config {
+            low_bytes: 30,
+            high_bytes: 100,
+            ..small_cfg()
+        });
+        for t in 0..10 {
+            m.step(secs(t), 5000, &[]);
+        }
+        // Above top: low floored at 20, high lowered to low + step = 40.
+        assert_eq!(th(&m), (20, 40));
+    }
+
+    #[test]
+    fn kill_only_be_after_kill_after_in_algorithm1_order() {
+        // Static thresholds low 800, high 900, top 1000; kill after 30 s; newest first.
+        // used 1200: overshoot above top 200; Top target 1200 - 900 = 300.
+        let mut m = Monitor::new(static_cfg());
+        let procs = vec![
+            proc_(10, Class::Lc, 50, 500, true, None),
+            proc_(11, Class::Elastic, 60, 400, true, None),
+            proc_(12, Class::Be, 40, 100, true, None),
+            proc_(13, Class::Be, 30, 150, false, None),
+            proc_(14, Class::Be, 20, 300, true, None),
+        ];
+        // t = 100: above top, the timer starts: Top to the notifiable, newest first.
+        let a = m.step(secs(100), 1200, &procs);
+        assert_eq!(m.zone(), Zone::AboveTop);
+        assert_eq!(
+            a,
+            vec![top(11, 300), top(10, 300), top(12, 300), top(14, 300)]
+        );
+        // t = 127: 27 s above top: Top again (the last is 27 s old), no kill.
+        let a = m.step(secs(127), 1200, &procs);
+        assert_eq!(
+            a,
+            vec![top(11, 300), top(10, 300), top(12, 300), top(14, 300)]
+        );
+        // t = 129: 29 s: no kill yet, and the Top signals of t = 127 are still
+        // unanswered and younger than 5 s (R7): nothing at all.
+        assert!(m.step(secs(129), 1200, &procs).is_empty());
+        // t = 130: 30 s: kill BE newest first, RSS as expected: 12 (100), then 13 (150,
+        // not notifiable but BE): 250 >= 200, stop. Never 10 (LC) or 11 (elastic).
+        let a = m.step(secs(130), 1200, &procs);
+        assert_eq!(kills(&a), vec![12, 13]);
+        assert_eq!(
+            a.len(),
+            2,
+            "Top signals of t = 127 still outstanding: {a:?}"
+        );
+        let Action::Kill { reason, .. } = &a[0] else {
+            panic!("expected a kill first: {a:?}");
+        };
+        assert!(reason.contains("used_bytes=1200"), "{reason}");
+        assert!(reason.contains("top_bytes=1000"), "{reason}");
+        assert!(reason.contains("for 30.0 s"), "{reason}");
+        assert!(reason.contains("Algorithm 1 (newest_first)"), "{reason}");
+        // t = 131: 12 and 13 still listed (exiting): no new kill, their RSS still counts.
+        assert!(kills(&m.step(secs(131), 1200, &procs)).is_empty());
+        // t = 132: they are gone and usage is still 1150 > top: not enough, kill 14
+        // (overshoot 150 <= 300). Killed processes get no Top; 11 and 10 do (their
+        // last Top is 5 s old).
+        m.forget(12);
+        m.forget(13);
+        let rest: Vec<ProcView> = procs
+            .iter()
+            .filter(|p| p.pid != 12 && p.pid != 13)
+            .cloned()
+            .collect();
+        let a = m.step(secs(132), 1150, &rest);
+        assert_eq!(kills(&a), vec![14]);
+        assert_eq!(&a[1..], &[top(11, 250), top(10, 250)]);
+        // Only LC and elastic left: above top for minutes, never a kill.
+        let lc_only: Vec<ProcView> = rest.into_iter().filter(|p| p.pid != 14).collect();
+        for t in 133..300 {
+            let a = m.step(secs(t), 2000, &lc_only);
+            assert!(kills(&a).is_empty());
+        }
+    }
+
+    #[test]
+    fn kill_timer_resets_below_top() {
+        let mut m = Monitor::new(static_cfg());
+        let procs = vec![proc_(12, Class::Be, 40, 100, false, None)];
+        for t in 0..=20 {
+            assert!(kills(&m.step(secs(t), 1100, &procs)).is_empty());
+        }
+        assert_eq!(m.above_top_for(secs(20)), Some(secs(20)));
+        // Back at top (not above): the timer resets.
+        m.step(secs(21), 1000, &procs);
+        assert_eq!(m.above_top_for(secs(21)), None);
+        for t in 22..52 {
+            assert!(kills(&m.step(secs(t), 1100, &procs)).is_empty(), "t={t}");
+        }
+        assert_eq!(kills(&m.step(secs(52), 1100, &procs)), vec![12]);
+    }
+
+    #[test]
+    fn kill_order_follows_sort_order() {
+        // Largest RSS first: overshoot 1300 - 1000 = 300: 21 (250), then 23 (100): 350.
+        let mut m = Monitor::new(M3Config {
+            sort_order: SortOrder::LargestRss,
+            kill_after: Duration::ZERO,
+            ..small_cfg()
+        });
+        let procs = vec![
+            proc_(20, Class::Be, 1, 50, false, None),
+            proc_(21, Class::Be, 2, 250, false, None),
+            proc_(22, Class::Lc, 3, 900, false, None),
+            proc_(23, Class::Be, 4, 100, false, None),
+        ];
+        assert_eq!(kills(&m.step(secs(5), 1300, &procs)), vec![21, 23]);
+    }
+
+    #[test]
+    fn resignal_suppression() {
+        // One elastic process expecting 100; static thresholds; yellow at 850 (target 50).
+        let mut m = Monitor::new(static_cfg());
+        let p = vec![proc_(1, Class::Elastic, 0, 500, true, Some(100))];
+        assert_eq!(m.step(secs(10), 850, &p), vec![low(1, 50)]);
+        // Unanswered Low younger than 5 s: no new Low.
+        assert!(m.step(secs(11), 850, &p).is_empty());
+        assert!(m.step(secs(14), 850, &p).is_empty());
+        // 5 s old: signalled again.
+        assert_eq!(m.step(secs(15), 850, &p), vec![low(1, 50)]);
+        // A higher level is not suppressed by a lower outstanding one: red at 950.
+        assert_eq!(m.step(secs(16), 950, &p), vec![high(1, 50)]);
+        // A lower level is suppressed by a higher outstanding one.
+        assert!(m.step(secs(17), 850, &p).is_empty());
+        // The process answers: the next poll may signal it again at once.
+        m.record_reclaim(1, 80, secs(18));
+        assert_eq!(m.step(secs(19), 850, &p), vec![low(1, 50)]);
+        // A report dated before the signal does not answer it.
+        m.record_reclaim(1, 80, secs(18));
+        assert!(m.step(secs(20), 850, &p).is_empty());
+        // The same pid now names a new process (another start time): not suppressed.
+        let reborn = vec![proc_(1, Class::Elastic, 19, 500, true, Some(100))];
+        assert_eq!(m.step(secs(21), 850, &reborn), vec![low(1, 50)]);
+    }
+
+    #[test]
+    fn suppressed_process_still_counts_in_algorithm1() {
+        // Static thresholds; newest first: 2 (expects 100) then 1 (expects 100).
+        // Red at 960: Algorithm 1 target 60, low target 160.
+        let mut m = Monitor::new(static_cfg());
+        let p = vec![
+            proc_(1, Class::Elastic, 0, 500, true, Some(100)),
+            proc_(2, Class::Elastic, 5, 500, true, Some(100)),
+        ];
+        assert_eq!(m.step(secs(10), 960, &p), vec![high(2, 60), low(1, 160)]);
+        // One second later 2 is still reclaiming: its 100 bytes are in flight, so 1 is
+        // not escalated to High, and its Low is still outstanding.
+        assert!(m.step(secs(11), 960, &p).is_empty());
+        // 2 answers with 10 bytes (mean of 10): 2 is signalled with 60 left, expected
+        // 10 < 60, so 1 is escalated to High with 50 left.
+        m.record_reclaim(2, 10, secs(12));
+        assert_eq!(m.step(secs(13), 960, &p), vec![high(2, 60), high(1, 50)]);
+    }
+
+    #[test]
+    fn adaptation_changes_the_targets_of_later_polls() {
+        // With adaptation (step 20): after a red poll at 960, low 800 -> 780 (ratio red
+        // 1:0 > 1:32) and high 900 -> 920 (above top 0:1 < 1:32, in red). The next
+        // poll at 960 has Algorithm 1 target 960 - 920 = 40 and low target 180.
+        let mut m = Monitor::new(small_cfg());
+        let p = vec![proc_(1, Class::Elastic, 0, 500, true, Some(10))];
+        assert_eq!(m.step(secs(10), 960, &p), vec![high(1, 60)]);
+        assert_eq!(th(&m), (780, 920));
+        m.record_reclaim(1, 10, secs(11));
+        assert_eq!(m.step(secs(12), 960, &p), vec![high(1, 40)]);
+        assert_eq!(th(&m), (760, 940));
+    }
+
+    #[test]
+    fn not_notifiable_processes_get_no_signal() {
+        let mut m = Monitor::new(small_cfg());
+        let p = vec![proc_(1, Class::Elastic, 0, 500, false, Some(100))];
+        assert!(m.step(secs(1), 850, &p).is_empty());
+        assert!(m.step(secs(2), 960, &p).is_empty());
+        assert!(m.step(secs(3), 1100, &p).is_empty());
+    }
+
+    #[test]
+    fn restore_state_round_trip() {
+        let mut m = Monitor::new(M3Config {
+            window_samples: 4,
+            ..small_cfg()
+        });
+        m.record_reclaim(3, 100, secs(1));
+        m.record_reclaim(3, 300, secs(2));
+        m.record_reclaim(9, 7, secs(3));
+        m.step(secs(4), 850, &[]);
+        m.step(secs(5), 850, &[]);
+        let state = m.state();
+        assert_eq!(
+            state.thresholds,
+            Some(Thresholds {
+                low_bytes: 840,
+                high_bytes: 900,
+                top_bytes: 1000
+            })
+        );
+        // Through JSON, as the agent saves it.
+        let json = serde_json::to_string(&state).unwrap();
+        let back: MonitorState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, state);
+
+        let mut fresh = Monitor::new(M3Config {
+            window_samples: 4,
+            ..small_cfg()
+        });
+        fresh.restore(back);
+        assert_eq!(fresh.state(), state);
+        assert_eq!(fresh.thresholds(), m.thresholds());
+        let p3 = proc_(3, Class::Elastic, 0, 0, true, None);
+        assert_eq!(fresh.expected_reclaim_bytes(&p3), 200);
+
+        // A default (empty) state keeps the configured thresholds.
+        let mut other = Monitor::new(small_cfg());
+        other.restore(MonitorState::default());
+        assert_eq!(th(&other), (800, 900));
+    }
+
+    #[test]
+    fn restore_rescales_and_refuses_bad_thresholds() {
+        let mut m = Monitor::new(M3Config {
+            reclaim_history: 2,
+            ..small_cfg()
+        });
+        // Saved for a top of 2000: rescaled to 1000.
+        let saved = MonitorState {
+            thresholds: Some(Thresholds {
+                low_bytes: 1500,
+                high_bytes: 1700,
+                top_bytes: 2000,
+            }),
+            reclaim_history: [(4, vec![1, 2, 3])].into_iter().collect(),
+        };
+        m.try_restore(saved).unwrap();
+        assert_eq!(th(&m), (750, 850));
+        // History trimmed to the last 2 reports: mean of 2 and 3 = 2.
+        assert_eq!(
+            m.expected_reclaim_bytes(&proc_(4, Class::Be, 0, 0, true, None)),
+            2
+        );
+        let bad = MonitorState {
+            thresholds: Some(Thresholds {
+                low_bytes: 900,
+                high_bytes: 800,
+                top_bytes: 1000,
+            }),
+            reclaim_history: BTreeMap::new(),
+        };
+        assert!(matches!(
+            m.try_restore(bad.clone()),
+            Err(PolicyError::InvalidThresholds { .. })
+        ));
+        m.restore(bad);
+        assert_eq!(th(&m), (750, 850));
+    }
+
+    #[test]
+    fn set_top_rescales_proportionally() {
+        const GB: u64 = 1_000_000_000;
+        let mut m = Monitor::new(M3Config::with_top(62 * GB));
+        m.set_top(31 * GB);
+        assert_eq!(
+            m.thresholds(),
+            Thresholds {
+                low_bytes: 25 * GB,
+                high_bytes: 27_500_000_000,
+                top_bytes: 31 * GB
+            }
+        );
+        assert_eq!(m.config().top_bytes, 31 * GB);
+        assert_eq!(m.config().low_bytes, 25 * GB);
+        assert_eq!(m.config().step_bytes, 620_000_000);
+        // Adapted thresholds are rescaled too: raise low once (yellow, no red), then
+        // double the top.
+        m.step(S, 26 * GB, &[]);
+        assert_eq!(m.thresholds().low_bytes, 25_620_000_000);
+        m.set_top(62 * GB);
+        assert_eq!(m.thresholds().low_bytes, 51_240_000_000);
+        assert_eq!(m.thresholds().high_bytes, 55 * GB);
+        // A top of 0 is refused.
+        assert!(m.try_set_top(0).is_err());
+        m.set_top(0);
+        assert_eq!(m.thresholds().top_bytes, 62 * GB);
+    }
+
+    #[test]
+    fn duplicate_pids_count_once() {
+        let mut m = Monitor::new(small_cfg());
+        let p = vec![
+            proc_(1, Class::Elastic, 0, 500, true, None),
+            proc_(1, Class::Elastic, 0, 500, true, None),
+        ];
+        assert_eq!(m.step(secs(1), 850, &p), vec![low(1, 50)]);
+    }
+
+    #[test]
+    fn sort_order_names_round_trip() {
+        for o in [
+            SortOrder::NewestFirst,
+            SortOrder::OldestFirst,
+            SortOrder::LargestRss,
+            SortOrder::LargestExpectedReclaim,
+        ] {
+            assert_eq!(o.as_str().parse::<SortOrder>(), Ok(o));
+            let json = serde_json::to_string(&o).unwrap();
+            assert_eq!(json, format!("\"{}\"", o.as_str()));
+        }
+        assert!("biggest".parse::<SortOrder>().is_err());
+    }
 }
