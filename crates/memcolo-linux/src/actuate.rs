@@ -1,0 +1,166 @@
+//! Actuators: every side effect the agent has on other processes, behind a trait so
+//! that the agent's tests record calls instead of signalling or killing (the oomd
+//! habit).
+//!
+//! - `signal`: M3's low/high notifications to elastic applications (M3 §4, §5.2) may be
+//!   delivered as signals.
+//! - `kill`: M3's last resort above the top of memory (M3 §5.1).
+//! - `drop_file_cache`: Hermes' advice to drop a best-effort job's file cache
+//!   (Hermes §3.3).
+
+use crate::error::{Error, Result};
+use crate::filecache;
+use crate::pidfd;
+use memcolo_policy::types::Pid;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+/// One side effect, as recorded by [`RecordingActuator`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActuatorCall {
+    Signal { pid: Pid, sig: i32 },
+    Kill { pid: Pid, reason: String },
+    DropFileCache { path: PathBuf },
+}
+
+/// The side effects the agent may have.
+pub trait Actuator: Send {
+    /// Sends signal `sig` to process `pid`.
+    fn signal(&mut self, pid: Pid, sig: i32) -> Result<()>;
+    /// Kills process `pid` with `SIGKILL`; `reason` is logged.
+    fn kill(&mut self, pid: Pid, reason: &str) -> Result<()>;
+    /// Drops the clean page cache of `path`; returns the bytes dropped (resident
+    /// before minus resident after, 0 if it grew meanwhile).
+    fn drop_file_cache(&mut self, path: &Path) -> Result<u64>;
+}
+
+/// The real actuator: signals through a pidfd (no pid-reuse race), falling back to
+/// `kill(2)` on kernels without pidfds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LinuxActuator;
+
+impl LinuxActuator {
+    fn send(pid: Pid, sig: i32) -> Result<()> {
+        if pid <= 0 {
+            return Err(Error::InvalidArgument {
+                what: format!("pid {pid} (would signal a process group)"),
+            });
+        }
+        match pidfd::pidfd_open(pid) {
+            Ok(fd) => pidfd::pidfd_send_signal(fd.as_fd(), sig),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                // SAFETY: kill takes no pointers.
+                if unsafe { libc::kill(pid, sig) } < 0 {
+                    return Err(Error::last_os_error(format!("kill({pid}, {sig})")));
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Actuator for LinuxActuator {
+    fn signal(&mut self, pid: Pid, sig: i32) -> Result<()> {
+        tracing::debug!(pid, sig, "signal");
+        Self::send(pid, sig)
+    }
+
+    fn kill(&mut self, pid: Pid, reason: &str) -> Result<()> {
+        tracing::warn!(pid, reason, "killing process");
+        Self::send(pid, libc::SIGKILL)
+    }
+
+    fn drop_file_cache(&mut self, path: &Path) -> Result<u64> {
+        let before = filecache::resident_bytes(path)?;
+        filecache::fadvise_dontneed(path)?;
+        let after = filecache::resident_bytes(path)?;
+        let dropped = before.saturating_sub(after);
+        tracing::debug!(path = %path.display(), before, after, dropped, "dropped file cache");
+        Ok(dropped)
+    }
+}
+
+/// Records every call and acts on nothing; for tests. `drop_file_cache` answers
+/// `drop_result_bytes`.
+#[derive(Clone, Debug, Default)]
+pub struct RecordingActuator {
+    pub calls: Vec<ActuatorCall>,
+    pub drop_result_bytes: u64,
+}
+
+impl Actuator for RecordingActuator {
+    fn signal(&mut self, pid: Pid, sig: i32) -> Result<()> {
+        self.calls.push(ActuatorCall::Signal { pid, sig });
+        Ok(())
+    }
+
+    fn kill(&mut self, pid: Pid, reason: &str) -> Result<()> {
+        self.calls.push(ActuatorCall::Kill {
+            pid,
+            reason: reason.to_string(),
+        });
+        Ok(())
+    }
+
+    fn drop_file_cache(&mut self, path: &Path) -> Result<u64> {
+        self.calls.push(ActuatorCall::DropFileCache {
+            path: path.to_path_buf(),
+        });
+        Ok(self.drop_result_bytes)
+    }
+}
+
+impl<A: Actuator + ?Sized> Actuator for Box<A> {
+    fn signal(&mut self, pid: Pid, sig: i32) -> Result<()> {
+        (**self).signal(pid, sig)
+    }
+    fn kill(&mut self, pid: Pid, reason: &str) -> Result<()> {
+        (**self).kill(pid, reason)
+    }
+    fn drop_file_cache(&mut self, path: &Path) -> Result<u64> {
+        (**self).drop_file_cache(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recording_actuator_records_in_order() {
+        let mut a = RecordingActuator {
+            drop_result_bytes: 4096,
+            ..Default::default()
+        };
+        a.signal(10, libc::SIGUSR1).unwrap();
+        assert_eq!(a.drop_file_cache(Path::new("/data/x")).unwrap(), 4096);
+        a.kill(11, "above top").unwrap();
+        assert_eq!(
+            a.calls,
+            vec![
+                ActuatorCall::Signal {
+                    pid: 10,
+                    sig: libc::SIGUSR1
+                },
+                ActuatorCall::DropFileCache {
+                    path: "/data/x".into()
+                },
+                ActuatorCall::Kill {
+                    pid: 11,
+                    reason: "above top".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn linux_actuator_refuses_group_pids() {
+        let mut a = LinuxActuator;
+        assert!(matches!(a.signal(0, 0), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(
+            a.kill(-1, "x"),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+}
