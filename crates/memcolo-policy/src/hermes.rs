@@ -123,3 +123,119 @@ pub fn plan_advice(cfg: &AdviceConfig, used_bytes: u64, files: &[FileCache]) -> 
     }
     plan
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn file(ino: u64, resident_mib: u64, held_by_lc: bool) -> FileCache {
+        FileCache {
+            dev: 2049,
+            ino,
+            path: format!("/data/part-{ino}"),
+            resident_bytes: resident_mib * MIB,
+            held_by_lc,
+        }
+    }
+
+    fn inos(plan: &[Advice]) -> Vec<u64> {
+        plan.iter().map(|a| a.ino).collect()
+    }
+
+    fn cfg(adv_thr_mib: u64) -> AdviceConfig {
+        AdviceConfig::with_adv_thr(adv_thr_mib * MIB)
+    }
+
+    fn files() -> Vec<FileCache> {
+        vec![
+            file(1, 100, false),
+            file(2, 400, false),
+            file(3, 900, true),
+            file(4, 250, false),
+            file(5, 50, false),
+        ]
+    }
+
+    #[test]
+    fn largest_resident_first_until_below_threshold() {
+        // adv_thr 1000 MiB, used 1600 MiB: overshoot 600 MiB. BE files by size:
+        // 2 (400), 4 (250), 1 (100), 5 (50); 3 is held by an LC process.
+        // 2: 400 < 600, take; 4: 650 >= 600 after it, stop.
+        let plan = plan_advice(&cfg(1000), 1600 * MIB, &files());
+        assert_eq!(inos(&plan), vec![2, 4]);
+        assert_eq!(plan[0].expected_bytes, 400 * MIB);
+        assert_eq!(plan[0].path, "/data/part-2");
+        assert_eq!(plan[0].dev, 2049);
+        // Overshoot 100 MiB: the largest file alone.
+        assert_eq!(
+            inos(&plan_advice(&cfg(1000), 1100 * MIB, &files())),
+            vec![2]
+        );
+    }
+
+    #[test]
+    fn lc_held_files_are_never_advised() {
+        // A huge overshoot: every BE file, never 3 (900 MiB but LC-held).
+        let plan = plan_advice(&cfg(0), 10_000 * MIB, &files());
+        assert_eq!(inos(&plan), vec![2, 4, 1, 5]);
+        // A file listed once by a BE holder and once by an LC holder is LC-held.
+        let mut f = files();
+        f.push(file(2, 400, true));
+        assert_eq!(inos(&plan_advice(&cfg(0), 10_000 * MIB, &f)), vec![4, 1, 5]);
+    }
+
+    #[test]
+    fn nothing_at_or_below_threshold() {
+        assert!(plan_advice(&cfg(1000), 1000 * MIB, &files()).is_empty());
+        assert!(plan_advice(&cfg(1000), 10 * MIB, &files()).is_empty());
+        assert_eq!(
+            inos(&plan_advice(&cfg(1000), 1000 * MIB + 1, &files())),
+            vec![2]
+        );
+    }
+
+    #[test]
+    fn min_resident_filter() {
+        // min 100 MiB: 5 (50 MiB) is skipped, 1 (exactly 100 MiB) is kept.
+        let c = AdviceConfig {
+            adv_thr_bytes: 0,
+            min_resident_bytes: 100 * MIB,
+        };
+        assert_eq!(
+            inos(&plan_advice(&c, 10_000 * MIB, &files())),
+            vec![2, 4, 1]
+        );
+        // Default minimum 1 MiB: a file of 4 KiB resident is not worth a call.
+        let tiny = vec![FileCache {
+            resident_bytes: 4096,
+            ..file(9, 0, false)
+        }];
+        assert!(plan_advice(&cfg(0), MIB, &tiny).is_empty());
+    }
+
+    #[test]
+    fn duplicate_listings_merge_and_ties_break_by_inode() {
+        // 7 listed twice (two BE holders, different resident figures: the larger
+        // wins); 6 and 8 tie at 300 MiB: lower inode first.
+        let f = vec![
+            file(8, 300, false),
+            file(7, 200, false),
+            file(7, 350, false),
+            file(6, 300, false),
+        ];
+        let plan = plan_advice(&cfg(0), 10_000 * MIB, &f);
+        assert_eq!(inos(&plan), vec![7, 6, 8]);
+        assert_eq!(plan[0].expected_bytes, 350 * MIB);
+    }
+
+    #[test]
+    fn runs_out_of_files_before_threshold() {
+        // Overshoot 5000 MiB, only 800 MiB of BE cache: advise all of it.
+        let plan = plan_advice(&cfg(1000), 6000 * MIB, &files());
+        let freed: u64 = plan.iter().map(|a| a.expected_bytes).sum();
+        assert_eq!(freed, 800 * MIB);
+        assert!(plan_advice(&cfg(1000), 6000 * MIB, &[]).is_empty());
+    }
+}
