@@ -1,1 +1,252 @@
-//! TODO
+//! memcolo's node agent (`memcolo agent`): the sense → decide → act loop that
+//! runs the M3 monitor and Hermes' file-cache advice on a scope (the host, or a
+//! memory cgroup subtree treated as the node), with a registry of LC, BE and elastic
+//! processes, a Unix socket server, Prometheus metrics and a JSON event log.
+//!
+//! The loop polls every `poll_ms` (1 s by default, as M3 §6) and also right after a
+//! kernel pressure event (cgroup v1 `memory.pressure_level`, PSI triggers), so a
+//! burst is acted on long before the next tick. All state lives in one
+//! [`core::Core`] owned by the main loop; connections, event sources and pidfd
+//! watchers are tasks that send it messages.
+
+pub mod config;
+pub mod core;
+pub mod eventlog;
+pub mod metrics;
+pub mod registry;
+pub mod server;
+
+use crate::config::AgentConfig;
+use crate::core::{Core, ExitWatcher, Trigger};
+use crate::metrics::Metrics;
+use crate::server::Command;
+use memcolo_linux::actuate::LinuxActuator;
+use memcolo_linux::procfs::ProcFs;
+use memcolo_linux::scope::Scope;
+use memcolo_policy::Pid;
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// Monotonic time since boot (`CLOCK_BOOTTIME`), the epoch of process start times.
+pub fn boot_time_now() -> Duration {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .expect("CLOCK_BOOTTIME is always available on Linux");
+    Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32)
+}
+
+/// Watches registered processes with pidfds: each pid's fd becomes readable when
+/// the process exits, and its pid is sent to the main loop.
+pub struct PidfdWatcher {
+    exits: mpsc::UnboundedSender<Pid>,
+    tasks: HashMap<Pid, JoinHandle<()>>,
+}
+
+impl PidfdWatcher {
+    pub fn new(exits: mpsc::UnboundedSender<Pid>) -> Self {
+        PidfdWatcher {
+            exits,
+            tasks: HashMap::new(),
+        }
+    }
+}
+
+impl ExitWatcher for PidfdWatcher {
+    fn watch(&mut self, pid: Pid) -> std::io::Result<()> {
+        let fd = memcolo_linux::pidfd::pidfd_open(pid).map_err(std::io::Error::other)?;
+        // SAFETY: an OwnedFd stays open and is the same fd for the AsyncFd's lifetime.
+        let afd = unsafe { AsyncFd::register(fd) }.map_err(std::io::Error::from)?;
+        let exits = self.exits.clone();
+        if let Some(old) = self.tasks.remove(&pid) {
+            old.abort();
+        }
+        self.tasks.insert(
+            pid,
+            tokio::spawn(async move {
+                // A pidfd turns readable once, when the process exits.
+                if afd.readable().await.is_ok() {
+                    let _ = exits.send(pid);
+                }
+            }),
+        );
+        Ok(())
+    }
+
+    fn unwatch(&mut self, pid: Pid) {
+        if let Some(t) = self.tasks.remove(&pid) {
+            t.abort();
+        }
+    }
+}
+
+/// Waits on a kernel event fd and forwards each firing. `pri` selects POLLPRI
+/// (PSI triggers) rather than readability (eventfds).
+fn spawn_event_source(name: &'static str, fd: OwnedFd, pri: bool, events: mpsc::Sender<&'static str>) {
+    tokio::spawn(async move {
+        let interest = if pri {
+            tokio::io::Interest::PRIORITY
+        } else {
+            tokio::io::Interest::READABLE
+        };
+        // SAFETY: an OwnedFd stays open and is the same fd for the AsyncFd's lifetime.
+        let afd = match unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(std::io::Error::from) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(source = name, error = %e, "cannot poll pressure event fd");
+                return;
+            }
+        };
+        loop {
+            let mut guard = match afd.ready(interest).await {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::warn!(source = name, error = %e, "pressure event source failed");
+                    return;
+                }
+            };
+            if !pri {
+                let mut b = [0u8; 8];
+                // Resets the eventfd counter; EAGAIN means another reader got it.
+                let _ = nix::unistd::read(afd.get_ref().as_raw_fd(), &mut b);
+            }
+            guard.clear_ready();
+            if events.send(name).await.is_err() {
+                return;
+            }
+            if pri {
+                // PSI re-arms once per window at most: don't spin on a level-triggered POLLPRI.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    });
+}
+
+/// Registers the kernel pressure events the scope offers.
+fn start_event_sources(cfg: &AgentConfig, scope: &Scope, procfs: &ProcFs, tx: mpsc::Sender<&'static str>) {
+    match scope {
+        Scope::Cgroup(cg) => {
+            if cg.version() == memcolo_linux::cgroup::CgroupVersion::V1 && cfg.events.v1_pressure_level != "off" {
+                match memcolo_linux::events::v1_pressure_level_eventfd(cg, &cfg.events.v1_pressure_level, "hierarchy") {
+                    Ok(fd) => spawn_event_source("v1_pressure_level", fd, false, tx.clone()),
+                    Err(e) => tracing::warn!(error = %e, "no v1 memory.pressure_level events"),
+                }
+            }
+            if cg.version() == memcolo_linux::cgroup::CgroupVersion::V2 && cfg.events.psi_stall_us > 0 {
+                let p = cg.path().join("memory.pressure");
+                match memcolo_linux::events::psi_trigger(&p, false, cfg.events.psi_stall_us, cfg.events.psi_window_us) {
+                    Ok(fd) => spawn_event_source("psi", fd, true, tx.clone()),
+                    Err(e) => tracing::warn!(error = %e, "no PSI trigger on the cgroup"),
+                }
+            }
+        }
+        Scope::Host(_) => {
+            if cfg.events.psi_stall_us > 0 {
+                let p = procfs.path().join("pressure/memory");
+                match memcolo_linux::events::psi_trigger(&p, false, cfg.events.psi_stall_us, cfg.events.psi_window_us) {
+                    Ok(fd) => spawn_event_source("psi", fd, true, tx),
+                    Err(e) => tracing::warn!(error = %e, "no PSI trigger on the host"),
+                }
+            }
+        }
+    }
+}
+
+async fn serve_metrics(addr: String, metrics: Arc<Metrics>) -> anyhow::Result<JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen for metrics on {addr}: {e}"))?;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    m.render(),
+                )
+            }
+        }),
+    );
+    Ok(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    }))
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
+    cfg.validate()?;
+    let procfs = ProcFs::new(cfg.procfs.clone());
+    let scope = Scope::parse(&cfg.scope, ProcFs::new(cfg.procfs.clone()))
+        .map_err(|e| anyhow::anyhow!("scope `{}`: {e}", cfg.scope))?;
+    let listener = server::bind(&cfg.socket).await?;
+    let metrics = Arc::new(Metrics::new());
+    let events = eventlog::EventLog::open(&cfg.event_log)
+        .map_err(|e| anyhow::anyhow!("cannot open event log {}: {e}", cfg.event_log))?;
+    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
+    let (cmd_tx, mut cmd_rx) = mpsc::channel::<Command>(1024);
+    let (ev_tx, mut ev_rx) = mpsc::channel::<&'static str>(16);
+    start_event_sources(&cfg, &scope, &procfs, ev_tx);
+    let metrics_task = if cfg.metrics_addr != "off" {
+        Some(serve_metrics(cfg.metrics_addr.clone(), metrics.clone()).await?)
+    } else {
+        None
+    };
+    let poll = cfg.poll_interval();
+    let min_gap = Duration::from_millis(cfg.events.min_gap_ms);
+    let socket = cfg.socket.clone();
+    let mut core = Core::new(
+        cfg,
+        scope,
+        Box::new(LinuxActuator),
+        Box::new(PidfdWatcher::new(exit_tx)),
+        metrics.clone(),
+        events,
+    )?;
+    tracing::info!(status = %core.status_json(), "memcolo agent started");
+    let server_task = tokio::spawn(server::serve(listener, cmd_tx));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut tick = tokio::time::interval(poll);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_poll = Instant::now() - min_gap;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                core.poll(boot_time_now(), Trigger::Tick);
+                last_poll = Instant::now();
+            }
+            Some(src) = ev_rx.recv() => {
+                metrics.pressure_events.with_label_values(&[src]).inc();
+                if last_poll.elapsed() >= min_gap {
+                    core.poll(boot_time_now(), Trigger::Event);
+                    last_poll = Instant::now();
+                }
+            }
+            Some(cmd) = cmd_rx.recv() => match cmd {
+                Command::Opened { conn, push } => core.conn_opened(conn, push),
+                Command::Closed { conn } => core.conn_closed(conn),
+                Command::Request { conn, peer, req, reply } => {
+                    let r = core.handle(conn, peer, req, boot_time_now());
+                    let _ = reply.send(r);
+                }
+            },
+            Some(pid) = exit_rx.recv() => core.process_exited(pid),
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    tracing::info!("memcolo agent stopping");
+    server_task.abort();
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    core.shutdown();
+    let _ = std::fs::remove_file(&socket);
+    Ok(())
+}

@@ -1,1 +1,234 @@
-fn main() {}
+//! `memcolo`: the command-line front end — the agent daemon, its clients (`status`,
+//! `top`, `register`, `unregister`, `run`) and the benchmarks (`bench`).
+
+mod client;
+mod run;
+mod status;
+mod top;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use memcolo_agent::config::AgentConfig;
+use memcolo_policy::Class;
+use memcolo_proto::{NotifyMode, Reply, Request};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "memcolo", version, about = "Keeps latency-critical services fast beside batch jobs under memory pressure")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+/// Where clients find the agent.
+#[derive(clap::Args, Debug, Clone)]
+struct SocketArg {
+    /// The agent's Unix socket.
+    #[arg(long, env = "MEMCOLO_SOCKET", default_value = memcolo_proto::DEFAULT_SOCKET)]
+    socket: PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the node agent (as root): M3 monitor, Hermes file-cache advice, registry, metrics.
+    Agent(AgentArgs),
+    /// Show the agent's state: memory, thresholds, zone and registered processes.
+    Status {
+        #[command(flatten)]
+        socket: SocketArg,
+        /// Print the raw JSON state.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A refreshing terminal view of the agent's state (q to quit).
+    Top {
+        #[command(flatten)]
+        socket: SocketArg,
+        /// Refresh interval in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+    },
+    /// Register a running process with a class.
+    Register {
+        #[command(flatten)]
+        socket: SocketArg,
+        /// The process (root may name any pid; others only themselves).
+        #[arg(long)]
+        pid: i32,
+        /// lc, be or elastic.
+        #[arg(long)]
+        class: Class,
+        /// A name for status and metrics (default: the process's comm).
+        #[arg(long)]
+        name: Option<String>,
+        /// Expected reclamation on a high signal, in bytes (M3 §5.1).
+        #[arg(long)]
+        expected_reclaim_bytes: Option<u64>,
+        /// How to notify it: `signal` (SIGRTMIN+1/2/3 for low/high/top) or `none`.
+        #[arg(long, default_value = "none", value_parser = parse_notify)]
+        notify: NotifyMode,
+    },
+    /// Remove a registration.
+    Unregister {
+        #[command(flatten)]
+        socket: SocketArg,
+        #[arg(long)]
+        pid: i32,
+    },
+    /// Start a command registered with a class, optionally in a child cgroup of the agent's scope.
+    Run(run::RunArgs),
+    /// Benchmarks on real services; results under bench/results/<date>-<host>/.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCmd {
+    /// Redis (LC) under an open-loop load beside batch jobs (BE) at 0-150 % memory pressure,
+    /// with the kernel alone and with the agent (Hermes §5.1, §5.3).
+    Colocation(memcolo_bench::colocation::ColocationArgs),
+    /// The agent's own CPU and RSS with many registered processes.
+    AgentCost(memcolo_bench::agent_cost::AgentCostArgs),
+}
+
+fn parse_notify(s: &str) -> Result<NotifyMode, String> {
+    match s {
+        "signal" => Ok(NotifyMode::Signal),
+        "none" => Ok(NotifyMode::None),
+        "socket" => Err("`socket` needs a process that speaks the protocol (use an SDK)".into()),
+        o => Err(format!("unknown notify mode `{o}` (signal or none)")),
+    }
+}
+
+#[derive(clap::Args, Debug)]
+struct AgentArgs {
+    /// TOML configuration (default /etc/memcolo/agent.toml if it exists).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The node: `host`, or `cgroup:PATH` (a memory cgroup; absolute or relative to the memory mount).
+    #[arg(long)]
+    scope: Option<String>,
+    /// The Unix socket to serve.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Where the registry survives restarts.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Prometheus address (`GET /metrics`), or `off`.
+    #[arg(long)]
+    metrics_addr: Option<String>,
+    /// JSON-lines event log: a file, `-` for stderr, or `off`.
+    #[arg(long)]
+    event_log: Option<String>,
+    /// Poll interval in milliseconds.
+    #[arg(long)]
+    poll_ms: Option<u64>,
+    /// Hermes adv_thr as a share of the scope's memory (0..1].
+    #[arg(long)]
+    adv_thr_ratio: Option<f64>,
+    /// Seconds above the top of memory before BE processes are killed.
+    #[arg(long)]
+    kill_after_s: Option<u64>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+fn agent(a: AgentArgs) -> Result<()> {
+    let mut cfg = AgentConfig::load(a.config.as_deref())?;
+    if let Some(v) = a.scope {
+        cfg.scope = v;
+    }
+    if let Some(v) = a.socket {
+        cfg.socket = v;
+    }
+    if let Some(v) = a.state_dir {
+        cfg.state_dir = v;
+    }
+    if let Some(v) = a.metrics_addr {
+        cfg.metrics_addr = v;
+    }
+    if let Some(v) = a.event_log {
+        cfg.event_log = v;
+    }
+    if let Some(v) = a.poll_ms {
+        cfg.poll_ms = v;
+    }
+    if let Some(v) = a.adv_thr_ratio {
+        cfg.hermes.adv_thr_ratio = v;
+    }
+    if let Some(v) = a.kill_after_s {
+        cfg.m3.kill_after_s = v;
+    }
+    cfg.validate()?;
+    if a.print_config {
+        print!("{}", toml::to_string_pretty(&cfg).context("config to TOML")?);
+        return Ok(());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    rt.block_on(memcolo_agent::run(cfg))
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MEMCOLO_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let res = match cli.cmd {
+        Cmd::Agent(a) => agent(a),
+        Cmd::Status { socket, json } => status::status(&socket.socket, json),
+        Cmd::Top { socket, interval_ms } => top::top(&socket.socket, interval_ms),
+        Cmd::Register {
+            socket,
+            pid,
+            class,
+            name,
+            expected_reclaim_bytes,
+            notify,
+        } => client::Client::connect(&socket.socket).and_then(|mut c| {
+            match c.call_ok(&Request::Register {
+                pid: Some(pid),
+                class,
+                name,
+                expected_reclaim_bytes,
+                notify,
+            })? {
+                Reply::Registered { pid, class } => {
+                    println!("registered pid {pid} as {class}");
+                    Ok(())
+                }
+                r => anyhow::bail!("unexpected reply {r:?}"),
+            }
+        }),
+        Cmd::Unregister { socket, pid } => client::Client::connect(&socket.socket).and_then(|mut c| {
+            c.call_ok(&Request::Unregister { pid: Some(pid) })?;
+            println!("unregistered pid {pid}");
+            Ok(())
+        }),
+        Cmd::Run(a) => return run::run(a),
+        Cmd::Bench(b) => {
+            let exe = std::env::current_exe().expect("path of the running memcolo binary");
+            match b {
+                BenchCmd::Colocation(a) => memcolo_bench::colocation::run(&a, &exe),
+                BenchCmd::AgentCost(a) => memcolo_bench::agent_cost::run(&a, &exe),
+            }
+        }
+    };
+    match res {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memcolo: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

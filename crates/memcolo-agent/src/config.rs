@@ -1,0 +1,324 @@
+//! The agent's configuration: an optional TOML file (`/etc/memcolo/agent.toml` by
+//! default) whose every field has a default, so `memcolo agent` runs with none.
+//!
+//! A missing default file means defaults; a file the operator named that is missing
+//! or malformed is an error that names the path. Command-line flags are applied on
+//! top of the file by the binary.
+
+use memcolo_policy::m3::SortOrder;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The default configuration file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/memcolo/agent.toml";
+
+/// Errors of loading a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// The whole agent configuration (`agent.toml`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// What the agent treats as the node: `"host"` (`/proc/meminfo`) or
+    /// `"cgroup:PATH"` (a memory cgroup subtree; its limit is the node's memory).
+    /// Default `"host"`.
+    pub scope: String,
+    /// Unix socket clients connect to. Default `/run/memcolo/agent.sock`.
+    pub socket: PathBuf,
+    /// Where the registry and monitor state survive restarts. Default `/var/lib/memcolo`.
+    pub state_dir: PathBuf,
+    /// Prometheus text exposition address (`GET /metrics`), or `"off"`.
+    /// Default `127.0.0.1:9464`.
+    pub metrics_addr: String,
+    /// JSON-lines event log: a path, `"-"` for stderr, or `"off"`. Default `"off"`
+    /// (events still go to the tracing log at info level).
+    pub event_log: String,
+    /// Poll interval in milliseconds. Default 1000 (M3 §6 polls once a second).
+    pub poll_ms: u64,
+    /// Root of procfs. Default `/proc` (tests point it elsewhere).
+    pub procfs: PathBuf,
+    pub m3: M3Section,
+    pub hermes: HermesSection,
+    pub events: EventsSection,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            scope: "host".into(),
+            socket: PathBuf::from(memcolo_proto::DEFAULT_SOCKET),
+            state_dir: PathBuf::from("/var/lib/memcolo"),
+            metrics_addr: "127.0.0.1:9464".into(),
+            event_log: "off".into(),
+            poll_ms: 1000,
+            procfs: PathBuf::from("/proc"),
+            m3: M3Section::default(),
+            hermes: HermesSection::default(),
+            events: EventsSection::default(),
+        }
+    }
+}
+
+/// `[m3]`: the M3 node monitor (M3 §5, §6).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct M3Section {
+    /// The top of memory in bytes. Default: the scope's memory minus `top_margin_ratio`.
+    pub top_bytes: Option<u64>,
+    /// Share of the scope's memory kept below the top when `top_bytes` is unset.
+    /// Default 0.03125 (2 GiB of 64 GiB, as M3 §6's 62 of 64 GB).
+    pub top_margin_ratio: f64,
+    /// Initial low threshold in bytes. Default top × 50/62 (M3 §6).
+    pub low_bytes: Option<u64>,
+    /// Initial high threshold in bytes. Default top × 55/62 (M3 §6).
+    pub high_bytes: Option<u64>,
+    /// Samples in the time-in-red sliding window. Default 32 (M3 §6).
+    pub window_samples: usize,
+    /// Target ratio T_red : T_green_or_yellow as `[red, other]`. Default `[1, 32]`.
+    pub ratio_target: [u32; 2],
+    /// Threshold step as a share of top. Default 0.02 (M3 §6).
+    pub step_ratio: f64,
+    /// Algorithm 1 order: `newest_first` (default), `oldest_first`, `largest_rss`,
+    /// `largest_expected_reclaim`.
+    pub sort_order: SortOrder,
+    /// Seconds above top before BE processes are killed. Default 30.
+    pub kill_after_s: u64,
+    /// Reports averaged into a process's expected reclamation. Default 5 (M3 §5.1).
+    pub reclaim_history: usize,
+    /// Seconds before a process with an unanswered notification is notified again
+    /// at the same level. Default 5.
+    pub resignal_after_s: u64,
+}
+
+impl Default for M3Section {
+    fn default() -> Self {
+        M3Section {
+            top_bytes: None,
+            top_margin_ratio: 2.0 / 64.0,
+            low_bytes: None,
+            high_bytes: None,
+            window_samples: 32,
+            ratio_target: [1, 32],
+            step_ratio: 0.02,
+            sort_order: SortOrder::NewestFirst,
+            kill_after_s: 30,
+            reclaim_history: 5,
+            resignal_after_s: 5,
+        }
+    }
+}
+
+/// `[hermes]`: proactive file-cache advice for BE processes (Hermes §3.3).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HermesSection {
+    /// Turn the advice on or off. Default on.
+    pub enabled: bool,
+    /// `adv_thr` in bytes of used memory (page cache included). Default: unset, so
+    /// `adv_thr_ratio` of the scope's memory applies.
+    pub adv_thr_bytes: Option<u64>,
+    /// `adv_thr` as a share of the scope's memory. Default 0.85.
+    pub adv_thr_ratio: f64,
+    /// Files with less page cache than this are left alone. Default 1 MiB.
+    pub min_resident_bytes: u64,
+}
+
+impl Default for HermesSection {
+    fn default() -> Self {
+        HermesSection {
+            enabled: true,
+            adv_thr_bytes: None,
+            adv_thr_ratio: 0.85,
+            min_resident_bytes: 1 << 20,
+        }
+    }
+}
+
+/// `[events]`: kernel pressure events that trigger a poll between ticks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsSection {
+    /// cgroup v1 `memory.pressure_level` eventfd at this level (`low`, `medium`,
+    /// `critical`), or `"off"`. Default `"low"`: the kernel signals reclaim activity.
+    pub v1_pressure_level: String,
+    /// PSI trigger on memory `some` stall: microseconds of stall per window, or 0 for
+    /// off. Default 100 000 (100 ms per 2 s window).
+    pub psi_stall_us: u64,
+    /// PSI trigger window in microseconds (the kernel takes 500 ms..10 s; unprivileged
+    /// triggers need multiples of 2 s). Default 2 000 000.
+    pub psi_window_us: u64,
+    /// Shortest gap between two event-triggered polls, in milliseconds. Default 100.
+    pub min_gap_ms: u64,
+}
+
+impl Default for EventsSection {
+    fn default() -> Self {
+        EventsSection {
+            v1_pressure_level: "low".into(),
+            psi_stall_us: 100_000,
+            psi_window_us: 2_000_000,
+            min_gap_ms: 100,
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Loads `path`, or the default file when `path` is `None` (a missing default
+    /// file means defaults).
+    pub fn load(path: Option<&Path>) -> Result<AgentConfig, ConfigError> {
+        let (path, named) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if !named && e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(AgentConfig::default())
+            }
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        let cfg: AgentConfig =
+            toml::from_str(&text).map_err(|source| ConfigError::Parse { path, source })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks ranges that serde cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.poll_ms == 0 {
+            return bad("poll_ms must be at least 1".into());
+        }
+        if !(0.0..1.0).contains(&self.m3.top_margin_ratio) {
+            return bad(format!("m3.top_margin_ratio {} is not in [0, 1)", self.m3.top_margin_ratio));
+        }
+        if !(self.m3.step_ratio > 0.0 && self.m3.step_ratio < 1.0) {
+            return bad(format!("m3.step_ratio {} is not in (0, 1)", self.m3.step_ratio));
+        }
+        if self.m3.window_samples == 0 || self.m3.reclaim_history == 0 {
+            return bad("m3.window_samples and m3.reclaim_history must be at least 1".into());
+        }
+        if self.m3.ratio_target[1] == 0 {
+            return bad("m3.ratio_target's second number must be at least 1".into());
+        }
+        if let (Some(l), Some(h)) = (self.m3.low_bytes, self.m3.high_bytes) {
+            if l > h {
+                return bad(format!("m3.low_bytes {l} is above m3.high_bytes {h}"));
+            }
+        }
+        if !(self.hermes.adv_thr_ratio > 0.0 && self.hermes.adv_thr_ratio <= 1.0) {
+            return bad(format!("hermes.adv_thr_ratio {} is not in (0, 1]", self.hermes.adv_thr_ratio));
+        }
+        if !matches!(self.events.v1_pressure_level.as_str(), "off" | "low" | "medium" | "critical") {
+            return bad(format!(
+                "events.v1_pressure_level `{}` is not off, low, medium or critical",
+                self.events.v1_pressure_level
+            ));
+        }
+        Ok(())
+    }
+
+    /// The poll interval.
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_ms)
+    }
+
+    /// The M3 monitor's configuration for a scope of `scope_bytes` of memory.
+    pub fn m3_config(&self, scope_bytes: u64) -> memcolo_policy::m3::M3Config {
+        let top = self
+            .m3
+            .top_bytes
+            .unwrap_or_else(|| (scope_bytes as f64 * (1.0 - self.m3.top_margin_ratio)) as u64);
+        let mut c = memcolo_policy::m3::M3Config::with_top(top);
+        if let Some(l) = self.m3.low_bytes {
+            c.low_bytes = l.min(top);
+        }
+        if let Some(h) = self.m3.high_bytes {
+            c.high_bytes = h.min(top);
+        }
+        c.window_samples = self.m3.window_samples;
+        c.ratio_target = (self.m3.ratio_target[0], self.m3.ratio_target[1]);
+        c.step_bytes = ((top as f64) * self.m3.step_ratio) as u64;
+        c.sort_order = self.m3.sort_order;
+        c.kill_after = Duration::from_secs(self.m3.kill_after_s);
+        c.reclaim_history = self.m3.reclaim_history;
+        c.resignal_after = Duration::from_secs(self.m3.resignal_after_s);
+        c
+    }
+
+    /// Hermes' `adv_thr` in bytes for a scope of `scope_bytes` of memory.
+    pub fn adv_thr_bytes(&self, scope_bytes: u64) -> u64 {
+        self.hermes
+            .adv_thr_bytes
+            .unwrap_or_else(|| (scope_bytes as f64 * self.hermes.adv_thr_ratio) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn missing_default_file_means_defaults_but_named_file_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("none.toml");
+        let err = AgentConfig::load(Some(&p)).unwrap_err();
+        assert!(err.to_string().contains("none.toml"), "{err}");
+    }
+
+    #[test]
+    fn partial_file_keeps_other_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.toml");
+        let mut f = std::fs::File::create(&p).unwrap();
+        writeln!(f, "poll_ms = 250\n[m3]\nkill_after_s = 10\nsort_order = \"largest_rss\"").unwrap();
+        let c = AgentConfig::load(Some(&p)).unwrap();
+        assert_eq!(c.poll_ms, 250);
+        assert_eq!(c.m3.kill_after_s, 10);
+        assert_eq!(c.m3.sort_order, SortOrder::LargestRss);
+        assert_eq!(c.m3.window_samples, 32);
+        assert!(c.hermes.enabled);
+    }
+
+    #[test]
+    fn unknown_or_bad_fields_are_errors_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.toml");
+        std::fs::write(&p, "pol_ms = 5\n").unwrap();
+        let err = AgentConfig::load(Some(&p)).unwrap_err().to_string();
+        assert!(err.contains("b.toml") && err.contains("pol_ms"), "{err}");
+        std::fs::write(&p, "[hermes]\nadv_thr_ratio = 1.5\n").unwrap();
+        assert!(AgentConfig::load(Some(&p)).is_err());
+        std::fs::write(&p, "[events]\nv1_pressure_level = \"loud\"\n").unwrap();
+        assert!(AgentConfig::load(Some(&p)).is_err());
+    }
+
+    #[test]
+    fn m3_defaults_follow_the_paper_proportions() {
+        let c = AgentConfig::default();
+        let gib = 1u64 << 30;
+        let m = c.m3_config(64 * gib);
+        assert_eq!(m.top_bytes, 62 * gib);
+        assert_eq!(m.low_bytes, 50 * gib);
+        assert_eq!(m.high_bytes, 55 * gib);
+        assert_eq!(c.adv_thr_bytes(100), 85);
+    }
+}

@@ -1,0 +1,799 @@
+//! The agent's core: one owner of all state, driven by the main loop with requests
+//! from clients, poll ticks, kernel pressure events and process exits.
+//!
+//! Each poll is one sense → decide → act round:
+//! 1. sense: the scope's memory ([`memcolo_linux::scope::Scope::sample`]), every
+//!    process's `/proc/PID/stat` (RSS, parent, start time);
+//! 2. decide: the M3 monitor ([`memcolo_policy::m3::Monitor::step`]) on the working
+//!    set, and Hermes' advice ([`memcolo_policy::hermes::plan_advice`]) on used memory;
+//! 3. act: notifications (socket messages or real-time signals), `posix_fadvise`
+//!    on BE files, and — the last resort — SIGKILL of BE processes.
+//!
+//! Nothing here blocks on a client: notifications go into bounded per-connection
+//! queues, and a full queue drops the notification (counted) instead of waiting.
+//! An LC process is never killed: the policy never asks for it, and the core checks
+//! the class again before acting.
+
+use crate::config::AgentConfig;
+use crate::eventlog::EventLog;
+use crate::metrics::Metrics;
+use crate::registry::{self, Entry, Registry};
+use memcolo_linux::actuate::Actuator;
+use memcolo_linux::procfs::ProcFs;
+use memcolo_linux::scope::{Scope, ScopeSample};
+use memcolo_policy::hermes::{self, AdviceConfig, FileCache};
+use memcolo_policy::m3::{Action, Monitor, ProcView, Zone};
+use memcolo_policy::{Class, Level, Pid};
+use memcolo_proto::{ErrorCode, NotifyMode, Reply, Request};
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Who is on the other end of a connection (from `SO_PEERCRED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub pid: Option<Pid>,
+    pub uid: u32,
+}
+
+/// Watches registered processes for exit (pidfd in the agent, a recorder in tests).
+pub trait ExitWatcher: Send {
+    /// Starts watching `pid`; the main loop learns of its exit through
+    /// [`Core::process_exited`].
+    fn watch(&mut self, pid: Pid) -> std::io::Result<()>;
+    /// Stops watching `pid` (unregistered).
+    fn unwatch(&mut self, pid: Pid);
+}
+
+/// Why a poll ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    Tick,
+    Event,
+}
+
+impl Trigger {
+    fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Tick => "tick",
+            Trigger::Event => "event",
+        }
+    }
+}
+
+/// What the last poll saw of one registered process.
+#[derive(Clone, Debug)]
+struct Seen {
+    rss_bytes: u64,
+    descendants: usize,
+}
+
+/// A notification waiting for its `reclaimed` answer.
+#[derive(Clone, Copy, Debug)]
+struct Outstanding {
+    pid: Pid,
+    sent_at: Duration,
+}
+
+/// One process's row of `/proc/PID/stat`, as the poll needs it.
+#[derive(Clone, Copy, Debug)]
+struct Row {
+    ppid: Pid,
+    rss_bytes: u64,
+}
+
+/// The agent's state.
+pub struct Core {
+    cfg: AgentConfig,
+    procfs: ProcFs,
+    scope: Scope,
+    monitor: Monitor,
+    registry: Registry,
+    actuator: Box<dyn Actuator>,
+    watcher: Box<dyn ExitWatcher>,
+    metrics: Arc<Metrics>,
+    events: EventLog,
+    conns: HashMap<u64, mpsc::Sender<Reply>>,
+    outstanding: HashMap<u64, Outstanding>,
+    next_seq: u64,
+    state_path: PathBuf,
+    scope_total_bytes: u64,
+    last_sample: Option<ScopeSample>,
+    seen: BTreeMap<Pid, Seen>,
+    polls: u64,
+    page_size: u64,
+    ticks_per_sec: u64,
+    file_cache_dropped_bytes: u64,
+    kills: u64,
+    dropped_notifications: u64,
+    sense_error_logged: bool,
+}
+
+impl Core {
+    /// Builds the core and reloads the registry saved under `cfg.state_dir`, keeping
+    /// only processes that still run with the same start time.
+    pub fn new(
+        cfg: AgentConfig,
+        scope: Scope,
+        actuator: Box<dyn Actuator>,
+        watcher: Box<dyn ExitWatcher>,
+        metrics: Arc<Metrics>,
+        events: EventLog,
+    ) -> anyhow::Result<Core> {
+        let procfs = ProcFs::new(cfg.procfs.clone());
+        let sample = scope.sample()?;
+        let scope_total_bytes = sample.total_bytes;
+        let mut monitor = Monitor::new(cfg.m3_config(scope_total_bytes));
+        let state_path = registry::registry_path(&cfg.state_dir);
+        let (saved, monitor_state) = match registry::load(&state_path) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring unreadable saved registry");
+                (Registry::default(), None)
+            }
+        };
+        if let Some(st) = monitor_state {
+            monitor.restore(st);
+            if cfg.m3.top_bytes.is_none() {
+                monitor.set_top(cfg.m3_config(scope_total_bytes).top_bytes);
+            }
+        }
+        let mut core = Core {
+            procfs,
+            scope,
+            monitor,
+            registry: Registry::default(),
+            actuator,
+            watcher,
+            metrics,
+            events,
+            conns: HashMap::new(),
+            outstanding: HashMap::new(),
+            next_seq: 1,
+            state_path,
+            scope_total_bytes,
+            last_sample: Some(sample),
+            seen: BTreeMap::new(),
+            polls: 0,
+            page_size: ProcFs::page_size(),
+            ticks_per_sec: ProcFs::clock_ticks_per_sec(),
+            file_cache_dropped_bytes: 0,
+            kills: 0,
+            dropped_notifications: 0,
+            sense_error_logged: false,
+            cfg,
+        };
+        let mut kept = 0;
+        for e in saved.iter() {
+            match core.procfs.read_pid_stat(e.pid) {
+                Ok(st) if st.starttime_ticks == e.starttime_ticks => {
+                    if let Err(err) = core.watcher.watch(e.pid) {
+                        tracing::warn!(pid = e.pid, error = %err, "cannot watch restored process");
+                        continue;
+                    }
+                    core.registry.insert(e.clone());
+                    kept += 1;
+                }
+                _ => {
+                    core.monitor.forget(e.pid);
+                }
+            }
+        }
+        if !saved.is_empty() {
+            core.events.record(
+                "restored",
+                json!({"saved": saved.len(), "kept": kept, "path": core.state_path}),
+            );
+        }
+        core.persist();
+        core.update_registry_metrics();
+        Ok(core)
+    }
+
+    /// A connection opened; `push` carries notifications to it.
+    pub fn conn_opened(&mut self, conn: u64, push: mpsc::Sender<Reply>) {
+        self.conns.insert(conn, push);
+    }
+
+    /// A connection closed: its processes stay registered but are not notifiable by
+    /// socket until they register again.
+    pub fn conn_closed(&mut self, conn: u64) {
+        self.conns.remove(&conn);
+        self.registry.detach_conn(conn);
+    }
+
+    /// Answers one client request.
+    pub fn handle(&mut self, conn: u64, peer: Peer, req: Request, now: Duration) -> Reply {
+        match req {
+            Request::Ping => Reply::Pong {
+                agent_version: env!("CARGO_PKG_VERSION").into(),
+            },
+            Request::Status => Reply::Status {
+                status: self.status_json(),
+            },
+            Request::Register {
+                pid,
+                class,
+                name,
+                expected_reclaim_bytes,
+                notify,
+            } => self.register(conn, peer, pid, class, name, expected_reclaim_bytes, notify),
+            Request::Unregister { pid } => {
+                let target = match self.target_pid(peer, pid) {
+                    Ok(p) => p,
+                    Err(r) => return r,
+                };
+                match self.registry.remove(target) {
+                    Some(e) => {
+                        self.watcher.unwatch(target);
+                        self.forget(target);
+                        self.events.record("unregistered", json!({"pid": target, "name": e.name}));
+                        self.persist();
+                        self.update_registry_metrics();
+                        Reply::Ok
+                    }
+                    None => err(ErrorCode::NotRegistered, format!("pid {target} is not registered")),
+                }
+            }
+            Request::Reclaimed {
+                pid,
+                seq,
+                bytes,
+                duration_ms,
+                ok,
+            } => {
+                let from_seq = seq.and_then(|s| self.outstanding.get(&s).map(|o| o.pid));
+                let target = match (from_seq, pid) {
+                    (Some(p), _) if peer.uid == 0 || Some(p) == peer.pid || self.registry.get(p).and_then(|e| e.conn) == Some(conn) => p,
+                    (Some(p), _) => {
+                        return err(
+                            ErrorCode::PermissionDenied,
+                            format!("notification {} went to pid {p}, not to this peer", seq.unwrap_or(0)),
+                        )
+                    }
+                    (None, p) => match self.target_pid(peer, p) {
+                        Ok(p) => p,
+                        Err(r) => return r,
+                    },
+                };
+                let Some(e) = self.registry.get_mut(target) else {
+                    return err(ErrorCode::NotRegistered, format!("pid {target} is not registered"));
+                };
+                e.reclaimed_bytes += bytes;
+                if !ok {
+                    e.failed_reclaims += 1;
+                }
+                if let Some(s) = seq {
+                    self.outstanding.remove(&s);
+                }
+                self.monitor.record_reclaim(target, if ok { bytes } else { 0 }, now);
+                self.metrics.reclaimed_bytes.inc_by(bytes);
+                self.events.record(
+                    "reclaimed",
+                    json!({"pid": target, "seq": seq, "bytes": bytes, "duration_ms": duration_ms, "ok": ok}),
+                );
+                Reply::Ok
+            }
+            Request::Cgroup { name } => match &self.scope {
+                Scope::Cgroup(cg) => match cg.create_child(&name) {
+                    Ok(child) => Reply::Cgroup {
+                        path: child.path().display().to_string(),
+                    },
+                    Err(e) => err(ErrorCode::Internal, format!("cannot create cgroup `{name}`: {e}")),
+                },
+                Scope::Host(_) => err(
+                    ErrorCode::BadRequest,
+                    "the agent's scope is the host; --cgroup needs --scope cgroup:PATH".to_string(),
+                ),
+            },
+        }
+    }
+
+    /// The pid a request acts on: the peer itself, or any pid for a root peer.
+    fn target_pid(&self, peer: Peer, pid: Option<Pid>) -> Result<Pid, Reply> {
+        match (pid, peer.pid) {
+            (None, Some(p)) => Ok(p),
+            (None, None) => Err(err(
+                ErrorCode::BadRequest,
+                "no pid given and the peer's pid is unknown".into(),
+            )),
+            (Some(p), _) if p <= 0 => Err(err(ErrorCode::BadRequest, format!("invalid pid {p}"))),
+            (Some(p), Some(me)) if p == me => Ok(p),
+            (Some(p), _) if peer.uid == 0 => Ok(p),
+            (Some(p), _) => Err(err(
+                ErrorCode::PermissionDenied,
+                format!("only root may act on another process (pid {p})"),
+            )),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn register(
+        &mut self,
+        conn: u64,
+        peer: Peer,
+        pid: Option<Pid>,
+        class: Class,
+        name: Option<String>,
+        expected_reclaim_bytes: Option<u64>,
+        notify: NotifyMode,
+    ) -> Reply {
+        let target = match self.target_pid(peer, pid) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let stat = match self.procfs.read_pid_stat(target) {
+            Ok(s) => s,
+            Err(e) if e.is_not_found() => {
+                return err(ErrorCode::NoSuchProcess, format!("no process {target}"))
+            }
+            Err(e) => return err(ErrorCode::Internal, format!("cannot read process {target}: {e}")),
+        };
+        if let Some(n) = &name {
+            if n.len() > 256 || n.chars().any(|c| c.is_control()) {
+                return err(ErrorCode::BadRequest, "name must be at most 256 printable characters".into());
+            }
+        }
+        let fresh = self
+            .registry
+            .get(target)
+            .map(|e| e.starttime_ticks != stat.starttime_ticks)
+            .unwrap_or(true);
+        if fresh {
+            if let Err(e) = self.watcher.watch(target) {
+                return err(ErrorCode::NoSuchProcess, format!("cannot watch process {target}: {e}"));
+            }
+            self.monitor.forget(target);
+        }
+        let prev = self.registry.get(target).cloned().filter(|_| !fresh);
+        let entry = Entry {
+            pid: target,
+            class,
+            name: name.unwrap_or_else(|| stat.comm.clone()),
+            starttime_ticks: stat.starttime_ticks,
+            expected_reclaim_bytes,
+            notify,
+            registered_unix_s: prev
+                .as_ref()
+                .map(|p| p.registered_unix_s)
+                .unwrap_or_else(unix_now_s),
+            signals_sent: prev.as_ref().map(|p| p.signals_sent).unwrap_or(0),
+            reclaimed_bytes: prev.as_ref().map(|p| p.reclaimed_bytes).unwrap_or(0),
+            failed_reclaims: prev.as_ref().map(|p| p.failed_reclaims).unwrap_or(0),
+            conn: (notify == NotifyMode::Socket).then_some(conn),
+        };
+        self.events.record(
+            "registered",
+            json!({"pid": target, "class": class, "name": entry.name, "notify": notify,
+                   "by_pid": peer.pid, "by_uid": peer.uid, "again": prev.is_some()}),
+        );
+        self.registry.insert(entry);
+        self.persist();
+        self.update_registry_metrics();
+        Reply::Registered { pid: target, class }
+    }
+
+    /// A registered process exited (its pidfd became readable).
+    pub fn process_exited(&mut self, pid: Pid) {
+        if let Some(e) = self.registry.remove(pid) {
+            self.forget(pid);
+            self.events.record("exited", json!({"pid": pid, "name": e.name, "class": e.class}));
+            self.persist();
+            self.update_registry_metrics();
+        }
+    }
+
+    fn forget(&mut self, pid: Pid) {
+        self.monitor.forget(pid);
+        self.seen.remove(&pid);
+        self.outstanding.retain(|_, o| o.pid != pid);
+    }
+
+    /// One sense → decide → act round.
+    pub fn poll(&mut self, now: Duration, trigger: Trigger) {
+        self.polls += 1;
+        self.metrics.polls.with_label_values(&[trigger.as_str()]).inc();
+        let sample = match self.scope.sample() {
+            Ok(s) => {
+                self.sense_error_logged = false;
+                s
+            }
+            Err(e) => {
+                self.metrics.errors.with_label_values(&["sense"]).inc();
+                if !self.sense_error_logged {
+                    tracing::error!(scope = %self.scope.describe(), error = %e, "cannot read scope memory; skipping polls until it recovers");
+                    self.sense_error_logged = true;
+                }
+                return;
+            }
+        };
+        if sample.total_bytes != self.scope_total_bytes && self.cfg.m3.top_bytes.is_none() {
+            self.scope_total_bytes = sample.total_bytes;
+            self.monitor.set_top(self.cfg.m3_config(sample.total_bytes).top_bytes);
+        }
+        let rows = self.read_rows();
+        let views = self.views(&rows);
+        let actions = self.monitor.step(now, sample.working_set_bytes, &views);
+        for a in actions {
+            self.act(a, now, &rows);
+        }
+        if self.cfg.hermes.enabled {
+            self.advise(&sample, &rows);
+        }
+        self.update_poll_metrics(&sample);
+        self.last_sample = Some(sample);
+        // The registry is saved on every change; the adapted thresholds every 10 polls.
+        if self.polls % 10 == 0 {
+            self.persist();
+        }
+    }
+
+    /// `/proc/PID/stat` of every process, for RSS of process trees.
+    fn read_rows(&mut self) -> HashMap<Pid, Row> {
+        let mut rows = HashMap::new();
+        let pids = match self.procfs.pids() {
+            Ok(p) => p,
+            Err(e) => {
+                self.metrics.errors.with_label_values(&["procfs"]).inc();
+                tracing::warn!(error = %e, "cannot list processes");
+                return rows;
+            }
+        };
+        for pid in pids {
+            // Processes exit between listing and reading: skip them silently.
+            if let Ok(st) = self.procfs.read_pid_stat(pid) {
+                rows.insert(
+                    pid,
+                    Row {
+                        ppid: st.ppid,
+                        rss_bytes: st.rss_pages.saturating_mul(self.page_size),
+                    },
+                );
+            }
+        }
+        rows
+    }
+
+    /// `root` and all its descendants that appear in `rows`.
+    fn tree(rows: &HashMap<Pid, Row>, root: Pid) -> Vec<Pid> {
+        let mut children: HashMap<Pid, Vec<Pid>> = HashMap::new();
+        for (&pid, r) in rows {
+            children.entry(r.ppid).or_default().push(pid);
+        }
+        let mut out = vec![root];
+        let mut i = 0;
+        while i < out.len() {
+            if let Some(c) = children.get(&out[i]) {
+                out.extend(c.iter().copied().filter(|p| *p != root));
+            }
+            i += 1;
+        }
+        out.retain(|p| rows.contains_key(p));
+        out
+    }
+
+    fn views(&mut self, rows: &HashMap<Pid, Row>) -> Vec<ProcView> {
+        let mut views = Vec::with_capacity(self.registry.len());
+        self.seen.clear();
+        for e in self.registry.iter() {
+            let tree = Self::tree(rows, e.pid);
+            let rss: u64 = tree.iter().filter_map(|p| rows.get(p)).map(|r| r.rss_bytes).sum();
+            self.seen.insert(
+                e.pid,
+                Seen {
+                    rss_bytes: rss,
+                    descendants: tree.len().saturating_sub(1),
+                },
+            );
+            views.push(ProcView {
+                pid: e.pid,
+                class: e.class,
+                started_at: Duration::from_secs_f64(e.starttime_ticks as f64 / self.ticks_per_sec as f64),
+                rss_bytes: rss,
+                notifiable: match e.notify {
+                    NotifyMode::Socket => e.conn.is_some_and(|c| self.conns.contains_key(&c)),
+                    NotifyMode::Signal => true,
+                    NotifyMode::None => false,
+                },
+                expected_reclaim_bytes: e.expected_reclaim_bytes,
+            });
+        }
+        views
+    }
+
+    fn act(&mut self, action: Action, now: Duration, rows: &HashMap<Pid, Row>) {
+        match action {
+            Action::Signal {
+                pid,
+                level,
+                target_bytes,
+            } => self.notify(pid, level, target_bytes, now),
+            Action::Kill { pid, reason } => self.kill(pid, &reason, rows),
+        }
+    }
+
+    fn notify(&mut self, pid: Pid, level: Level, target_bytes: u64, now: Duration) {
+        let Some(e) = self.registry.get(pid) else { return };
+        let (notify, conn, name) = (e.notify, e.conn, e.name.clone());
+        let seq = self.next_seq;
+        let via = match notify {
+            NotifyMode::Socket => {
+                let Some(tx) = conn.and_then(|c| self.conns.get(&c)) else { return };
+                match tx.try_send(Reply::Notify {
+                    seq,
+                    level,
+                    target_bytes,
+                }) {
+                    Ok(()) => "socket",
+                    Err(_) => {
+                        self.dropped_notifications += 1;
+                        self.metrics.errors.with_label_values(&["notify_queue_full"]).inc();
+                        return;
+                    }
+                }
+            }
+            NotifyMode::Signal => {
+                let sig = libc::SIGRTMIN()
+                    + match level {
+                        Level::Low => 1,
+                        Level::High => 2,
+                        Level::Top => 3,
+                    };
+                if let Err(err) = self.actuator.signal(pid, sig) {
+                    self.metrics.errors.with_label_values(&["signal"]).inc();
+                    tracing::warn!(pid, error = %err, "cannot signal process");
+                    return;
+                }
+                "signal"
+            }
+            NotifyMode::None => return,
+        };
+        self.next_seq += 1;
+        if notify == NotifyMode::Socket {
+            self.outstanding.insert(seq, Outstanding { pid, sent_at: now });
+            // Bound the table: answers older than a minute will not come.
+            if self.outstanding.len() > 4096 {
+                let cutoff = now.saturating_sub(Duration::from_secs(60));
+                self.outstanding.retain(|_, o| o.sent_at >= cutoff);
+            }
+        }
+        if let Some(e) = self.registry.get_mut(pid) {
+            e.signals_sent += 1;
+        }
+        self.metrics.notifications.with_label_values(&[level.as_str(), via]).inc();
+        self.events.record(
+            "notify",
+            json!({"pid": pid, "name": name, "level": level, "target_bytes": target_bytes, "seq": seq, "via": via}),
+        );
+    }
+
+    fn kill(&mut self, pid: Pid, reason: &str, rows: &HashMap<Pid, Row>) {
+        let Some(e) = self.registry.get(pid) else { return };
+        if e.class != Class::Be {
+            // The policy never asks for this; refuse loudly if it ever does.
+            tracing::error!(pid, class = %e.class, "refusing to kill a process that is not BE");
+            self.metrics.errors.with_label_values(&["kill_refused"]).inc();
+            return;
+        }
+        let name = e.name.clone();
+        let lc_pids: HashSet<Pid> = self
+            .registry
+            .iter()
+            .filter(|e| e.class == Class::Lc)
+            .flat_map(|e| Self::tree(rows, e.pid))
+            .collect();
+        // The registered process and its descendants are one BE job; an LC process
+        // that somehow sits below it is spared.
+        let mut victims = Self::tree(rows, pid);
+        victims.retain(|p| !lc_pids.contains(p));
+        victims.reverse();
+        let rss = self.seen.get(&pid).map(|s| s.rss_bytes).unwrap_or(0);
+        for v in &victims {
+            if let Err(err) = self.actuator.kill(*v, reason) {
+                if !err.is_not_found() {
+                    self.metrics.errors.with_label_values(&["kill"]).inc();
+                    tracing::warn!(pid = v, error = %err, "kill failed");
+                }
+            }
+        }
+        self.kills += 1;
+        self.metrics.kills.inc();
+        self.events.record(
+            "kill",
+            json!({"pid": pid, "name": name, "class": "be", "rss_bytes": rss, "pids": victims, "reason": reason}),
+        );
+    }
+
+    /// Hermes §3.3: above `adv_thr`, drop BE files' page cache, largest first.
+    fn advise(&mut self, sample: &ScopeSample, rows: &HashMap<Pid, Row>) {
+        let adv_thr = self.cfg.adv_thr_bytes(sample.total_bytes);
+        if sample.used_bytes <= adv_thr {
+            return;
+        }
+        let mut be_files: BTreeMap<(u64, u64), PathBuf> = BTreeMap::new();
+        let mut lc_files: HashSet<(u64, u64)> = HashSet::new();
+        for e in self.registry.iter() {
+            if e.class == Class::Elastic {
+                continue;
+            }
+            for p in Self::tree(rows, e.pid) {
+                let files = match self.procfs.read_pid_files(p) {
+                    Ok(f) => f,
+                    Err(_) => continue, // exited or unreadable: nothing to advise
+                };
+                for f in files {
+                    if e.class == Class::Lc {
+                        lc_files.insert((f.dev, f.ino));
+                    } else {
+                        be_files.entry((f.dev, f.ino)).or_insert(f.path);
+                    }
+                }
+            }
+        }
+        let mut cache = Vec::with_capacity(be_files.len());
+        for ((dev, ino), path) in be_files {
+            let resident_bytes = match memcolo_linux::filecache::resident_bytes(&path) {
+                Ok(b) => b,
+                Err(_) => continue, // removed or unreadable since the walk
+            };
+            cache.push(FileCache {
+                dev,
+                ino,
+                path: path.display().to_string(),
+                resident_bytes,
+                held_by_lc: lc_files.contains(&(dev, ino)),
+            });
+        }
+        let cfg = AdviceConfig {
+            adv_thr_bytes: adv_thr,
+            min_resident_bytes: self.cfg.hermes.min_resident_bytes,
+        };
+        for advice in hermes::plan_advice(&cfg, sample.used_bytes, &cache) {
+            match self.actuator.drop_file_cache(std::path::Path::new(&advice.path)) {
+                Ok(dropped) => {
+                    self.file_cache_dropped_bytes += dropped;
+                    self.metrics.file_cache_dropped_bytes.inc_by(dropped);
+                    self.metrics.file_advice.inc();
+                    self.events.record(
+                        "file_cache_dropped",
+                        json!({"path": advice.path, "expected_bytes": advice.expected_bytes,
+                               "dropped_bytes": dropped, "used_bytes": sample.used_bytes, "adv_thr_bytes": adv_thr}),
+                    );
+                }
+                Err(e) => {
+                    self.metrics.errors.with_label_values(&["fadvise"]).inc();
+                    tracing::warn!(path = %advice.path, error = %e, "posix_fadvise failed");
+                }
+            }
+        }
+    }
+
+    fn update_registry_metrics(&self) {
+        for class in [Class::Lc, Class::Be, Class::Elastic] {
+            let n = self.registry.iter().filter(|e| e.class == class).count();
+            self.metrics.registered.with_label_values(&[class.as_str()]).set(n as i64);
+        }
+    }
+
+    fn update_poll_metrics(&self, s: &ScopeSample) {
+        let m = &self.metrics;
+        for (k, v) in [
+            ("total", s.total_bytes),
+            ("used", s.used_bytes),
+            ("working_set", s.working_set_bytes),
+            ("file", s.file_bytes),
+            ("anon", s.anon_bytes),
+            ("swap", s.swap_used_bytes),
+        ] {
+            m.node_memory_bytes.with_label_values(&[k]).set(v as i64);
+        }
+        let t = self.monitor.thresholds();
+        for (k, v) in [
+            ("low", t.low_bytes),
+            ("high", t.high_bytes),
+            ("top", t.top_bytes),
+            ("adv_thr", self.cfg.adv_thr_bytes(s.total_bytes)),
+        ] {
+            m.threshold_bytes.with_label_values(&[k]).set(v as i64);
+        }
+        m.zone.set(match self.monitor.zone() {
+            Zone::Green => 0,
+            Zone::Yellow => 1,
+            Zone::Red => 2,
+            Zone::AboveTop => 3,
+        });
+        m.process_rss_bytes.reset();
+        for e in self.registry.iter() {
+            if let Some(seen) = self.seen.get(&e.pid) {
+                m.process_rss_bytes
+                    .with_label_values(&[&e.pid.to_string(), e.class.as_str(), &e.name])
+                    .set(seen.rss_bytes as i64);
+            }
+        }
+    }
+
+    fn persist(&mut self) {
+        if let Err(e) = registry::save(&self.state_path, &self.registry, Some(self.monitor.state())) {
+            self.metrics.errors.with_label_values(&["state"]).inc();
+            tracing::warn!(error = %e, "cannot save state; the registry lives in memory until this recovers");
+        }
+    }
+
+    /// Saves the state (clean shutdown).
+    pub fn shutdown(&mut self) {
+        self.persist();
+        self.events.record("shutdown", json!({"registered": self.registry.len()}));
+    }
+
+    /// The registry, for tests and the status view.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The monitor, for tests and the status view.
+    pub fn monitor(&self) -> &Monitor {
+        &self.monitor
+    }
+
+    /// `memcolo status --json`.
+    pub fn status_json(&self) -> serde_json::Value {
+        let t = self.monitor.thresholds();
+        let s = self.last_sample.as_ref();
+        let procs: Vec<_> = self
+            .registry
+            .iter()
+            .map(|e| {
+                let seen = self.seen.get(&e.pid);
+                json!({
+                    "pid": e.pid, "class": e.class, "name": e.name, "notify": e.notify,
+                    "connected": e.conn.is_some(),
+                    "rss_bytes": seen.map(|s| s.rss_bytes), "descendants": seen.map(|s| s.descendants),
+                    "signals_sent": e.signals_sent, "reclaimed_bytes": e.reclaimed_bytes,
+                    "failed_reclaims": e.failed_reclaims,
+                    "expected_reclaim_bytes": self.monitor.expected_reclaim_bytes(&ProcView {
+                        pid: e.pid, class: e.class, started_at: Duration::ZERO,
+                        rss_bytes: seen.map(|s| s.rss_bytes).unwrap_or(0), notifiable: true,
+                        expected_reclaim_bytes: e.expected_reclaim_bytes,
+                    }),
+                })
+            })
+            .collect();
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "scope": self.scope.describe(),
+            "poll_ms": self.cfg.poll_ms,
+            "polls": self.polls,
+            "zone": self.monitor.zone(),
+            "memory": s.map(|s| json!({
+                "total_bytes": s.total_bytes, "used_bytes": s.used_bytes,
+                "working_set_bytes": s.working_set_bytes, "file_bytes": s.file_bytes,
+                "anon_bytes": s.anon_bytes, "swap_used_bytes": s.swap_used_bytes,
+            })),
+            "thresholds": {
+                "low_bytes": t.low_bytes, "high_bytes": t.high_bytes, "top_bytes": t.top_bytes,
+                "adv_thr_bytes": self.cfg.adv_thr_bytes(self.scope_total_bytes),
+            },
+            "counters": {
+                "file_cache_dropped_bytes": self.file_cache_dropped_bytes,
+                "kills": self.kills,
+                "dropped_notifications": self.dropped_notifications,
+                "outstanding_notifications": self.outstanding.len(),
+            },
+            "processes": procs,
+        })
+    }
+}
+
+fn err(code: ErrorCode, message: String) -> Reply {
+    Reply::Error { code, message }
+}
+
+fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

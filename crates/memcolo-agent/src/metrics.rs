@@ -1,0 +1,135 @@
+//! Prometheus metrics of the agent, exposed as text at `GET /metrics`.
+//!
+//! Every series is prefixed `memcolo_`; sizes are in bytes. Per-process series carry
+//! `pid`, `class` and `name` labels and are rebuilt every poll, so an exited process
+//! leaves no stale series behind.
+
+use prometheus::{
+    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// All metrics of one agent.
+pub struct Metrics {
+    pub registry: Registry,
+    /// `memcolo_node_memory_bytes{kind}`: total, used, working_set, file, anon, swap.
+    pub node_memory_bytes: IntGaugeVec,
+    /// `memcolo_threshold_bytes{threshold}`: low, high, top, adv_thr.
+    pub threshold_bytes: IntGaugeVec,
+    /// `memcolo_zone`: 0 green, 1 yellow, 2 red, 3 above top.
+    pub zone: IntGauge,
+    /// `memcolo_registered_processes{class}`.
+    pub registered: IntGaugeVec,
+    /// `memcolo_process_rss_bytes{pid,class,name}` (the process and its descendants).
+    pub process_rss_bytes: IntGaugeVec,
+    /// `memcolo_notifications_total{level,via}`.
+    pub notifications: IntCounterVec,
+    /// `memcolo_reclaimed_bytes_total`: bytes processes reported reclaimed.
+    pub reclaimed_bytes: IntCounter,
+    /// `memcolo_file_cache_dropped_bytes_total`: BE page cache dropped (Hermes §3.3).
+    pub file_cache_dropped_bytes: IntCounter,
+    /// `memcolo_file_advice_total`: `posix_fadvise(DONTNEED)` calls.
+    pub file_advice: IntCounter,
+    /// `memcolo_kills_total`.
+    pub kills: IntCounter,
+    /// `memcolo_polls_total{trigger}`: tick or event.
+    pub polls: IntCounterVec,
+    /// `memcolo_pressure_events_total{source}`.
+    pub pressure_events: IntCounterVec,
+    /// `memcolo_errors_total{kind}`.
+    pub errors: IntCounterVec,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let gv = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let cv = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry.register(Box::new(c.clone())).expect("unique metric");
+            c
+        };
+        let c = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("valid metric");
+            registry.register(Box::new(c.clone())).expect("unique metric");
+            c
+        };
+        let zone = IntGauge::new("memcolo_zone", "M3 zone: 0 green, 1 yellow, 2 red, 3 above top")
+            .expect("valid metric");
+        registry.register(Box::new(zone.clone())).expect("unique metric");
+        Metrics {
+            node_memory_bytes: gv(
+                "memcolo_node_memory_bytes",
+                "Node (scope) memory by kind: total, used (page cache included), working_set, file, anon, swap",
+                &["kind"],
+            ),
+            threshold_bytes: gv(
+                "memcolo_threshold_bytes",
+                "M3 thresholds (low, high, top) and Hermes adv_thr, in bytes",
+                &["threshold"],
+            ),
+            zone,
+            registered: gv("memcolo_registered_processes", "Registered processes by class", &["class"]),
+            process_rss_bytes: gv(
+                "memcolo_process_rss_bytes",
+                "RSS of a registered process and its descendants",
+                &["pid", "class", "name"],
+            ),
+            notifications: cv(
+                "memcolo_notifications_total",
+                "Memory pressure notifications sent, by level and channel",
+                &["level", "via"],
+            ),
+            reclaimed_bytes: c("memcolo_reclaimed_bytes_total", "Bytes processes reported reclaimed"),
+            file_cache_dropped_bytes: c(
+                "memcolo_file_cache_dropped_bytes_total",
+                "BE page cache dropped with posix_fadvise(DONTNEED)",
+            ),
+            file_advice: c("memcolo_file_advice_total", "posix_fadvise(DONTNEED) calls on BE files"),
+            kills: c("memcolo_kills_total", "BE processes killed above the top of memory"),
+            polls: cv("memcolo_polls_total", "Sense-decide-act rounds by trigger", &["trigger"]),
+            pressure_events: cv(
+                "memcolo_pressure_events_total",
+                "Kernel memory pressure events received, by source",
+                &["source"],
+            ),
+            errors: cv("memcolo_errors_total", "Errors by kind", &["kind"]),
+            registry,
+        }
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding of gathered metrics");
+        String::from_utf8(buf).expect("prometheus text is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_contains_series_with_labels() {
+        let m = Metrics::new();
+        m.node_memory_bytes.with_label_values(&["used"]).set(123);
+        m.notifications.with_label_values(&["high", "socket"]).inc();
+        m.kills.inc();
+        let t = m.render();
+        assert!(t.contains("memcolo_node_memory_bytes{kind=\"used\"} 123"), "{t}");
+        assert!(t.contains("memcolo_notifications_total{level=\"high\",via=\"socket\"} 1"), "{t}");
+        assert!(t.contains("memcolo_kills_total 1"), "{t}");
+    }
+}

@@ -1,0 +1,374 @@
+//! The agent core against a fake procfs tree, with actuators and exit watchers that
+//! record instead of acting: registration rules, M3 notifications and answers,
+//! kills (BE only), Hermes advice (BE files only) and the registry across restarts.
+
+use memcolo_agent::config::AgentConfig;
+use memcolo_agent::core::{Core, ExitWatcher, Peer, Trigger};
+use memcolo_agent::eventlog::EventLog;
+use memcolo_agent::metrics::Metrics;
+use memcolo_linux::actuate::{Actuator, ActuatorCall, RecordingActuator};
+use memcolo_linux::procfs::ProcFs;
+use memcolo_linux::scope::Scope;
+use memcolo_policy::{Class, Level, Pid};
+use memcolo_proto::{ErrorCode, NotifyMode, Reply, Request};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+const GIB: u64 = 1 << 30;
+const KIB: u64 = 1 << 10;
+
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<RecordingActuator>>);
+impl Actuator for Shared {
+    fn signal(&mut self, pid: Pid, sig: i32) -> memcolo_linux::Result<()> {
+        self.0.lock().unwrap().signal(pid, sig)
+    }
+    fn kill(&mut self, pid: Pid, reason: &str) -> memcolo_linux::Result<()> {
+        self.0.lock().unwrap().kill(pid, reason)
+    }
+    fn drop_file_cache(&mut self, path: &Path) -> memcolo_linux::Result<u64> {
+        self.0.lock().unwrap().drop_file_cache(path)
+    }
+}
+impl Shared {
+    fn calls(&self) -> Vec<ActuatorCall> {
+        self.0.lock().unwrap().calls.clone()
+    }
+}
+
+#[derive(Clone, Default)]
+struct Watched(Arc<Mutex<Vec<Pid>>>);
+impl ExitWatcher for Watched {
+    fn watch(&mut self, pid: Pid) -> std::io::Result<()> {
+        self.0.lock().unwrap().push(pid);
+        Ok(())
+    }
+    fn unwatch(&mut self, pid: Pid) {
+        self.0.lock().unwrap().retain(|p| *p != pid);
+    }
+}
+
+/// A fake /proc: meminfo and one `stat` per process (real kernel field layout).
+struct FakeProc {
+    root: PathBuf,
+}
+
+impl FakeProc {
+    fn new(dir: &Path) -> FakeProc {
+        let root = dir.join("proc");
+        std::fs::create_dir_all(&root).unwrap();
+        let f = FakeProc { root };
+        f.set_meminfo(64 * GIB, 60 * GIB);
+        f
+    }
+    /// Total and available memory; free is set to available, so "used" (page cache
+    /// included) equals the working set.
+    fn set_meminfo(&self, total: u64, available: u64) {
+        let text = format!(
+            "MemTotal:       {} kB\nMemFree:        {} kB\nMemAvailable:   {} kB\nBuffers:               0 kB\nCached:           0 kB\nSwapCached:            0 kB\nActive(file):          0 kB\nInactive(file):        0 kB\nAnonPages:       {} kB\nShmem:                 0 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n",
+            total / KIB,
+            available / KIB,
+            available / KIB,
+            (total - available) / KIB
+        );
+        std::fs::write(self.root.join("meminfo"), text).unwrap();
+    }
+    fn add(&self, pid: Pid, ppid: Pid, comm: &str, starttime: u64, rss_pages: u64) {
+        let d = self.root.join(pid.to_string());
+        std::fs::create_dir_all(d.join("fd")).unwrap();
+        std::fs::write(
+            d.join("stat"),
+            format!("{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 4194304 3100 0 6 0 0 1 0 0 20 0 1 0 {starttime} 23887872 {rss_pages} 18446744073709551615 4321280 7148169 140725439413920 0 0 0 0 16781318 0 1 0 0 17 1 0 0 0 0 0 9723336 11027064 685113344 140725439416529 140725439416788 140725439416788 140725439418337 0\n"),
+        )
+        .unwrap();
+        std::fs::write(d.join("maps"), "").unwrap();
+        std::fs::write(
+            d.join("status"),
+            format!("Name:\t{comm}\nUid:\t0\t0\t0\t0\nVmRSS:\t{} kB\n", rss_pages * 4),
+        )
+        .unwrap();
+    }
+    fn open_file(&self, pid: Pid, fd: u32, target: &Path) {
+        std::os::unix::fs::symlink(target, self.root.join(pid.to_string()).join("fd").join(fd.to_string())).unwrap();
+    }
+    fn remove(&self, pid: Pid) {
+        std::fs::remove_dir_all(self.root.join(pid.to_string())).unwrap();
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    proc_: FakeProc,
+    act: Shared,
+    watched: Watched,
+    cfg: AgentConfig,
+    core: Core,
+    data: PathBuf,
+}
+
+fn harness(tweak: impl FnOnce(&mut AgentConfig)) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_ = FakeProc::new(dir.path());
+    let mut cfg = AgentConfig {
+        procfs: proc_.root.clone(),
+        state_dir: dir.path().join("state"),
+        metrics_addr: "off".into(),
+        ..AgentConfig::default()
+    };
+    cfg.m3.kill_after_s = 30;
+    tweak(&mut cfg);
+    let act = Shared::default();
+    let watched = Watched::default();
+    let core = new_core(&cfg, &act, &watched);
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    Harness {
+        _dir: dir,
+        proc_,
+        act,
+        watched,
+        cfg,
+        core,
+        data,
+    }
+}
+
+fn new_core(cfg: &AgentConfig, act: &Shared, watched: &Watched) -> Core {
+    let scope = Scope::Host(ProcFs::new(cfg.procfs.clone()));
+    Core::new(
+        cfg.clone(),
+        scope,
+        Box::new(act.clone()),
+        Box::new(watched.clone()),
+        Arc::new(Metrics::new()),
+        EventLog::off(),
+    )
+    .unwrap()
+}
+
+const ROOT: Peer = Peer { pid: Some(1), uid: 0 };
+
+fn register(core: &mut Core, conn: u64, peer: Peer, pid: Option<Pid>, class: Class, notify: NotifyMode) -> Reply {
+    core.handle(
+        conn,
+        peer,
+        Request::Register {
+            pid,
+            class,
+            name: None,
+            expected_reclaim_bytes: None,
+            notify,
+        },
+        Duration::from_secs(1),
+    )
+}
+
+#[test]
+fn registration_follows_the_peer_credential_rule() {
+    let mut h = harness(|_| {});
+    h.proc_.add(100, 1, "app", 500, 10);
+    h.proc_.add(200, 1, "other", 600, 10);
+    let user = Peer { pid: Some(100), uid: 1000 };
+    // A process registers itself.
+    assert_eq!(
+        register(&mut h.core, 1, user, None, Class::Elastic, NotifyMode::Socket),
+        Reply::Registered { pid: 100, class: Class::Elastic }
+    );
+    // An unprivileged peer may not register another process...
+    assert!(matches!(
+        register(&mut h.core, 1, user, Some(200), Class::Be, NotifyMode::None),
+        Reply::Error { code: ErrorCode::PermissionDenied, .. }
+    ));
+    // ...root may.
+    assert!(matches!(
+        register(&mut h.core, 2, ROOT, Some(200), Class::Be, NotifyMode::None),
+        Reply::Registered { pid: 200, .. }
+    ));
+    // A pid that does not exist is refused with its own code.
+    assert!(matches!(
+        register(&mut h.core, 2, ROOT, Some(999), Class::Be, NotifyMode::None),
+        Reply::Error { code: ErrorCode::NoSuchProcess, .. }
+    ));
+    assert!(matches!(
+        register(&mut h.core, 2, ROOT, Some(-3), Class::Be, NotifyMode::None),
+        Reply::Error { code: ErrorCode::BadRequest, .. }
+    ));
+    assert_eq!(h.core.registry().len(), 2);
+    assert_eq!(*h.watched.0.lock().unwrap(), vec![100, 200]);
+    // Unregistering another process is also root's.
+    assert!(matches!(
+        h.core.handle(1, user, Request::Unregister { pid: Some(200) }, Duration::ZERO),
+        Reply::Error { code: ErrorCode::PermissionDenied, .. }
+    ));
+    assert_eq!(h.core.handle(2, ROOT, Request::Unregister { pid: Some(200) }, Duration::ZERO), Reply::Ok);
+    assert!(h.core.registry().get(200).is_none());
+    assert_eq!(*h.watched.0.lock().unwrap(), vec![100]);
+    // An exit removes the registration at once.
+    h.core.process_exited(100);
+    assert!(h.core.registry().is_empty());
+}
+
+#[test]
+fn red_zone_notifies_over_the_socket_and_records_the_answer() {
+    let mut h = harness(|_| {});
+    h.proc_.add(100, 1, "cache", 500, 1000);
+    let (tx, mut rx) = mpsc::channel(8);
+    h.core.conn_opened(7, tx);
+    let peer = Peer { pid: Some(100), uid: 1000 };
+    register(&mut h.core, 7, peer, None, Class::Elastic, NotifyMode::Socket);
+    // 64 GiB node: top 62, low 50, high 55 GiB. Working set 58 GiB: red.
+    h.proc_.set_meminfo(64 * GIB, 6 * GIB);
+    h.core.poll(Duration::from_secs(10), Trigger::Tick);
+    let mut levels = vec![];
+    let mut seqs = vec![];
+    while let Ok(Reply::Notify { seq, level, target_bytes }) = rx.try_recv() {
+        assert!(target_bytes > 0);
+        levels.push(level);
+        seqs.push(seq);
+    }
+    assert!(levels.contains(&Level::High), "got {levels:?}");
+    let seq = *seqs.last().unwrap();
+    let r = h.core.handle(
+        7,
+        peer,
+        Request::Reclaimed { pid: None, seq: Some(seq), bytes: 3 * GIB, duration_ms: 40, ok: true },
+        Duration::from_secs(11),
+    );
+    assert_eq!(r, Reply::Ok);
+    let e = h.core.registry().get(100).unwrap();
+    assert_eq!(e.reclaimed_bytes, 3 * GIB);
+    assert!(e.signals_sent >= 1);
+    let st = h.core.status_json();
+    assert_eq!(st["processes"][0]["expected_reclaim_bytes"], 3 * GIB);
+    assert_eq!(st["zone"], "red");
+    // Another process may not answer for it.
+    let stranger = Peer { pid: Some(555), uid: 1000 };
+    assert!(matches!(
+        h.core.handle(9, stranger, Request::Reclaimed { pid: None, seq: Some(seq), bytes: 1, duration_ms: 1, ok: true }, Duration::ZERO),
+        Reply::Error { .. }
+    ));
+    // A closed connection makes it unreachable (not notified) but still registered.
+    h.core.conn_closed(7);
+    h.core.poll(Duration::from_secs(30), Trigger::Tick);
+    assert!(h.core.registry().get(100).is_some());
+    assert!(rx.try_recv().is_err());
+}
+
+#[test]
+fn signal_mode_uses_realtime_signals() {
+    let mut h = harness(|_| {});
+    h.proc_.add(100, 1, "legacy", 500, 1000);
+    register(&mut h.core, 1, ROOT, Some(100), Class::Elastic, NotifyMode::Signal);
+    h.proc_.set_meminfo(64 * GIB, 13 * GIB); // 51 GiB: yellow
+    h.core.poll(Duration::from_secs(10), Trigger::Tick);
+    assert_eq!(h.act.calls(), vec![ActuatorCall::Signal { pid: 100, sig: libc::SIGRTMIN() + 1 }]);
+}
+
+#[test]
+fn above_top_only_be_is_killed_and_only_after_kill_after() {
+    let mut h = harness(|c| c.m3.kill_after_s = 30);
+    h.proc_.add(100, 1, "redis", 100, 1_000_000);
+    h.proc_.add(200, 1, "batch", 200, 2_000_000);
+    h.proc_.add(201, 200, "batch-worker", 210, 1_000_000);
+    h.proc_.add(300, 1, "cache", 300, 3_000_000);
+    register(&mut h.core, 1, ROOT, Some(100), Class::Lc, NotifyMode::None);
+    register(&mut h.core, 1, ROOT, Some(200), Class::Be, NotifyMode::None);
+    register(&mut h.core, 1, ROOT, Some(300), Class::Elastic, NotifyMode::Signal);
+    h.proc_.set_meminfo(64 * GIB, GIB); // 63 GiB: above the 62 GiB top
+    for s in 0..30 {
+        h.core.poll(Duration::from_secs(100 + s), Trigger::Tick);
+    }
+    assert!(
+        !h.act.calls().iter().any(|c| matches!(c, ActuatorCall::Kill { .. })),
+        "killed before kill_after: {:?}",
+        h.act.calls()
+    );
+    h.core.poll(Duration::from_secs(131), Trigger::Tick);
+    let kills: Vec<Pid> = h
+        .act
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            ActuatorCall::Kill { pid, .. } => Some(*pid),
+            _ => None,
+        })
+        .collect();
+    // The BE job and its child; never the LC or the elastic process.
+    assert_eq!(kills, vec![201, 200]);
+    assert_eq!(h.core.status_json()["counters"]["kills"], 1);
+}
+
+#[test]
+fn hermes_drops_be_files_but_never_files_an_lc_process_holds() {
+    let mut h = harness(|c| {
+        c.hermes.min_resident_bytes = 0;
+        c.hermes.adv_thr_ratio = 0.5;
+    });
+    let be_only = h.data.join("be-only.dat");
+    let shared = h.data.join("shared.dat");
+    std::fs::write(&be_only, vec![7u8; 512 * 1024]).unwrap();
+    std::fs::write(&shared, vec![7u8; 512 * 1024]).unwrap();
+    h.proc_.add(100, 1, "redis", 100, 10);
+    h.proc_.add(200, 1, "batch", 200, 10);
+    h.proc_.open_file(200, 3, &be_only);
+    h.proc_.open_file(200, 4, &shared);
+    h.proc_.open_file(100, 5, &shared);
+    register(&mut h.core, 1, ROOT, Some(100), Class::Lc, NotifyMode::None);
+    register(&mut h.core, 1, ROOT, Some(200), Class::Be, NotifyMode::None);
+    // Below adv_thr (32 GiB of 64): nothing.
+    h.proc_.set_meminfo(64 * GIB, 40 * GIB);
+    h.core.poll(Duration::from_secs(1), Trigger::Tick);
+    assert!(h.act.calls().is_empty());
+    h.proc_.set_meminfo(64 * GIB, 20 * GIB);
+    let be_resident = memcolo_linux::filecache::resident_bytes(&be_only).unwrap();
+    h.core.poll(Duration::from_secs(2), Trigger::Tick);
+    let dropped: Vec<PathBuf> = h
+        .act
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            ActuatorCall::DropFileCache { path } => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
+    // The file cache of a freshly written file may already be written back and
+    // evicted on a busy machine; what must hold is that the shared file is never advised.
+    assert!(!dropped.contains(&shared), "{dropped:?}");
+    assert!(dropped.iter().all(|p| p == &be_only));
+    if be_resident > 0 {
+        assert_eq!(dropped, vec![be_only.clone()]);
+    }
+}
+
+#[test]
+fn registry_survives_a_restart_but_not_a_reused_pid() {
+    let mut h = harness(|_| {});
+    h.proc_.add(100, 1, "redis", 100, 10);
+    h.proc_.add(200, 1, "batch", 200, 10);
+    register(&mut h.core, 1, ROOT, Some(100), Class::Lc, NotifyMode::None);
+    register(&mut h.core, 1, ROOT, Some(200), Class::Be, NotifyMode::None);
+    h.core.shutdown();
+    // While the agent was down, pid 200 exited and the pid was reused.
+    h.proc_.remove(200);
+    h.proc_.add(200, 1, "newcomer", 999, 10);
+    let watched = Watched::default();
+    let core = new_core(&h.cfg, &h.act, &watched);
+    assert_eq!(core.registry().len(), 1);
+    assert_eq!(core.registry().get(100).unwrap().class, Class::Lc);
+    assert_eq!(*watched.0.lock().unwrap(), vec![100]);
+}
+
+#[test]
+fn requests_on_a_host_scope_for_a_cgroup_are_refused_clearly() {
+    let mut h = harness(|_| {});
+    match h.core.handle(1, ROOT, Request::Cgroup { name: "be".into() }, Duration::ZERO) {
+        Reply::Error { code, message } => {
+            assert_eq!(code, ErrorCode::BadRequest);
+            assert!(message.contains("scope"), "{message}");
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(matches!(h.core.handle(1, ROOT, Request::Ping, Duration::ZERO), Reply::Pong { .. }));
+}

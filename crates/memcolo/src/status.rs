@@ -1,0 +1,93 @@
+//! `memcolo status`: the agent's state as a table, or as JSON with `--json`.
+
+use crate::client::Client;
+use anyhow::{bail, Result};
+use memcolo_proto::{Reply, Request};
+use serde_json::Value;
+use std::path::Path;
+
+/// Fetches the agent's state.
+pub fn fetch(socket: &Path) -> Result<Value> {
+    let mut c = Client::connect(socket)?;
+    match c.call_ok(&Request::Status)? {
+        Reply::Status { status } => Ok(status),
+        r => bail!("unexpected reply {r:?}"),
+    }
+}
+
+/// Bytes as MiB with one decimal.
+pub fn mib(v: &Value) -> String {
+    v.as_u64()
+        .map(|b| format!("{:.1}", b as f64 / (1u64 << 20) as f64))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The status as text lines (shared with `memcolo top`).
+pub fn render(s: &Value) -> Vec<String> {
+    let m = &s["memory"];
+    let t = &s["thresholds"];
+    let c = &s["counters"];
+    let mut out = vec![
+        format!(
+            "scope {}   zone {}   polls {}   poll {} ms",
+            s["scope"].as_str().unwrap_or("?"),
+            s["zone"].as_str().unwrap_or("?"),
+            s["polls"],
+            s["poll_ms"]
+        ),
+        format!(
+            "memory MiB: total {}  used {}  working set {}  file {}  anon {}  swap {}",
+            mib(&m["total_bytes"]),
+            mib(&m["used_bytes"]),
+            mib(&m["working_set_bytes"]),
+            mib(&m["file_bytes"]),
+            mib(&m["anon_bytes"]),
+            mib(&m["swap_used_bytes"])
+        ),
+        format!(
+            "thresholds MiB: low {}  high {}  top {}  adv_thr {}",
+            mib(&t["low_bytes"]),
+            mib(&t["high_bytes"]),
+            mib(&t["top_bytes"]),
+            mib(&t["adv_thr_bytes"])
+        ),
+        format!(
+            "file cache dropped {} MiB   kills {}   outstanding notifications {}   dropped notifications {}",
+            mib(&c["file_cache_dropped_bytes"]),
+            c["kills"],
+            c["outstanding_notifications"],
+            c["dropped_notifications"]
+        ),
+        String::new(),
+        format!(
+            "{:>8} {:<8} {:<20} {:>10} {:>6} {:>8} {:>12} {:>12}",
+            "PID", "CLASS", "NAME", "RSS MiB", "DESC", "SIGNALS", "RECLAIMED", "EXPECTED"
+        ),
+    ];
+    for p in s["processes"].as_array().into_iter().flatten() {
+        out.push(format!(
+            "{:>8} {:<8} {:<20} {:>10} {:>6} {:>8} {:>12} {:>12}",
+            p["pid"],
+            p["class"].as_str().unwrap_or("?"),
+            p["name"].as_str().unwrap_or("?").chars().take(20).collect::<String>(),
+            mib(&p["rss_bytes"]),
+            p["descendants"].as_u64().map(|d| d.to_string()).unwrap_or_else(|| "-".into()),
+            p["signals_sent"],
+            mib(&p["reclaimed_bytes"]),
+            mib(&p["expected_reclaim_bytes"]),
+        ));
+    }
+    out
+}
+
+pub fn status(socket: &Path, json: bool) -> Result<()> {
+    let s = fetch(socket)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        for l in render(&s) {
+            println!("{l}");
+        }
+    }
+    Ok(())
+}
