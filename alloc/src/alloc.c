@@ -1,0 +1,287 @@
+/* alloc.c — the malloc surface: malloc, free, calloc, realloc, reallocarray,
+ * posix_memalign, aligned_alloc, memalign, valloc, pvalloc, malloc_usable_size,
+ * malloc_trim, mallopt. The fast path is a thread-cache pop/push; everything else
+ * (refill, large blocks, aligned blocks, the first call of a thread) is out of line.
+ * free() looks the pointer up in the page map: an unknown pointer aborts with a
+ * message; a double free is caught by a marker written into freed objects (checked
+ * with one compare, confirmed by searching the caches before aborting). */
+#include <errno.h>
+#include <malloc.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+uintptr_t mc_cookie;
+uint64_t mc_stat_slow_calls, mc_stat_large_allocs;
+
+
+static inline void *mc_small_fast(size_t size) {
+  mc_tcache_t *tc = mc_tcache;
+  if (mc_likely(tc != NULL)) {
+    unsigned cls = mc_size_to_class(size);
+    mc_bin_t *b = &tc->bins[cls];
+    void *p = b->head;
+    if (mc_likely(p != NULL)) {
+      b->head = *(void **)p;
+      b->count--;
+      ((uintptr_t *)p)[1] = 0;
+      return p;
+    }
+  }
+  return mc_malloc_slow(size);
+}
+
+static void *mc_large_alloc(size_t size) {
+  size_t pages = (size + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
+  if (pages == 0 || size > ((size_t)1 << 46)) { errno = ENOMEM; return NULL; }
+  __atomic_fetch_add(&mc_stat_large_allocs, 1, __ATOMIC_RELAXED);
+  if (mc_reserve_on) {
+    __atomic_fetch_add(&mc_demand_large_bytes, pages << MC_PAGE_SHIFT, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&mc_demand_large_count, 1, __ATOMIC_RELAXED);
+    if (size >= MC_POOL_MIN_BYTES && pages <= MC_REGION_PAGES) {
+      void *p = mc_pool_alloc(pages);
+      if (p) return p;
+    }
+  }
+  mc_span_t *s = mc_heap_alloc(pages, MC_SPAN_LARGE, false);
+  if (s == NULL) { errno = ENOMEM; return NULL; }
+  return (void *)s->start;
+}
+
+MC_NOINLINE void *mc_malloc_slow(size_t size) {
+  mc_ensure_init();
+  __atomic_fetch_add(&mc_stat_slow_calls, 1, __ATOMIC_RELAXED);
+  if (size > MC_SMALL_MAX) return mc_large_alloc(size);
+  unsigned cls = mc_size_to_class(size);
+  mc_tcache_t *tc = mc_tcache;
+  if (tc == NULL) tc = mc_tcache_get_slow();
+  if (tc != NULL) {
+    mc_bin_t *b = &tc->bins[cls];
+    void *p = b->head;
+    if (p != NULL) {
+      b->head = *(void **)p;
+      b->count--;
+      ((uintptr_t *)p)[1] = 0;
+      return p;
+    }
+    p = mc_tcache_refill(tc, cls);
+    if (p == NULL) errno = ENOMEM;
+    else ((uintptr_t *)p)[1] = 0;
+    return p;
+  }
+  /* no thread cache (thread being torn down, or out of metadata): go central */
+  void *p = NULL;
+  if (mc_central_fetch(cls, &p, 1) == 0) { errno = ENOMEM; return NULL; }
+  ((uintptr_t *)p)[1] = 0;
+  return p;
+}
+
+MC_EXPORT void *MC_NAME(malloc)(size_t size) {
+  if (mc_likely(size <= MC_SMALL_MAX)) return mc_small_fast(size);
+  return mc_malloc_slow(size);
+}
+
+static MC_NOINLINE void mc_double_free_check(void *p, mc_span_t *s) {
+  unsigned cls = s->sclass;
+  if (mc_tcache_contains(mc_tcache, cls, p) || mc_central_contains(cls, p)) {
+    mc_fatal("double free of object ", p, (long)cls, "a pointer that is allocated");
+  }
+}
+
+MC_NOINLINE void mc_free_slow(void *p, mc_span_t *s) {
+  if (s == NULL) {
+    mc_fatal("free of a pointer that memcolo did not return (or already freed) ", p, 0,
+             "a pointer from malloc/calloc/realloc/aligned allocation");
+  }
+  if (s->kind == MC_SPAN_SMALL) {
+    /* no thread cache: straight to the central list */
+    if (((uintptr_t *)p)[1] == ((uintptr_t)p ^ mc_cookie)) mc_double_free_check(p, s);
+    mc_central_return(s->sclass, &p, 1);
+    return;
+  }
+  if (s->kind != MC_SPAN_LARGE && s->kind != MC_SPAN_REGION) {
+    mc_fatal("free of a pointer into a span that is not allocated ", p, 0, "an allocated block");
+  }
+  uintptr_t a = (uintptr_t)p;
+  if (a != s->start && (s->map_extra == 0 || (a & ~(uintptr_t)(MC_PAGE_SIZE - 1)) != s->map_extra)) {
+    mc_fatal("free of an interior pointer of a large block ", p, 0, "the block's start");
+  }
+  if (s->kind == MC_SPAN_LARGE && mc_reserve_on && s->map_extra == 0 && mc_pool_free(s)) return;
+  mc_heap_free(s);
+}
+
+MC_EXPORT void MC_NAME(free)(void *p) {
+  if (mc_unlikely(p == NULL)) return;
+  mc_span_t *s = mc_pagemap_get(p);
+  if (mc_likely(s != NULL && s->kind == MC_SPAN_SMALL)) {
+    mc_tcache_t *tc = mc_tcache;
+    if (mc_likely(tc != NULL)) {
+      uintptr_t *w = (uintptr_t *)p;
+      if (mc_unlikely(w[1] == ((uintptr_t)p ^ mc_cookie))) mc_double_free_check(p, s);
+      unsigned cls = s->sclass;
+      mc_bin_t *b = &tc->bins[cls];
+      w[0] = (uintptr_t)b->head;
+      w[1] = (uintptr_t)p ^ mc_cookie;
+      b->head = p;
+      if (mc_unlikely(++b->count > b->max)) mc_tcache_overflow(tc, cls);
+      return;
+    }
+  }
+  mc_free_slow(p, s);
+}
+
+MC_EXPORT void MC_NAME(cfree)(void *p) { MC_NAME(free)(p); }
+
+size_t mc_usable_size(const void *p) {
+  if (p == NULL) return 0;
+  mc_span_t *s = mc_pagemap_get(p);
+  if (s == NULL) return 0;
+  if (s->kind == MC_SPAN_SMALL) return mc_class_size[s->sclass];
+  if (s->kind == MC_SPAN_FREE) return 0;
+  return s->start + ((size_t)s->pages << MC_PAGE_SHIFT) - (uintptr_t)p;
+}
+
+MC_EXPORT size_t MC_NAME(malloc_usable_size)(void *p) { return mc_usable_size(p); }
+
+MC_EXPORT void *MC_NAME(calloc)(size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) { errno = ENOMEM; return NULL; }
+  if (total <= MC_SMALL_MAX) {
+    void *p = mc_small_fast(total);
+    if (p) memset(p, 0, total);
+    return p;
+  }
+  void *p = mc_large_alloc(total);
+  if (p == NULL) return NULL;
+  mc_span_t *s = mc_pagemap_get(p);
+  if (s && s->kind == MC_SPAN_REGION && s->fresh) { s->fresh = 0; return p; }
+  memset(p, 0, total);
+  return p;
+}
+
+static void *mc_realloc_move(void *p, size_t old_usable, size_t size) {
+  void *q = MC_NAME(malloc)(size);
+  if (q == NULL) return NULL;
+  memcpy(q, p, old_usable < size ? old_usable : size);
+  MC_NAME(free)(p);
+  return q;
+}
+
+MC_EXPORT void *MC_NAME(realloc)(void *p, size_t size) {
+  if (p == NULL) return MC_NAME(malloc)(size);
+  if (size == 0) { MC_NAME(free)(p); return NULL; }
+  mc_span_t *s = mc_pagemap_get(p);
+  if (s == NULL || s->kind == MC_SPAN_FREE) mc_free_slow(p, NULL);
+  if (s->kind == MC_SPAN_SMALL) {
+    size_t cur = mc_class_size[s->sclass];
+    if (size <= cur && size > cur / 2) return p;            /* same or adjacent class */
+    if (size <= cur && cur <= 128) return p;
+    return mc_realloc_move(p, cur, size);
+  }
+  size_t usable = mc_usable_size(p);
+  if ((uintptr_t)p != s->start) return mc_realloc_move(p, usable, size); /* aligned block */
+  size_t pages = (size + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
+  if (size <= MC_SMALL_MAX) {
+    if (size > usable / 2) return p; /* keep a block that would shrink by less than half */
+    return mc_realloc_move(p, usable, size);
+  }
+  if (pages == s->pages) return p;
+  if (pages < s->pages) {
+    if (s->kind == MC_SPAN_REGION && pages <= MC_REGION_PAGES) return mc_realloc_move(p, usable, size);
+    mc_heap_shrink(s, pages);
+    return p;
+  }
+  if (s->kind == MC_SPAN_LARGE && mc_heap_try_grow(s, pages)) return p;
+  if (s->kind == MC_SPAN_REGION && mc_heap_region_resize(s, pages + pages / 8)) {
+    return (void *)s->start;
+  }
+  /* geometric headroom for growth chains of large blocks */
+  size_t want = size;
+  if (size > ((size_t)1 << 20) && usable < size) want = size + size / 8;
+  void *q = MC_NAME(malloc)(want);
+  if (q == NULL) return NULL;
+  memcpy(q, p, usable);
+  MC_NAME(free)(p);
+  return q;
+}
+
+MC_EXPORT void *MC_NAME(reallocarray)(void *p, size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) { errno = ENOMEM; return NULL; }
+  return MC_NAME(realloc)(p, total);
+}
+
+void *mc_alloc_aligned(size_t align, size_t size) {
+  if (align <= MC_ALIGN) return MC_NAME(malloc)(size);
+  mc_ensure_init();
+  if (size == 0) size = 1;
+  if (size <= MC_SMALL_MAX && align <= MC_PAGE_SIZE) {
+    /* a class whose size is a multiple of align gives aligned objects: spans are page aligned */
+    size_t need = (size + align - 1) & ~(align - 1);
+    for (unsigned c = mc_size_to_class(need); c < MC_CLASSES; c++) {
+      if (mc_class_size[c] % align == 0) {
+        if (mc_class_size[c] > need * 2 && mc_class_size[c] > MC_PAGE_SIZE) break;
+        return mc_small_fast(mc_class_size[c]);
+      }
+    }
+  }
+  if (align <= MC_PAGE_SIZE) return mc_large_alloc(size > MC_SMALL_MAX ? size : MC_SMALL_MAX + 1);
+  size_t pages = (size + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
+  if (align <= MC_HUGE_SIZE && pages > MC_REGION_PAGES) return mc_large_alloc(size); /* regions are 2 MiB aligned */
+  size_t total;
+  if (__builtin_add_overflow(size, align, &total)) { errno = ENOMEM; return NULL; }
+  size_t tpages = (total + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
+  mc_span_t *s = mc_heap_alloc(tpages, MC_SPAN_LARGE, false);
+  if (s == NULL) { errno = ENOMEM; return NULL; }
+  uintptr_t a = (s->start + align - 1) & ~(uintptr_t)(align - 1);
+  if (a != s->start) mc_heap_map_extra(s, a);
+  return (void *)a;
+}
+
+static inline bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+MC_EXPORT int MC_NAME(posix_memalign)(void **out, size_t align, size_t size) {
+  if (!is_pow2(align) || align % sizeof(void *) != 0) return EINVAL;
+  void *p = mc_alloc_aligned(align, size);
+  if (p == NULL) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+MC_EXPORT void *MC_NAME(aligned_alloc)(size_t align, size_t size) {
+  if (!is_pow2(align)) { errno = EINVAL; return NULL; }
+  return mc_alloc_aligned(align, size);
+}
+
+MC_EXPORT void *MC_NAME(memalign)(size_t align, size_t size) {
+  if (!is_pow2(align)) { errno = EINVAL; return NULL; }
+  return mc_alloc_aligned(align, size);
+}
+
+MC_EXPORT void *MC_NAME(valloc)(size_t size) { return mc_alloc_aligned(MC_PAGE_SIZE, size); }
+
+MC_EXPORT void *MC_NAME(pvalloc)(size_t size) {
+  size_t r = (size + MC_PAGE_SIZE - 1) & ~(MC_PAGE_SIZE - 1);
+  if (r < size) { errno = ENOMEM; return NULL; }
+  return mc_alloc_aligned(MC_PAGE_SIZE, r ? r : MC_PAGE_SIZE);
+}
+
+
+MC_EXPORT int MC_NAME(malloc_trim)(size_t pad) {
+  (void)pad;
+  mc_ensure_init();
+  mc_tcache_flush_self();
+  mc_central_drain();
+  mc_pool_drain();
+  pthread_mutex_lock(&mc_heap.lock);
+  size_t done = mc_heap_release_locked(0, false);
+  pthread_mutex_unlock(&mc_heap.lock);
+  return done > 0;
+}
+
+MC_EXPORT int MC_NAME(mallopt)(int param, int value) {
+  (void)param;
+  (void)value;
+  return 1; /* accepted and ignored: memcolo takes its options from MEMCOLO_* */
+}

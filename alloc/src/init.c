@@ -1,0 +1,64 @@
+/* init.c — process initialization (lazy, on the first allocation; it allocates
+ * nothing, so the dynamic loader and libpthread may call malloc at any time), fork
+ * safety (pthread_atfork takes every allocator lock around fork), and the library
+ * constructor that starts the Hermes management thread for class lc. */
+#include <stdlib.h>
+#include <sched.h>
+#include <sys/random.h>
+
+#include "internal.h"
+
+volatile int mc_initialized;
+static volatile int mc_init_state; /* 0 none, 1 running, 2 done */
+
+void mc_central_reinit_locks(void);
+
+void mc_lock_all(void) {
+  mc_reserve_lock();
+  mc_central_lock_all();
+  pthread_mutex_lock(&mc_heap.lock);
+}
+
+void mc_unlock_all(void) {
+  pthread_mutex_unlock(&mc_heap.lock);
+  mc_central_unlock_all();
+  mc_reserve_unlock();
+}
+
+static void mc_atfork_prepare(void) { if (mc_initialized) mc_lock_all(); }
+static void mc_atfork_parent(void) { if (mc_initialized) mc_unlock_all(); }
+static void mc_atfork_child(void) {
+  if (!mc_initialized) return;
+  pthread_mutex_init(&mc_heap.lock, NULL);
+  mc_central_reinit_locks();
+  mc_reserve_after_fork_child();
+  mc_tcache_flush_all_for_fork_child();
+}
+
+void mc_init(void) {
+  int expected = 0;
+  if (!__atomic_compare_exchange_n(&mc_init_state, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    while (__atomic_load_n(&mc_init_state, __ATOMIC_ACQUIRE) != 2) sched_yield();
+    return;
+  }
+  mc_options_init();
+  mc_sizeclass_init();
+  uintptr_t seed = 0;
+  if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed)) {
+    seed = (uintptr_t)&seed ^ (uintptr_t)mc_now_us() * 0x9E3779B97F4A7C15ull;
+  }
+  mc_cookie = seed | 1;
+  mc_central_init();
+  mc_tcache_init();
+  __atomic_store_n(&mc_initialized, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&mc_init_state, 2, __ATOMIC_RELEASE);
+  /* may allocate: only now that the heap works */
+  pthread_atfork(mc_atfork_prepare, mc_atfork_parent, mc_atfork_child);
+}
+
+__attribute__((constructor)) static void mc_constructor(void) {
+  mc_init();
+  long cls = MC_OPT(MC_OPT_CLASS), force = MC_OPT(MC_OPT_RESERVE);
+  if (force == 1 || (force == -1 && cls == 1)) mc_reserve_start();
+  if (cls != 0 && MC_OPT(MC_OPT_AGENT)) mc_agent_start();
+}

@@ -1,0 +1,279 @@
+/* internal.h — libmemcolo's internal table of contents.
+ *
+ * Glossary (sizes on x86-64 Linux):
+ *   page      4 KiB, the unit of the page heap and of subrelease (MADV_DONTNEED).
+ *   huge page 2 MiB = 512 pages, the unit obtained from the OS (MADV_HUGEPAGE). A huge
+ *             page is "intact" until some of its free pages are subreleased, then
+ *             "broken" (the kernel backs it with 4 KiB pages).
+ *   span      a run of contiguous pages handed out by the page heap: either cut into
+ *             objects of one size class (small span) or one large block.
+ *   size class one of MC_CLASSES object sizes, 16 B .. 32 KiB, multiples of 16.
+ *   filler    the set of huge pages from which spans < MC_REGION_PAGES are cut,
+ *             packing onto the fullest huge page (TCMalloc HugePageFiller).
+ *   hp cache  free huge pages, backed ("pre-faulted") or released.
+ *   region    a dedicated 2 MiB-aligned mapping for a block > MC_REGION_PAGES pages.
+ *   pool      Hermes' segregated free list of pre-faulted large blocks (formula (1)).
+ *   tcache    a thread's cache of free objects per size class.
+ *   central   per size class: a transfer cache of objects and the spans with free objects.
+ *
+ * Locks, in order: central[c].lock -> heap lock (mc_heap.lock) ; pool lock -> heap lock.
+ * Prefixes: public memcolo_*, shared internal mc_<file>_*, file-private static.
+ */
+#ifndef MC_INTERNAL_H
+#define MC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memcolo.h"
+
+#define MC_EXPORT __attribute__((visibility("default")))
+/* MC_PREFIXED builds (ASan/UBSan test builds) export memcolo_malloc etc. instead of
+ * malloc, so that the sanitizer's own allocator keeps the standard names. */
+#ifdef MC_PREFIXED
+#define MC_NAME(n) memcolo_##n
+#else
+#define MC_NAME(n) n
+#endif
+#define mc_likely(x) __builtin_expect(!!(x), 1)
+#define mc_unlikely(x) __builtin_expect(!!(x), 0)
+#define MC_NOINLINE __attribute__((noinline))
+
+#define MC_PAGE_SHIFT 12
+#define MC_PAGE_SIZE ((size_t)1 << MC_PAGE_SHIFT)
+#define MC_HUGE_SHIFT 21
+#define MC_HUGE_SIZE ((size_t)1 << MC_HUGE_SHIFT)
+#define MC_HP_PAGES 512
+#define MC_ALIGN 16                       /* alignment of every malloc result */
+#define MC_SMALL_MAX ((size_t)32768)      /* largest size class */
+#define MC_CLASSES 41                     /* class 0 unused; 1..40 */
+#define MC_REGION_PAGES 256               /* spans above 1 MiB get their own mapping */
+#define MC_POOL_MIN_BYTES ((size_t)128 << 10) /* Hermes min_mmap_size */
+#define MC_POOL_BUCKETS 8                 /* Hermes table_size (1 MiB / 128 KiB) */
+
+#ifndef MC_DEBUG
+#define MC_DEBUG 0 /* 0: release checks only; 1: + cheap invariants; 2: + full walks */
+#endif
+
+/* ---------------------------------------------------------------- types */
+typedef enum { MC_SPAN_FREE = 0, MC_SPAN_SMALL, MC_SPAN_LARGE, MC_SPAN_REGION } mc_span_kind_t;
+
+struct mc_hugepage_s;
+
+typedef struct mc_span_s {
+  uintptr_t start;          /* address of the first page */
+  uint32_t pages;           /* length in 4 KiB pages */
+  uint8_t kind;             /* mc_span_kind_t */
+  uint8_t sclass;           /* size class (small spans) */
+  uint8_t in_central;       /* on its class's nonempty list */
+  uint8_t pooled;           /* sitting in the Hermes pool */
+  uint8_t fresh;            /* region straight from mmap: still zero */
+  uint32_t capacity;        /* objects in a small span */
+  uint32_t allocated;       /* objects out of the span (in tcaches, transfer cache, or app) */
+  uint32_t carved;          /* objects carved so far (bump pointer) */
+  void *free;               /* objects returned to this span */
+  struct mc_hugepage_s *hp; /* owning huge page (filler spans) */
+  uintptr_t map_extra;      /* an interior page also in the page map (aligned blocks), or 0 */
+  struct mc_span_s *next, *prev;
+} mc_span_t;
+
+typedef struct mc_hugepage_s {
+  uintptr_t base;                        /* 2 MiB-aligned */
+  uint64_t used[MC_HP_PAGES / 64];       /* bit set: page belongs to an allocated span */
+  uint64_t released[MC_HP_PAGES / 64];   /* bit set: page is not backed (never faulted or subreleased) */
+  uint16_t used_pages, released_pages, longest_free;
+  uint8_t where;   /* MC_HP_FILLER, MC_HP_CACHE, MC_HP_BUSY */
+  uint8_t broken;  /* partially subreleased since last whole release */
+  struct mc_hugepage_s *next, *prev;
+} mc_hugepage_t;
+
+enum { MC_HP_NONE = 0, MC_HP_FILLER, MC_HP_CACHE, MC_HP_BUSY };
+
+typedef struct mc_list_s { mc_hugepage_t *head; } mc_hplist_t;
+
+/* the page heap (pageheap.c); every field under lock */
+typedef struct mc_heap_s {
+  pthread_mutex_t lock;
+  mc_hplist_t filler[MC_HP_PAGES + 1];   /* by longest free run (1..511); intact only */
+  mc_hplist_t filler_broken[MC_HP_PAGES + 1]; /* same, for broken huge pages */
+  uint64_t filler_nonempty[(MC_HP_PAGES + 1 + 63) / 64];
+  uint64_t broken_nonempty[(MC_HP_PAGES + 1 + 63) / 64];
+  mc_hplist_t cache_backed, cache_released;
+  size_t cache_backed_n, cache_released_n;
+  mc_span_t *region_cache;   /* freed regions kept for reuse */
+  size_t region_cache_n, region_cache_bytes;
+  /* accounting, in pages */
+  size_t used_pages;         /* allocated spans (filler + regions) */
+  size_t used_intact_pages;  /* allocated pages on intact filler huge pages or in regions */
+  size_t free_backed_pages;  /* free & backed in filler and cache */
+  size_t released_pages;     /* free & released in filler and cache */
+  size_t hugepages, hugepages_broken;
+  size_t region_pages;       /* pages in live regions */
+  /* cumulative */
+  uint64_t released_total_pages, subreleased_pages, os_mmap_calls;
+  uint64_t reserve_hits, reserve_misses;
+} mc_heap_t;
+
+/* options (options.c) */
+typedef enum {
+  MC_OPT_CLASS,               /* lc|be|elastic (string; 0=none,1=lc,2=be,3=elastic) */
+  MC_OPT_RESERVE,             /* force reservation on/off (-1 = by class) */
+  MC_OPT_RESERVE_INTERVAL_US, /* management thread period */
+  MC_OPT_RSV_FACTOR_PCT,      /* RSV_FACTOR x 100 */
+  MC_OPT_MIN_RSV_BYTES,       /* min_rsv */
+  MC_OPT_TRIM_FACTOR_PCT,     /* TRIM_THR = this/100 x reservation target */
+  MC_OPT_MLOCK,               /* mlock pre-faulted memory when permitted */
+  MC_OPT_RELEASE_RATE_BYTES,  /* periodic release rate, bytes/s (0 = none) */
+  MC_OPT_SKIP_SUBRELEASE_S,   /* Delta, seconds (0 = off) */
+  MC_OPT_T_SCHEDULE_S,        /* window of realized fragmentation */
+  MC_OPT_HP_CACHE_BYTES,      /* backed free huge pages kept beyond the reserve */
+  MC_OPT_TCACHE_BYTES,        /* per-thread cache bound */
+  MC_OPT_THP,                 /* MADV_HUGEPAGE on heap memory */
+  MC_OPT_STATS,               /* report at exit */
+  MC_OPT_VERBOSE,             /* warnings */
+  MC_OPT_AGENT,               /* talk to the agent when a class is set */
+  MC_OPT__COUNT
+} mc_option_t;
+
+long mc_option(mc_option_t o);
+void mc_options_init(void);
+const char *mc_option_name(mc_option_t o);
+extern long mc_options_cache[MC_OPT__COUNT];
+#define MC_OPT(o) (mc_options_cache[o])
+
+/* ---------------------------------------------------------------- os.c */
+void *mc_os_map_huge(size_t bytes);   /* 2 MiB-aligned anonymous mapping, NULL on failure */
+void mc_os_unmap(void *p, size_t bytes);
+void mc_os_release(void *p, size_t bytes);  /* MADV_DONTNEED (after munlock if locked) */
+void mc_os_populate(void *p, size_t bytes); /* MADV_POPULATE_WRITE, or touch; mlock if asked */
+void *mc_os_remap(void *p, size_t old_bytes, size_t new_bytes); /* keeps 2 MiB alignment */
+void *mc_os_meta_alloc(size_t bytes); /* zeroed internal memory, never freed */
+void mc_os_warn_once(int *flag, const char *msg, long err);
+
+/* ---------------------------------------------------------------- message.c */
+void mc_write_str(int fd, const char *s);
+char *mc_fmt_u64(char *buf, uint64_t v);   /* returns end; buf >= 21 bytes */
+char *mc_fmt_hex(char *buf, uint64_t v);   /* "0x..." */
+void mc_msg(int fd, const char *const *parts, const uint64_t *nums, int n); /* part,num,part,... */
+__attribute__((noreturn)) void mc_fatal(const char *what, const void *p, long sclass, const char *expected);
+void mc_warn(const char *what);
+
+/* ---------------------------------------------------------------- sizeclass.c */
+extern uint32_t mc_class_size[MC_CLASSES];
+extern uint16_t mc_class_pages[MC_CLASSES];
+extern uint16_t mc_class_batch[MC_CLASSES];
+extern uint8_t mc_class_small_idx[(1024 >> 4) + 1];
+extern uint8_t mc_class_large_idx[(MC_SMALL_MAX >> 7) + 1];
+void mc_sizeclass_init(void);
+static inline unsigned mc_size_to_class(size_t size) {
+  if (size <= 1024) return mc_class_small_idx[(size + 15) >> 4];
+  return mc_class_large_idx[(size + 127) >> 7];
+}
+
+/* ---------------------------------------------------------------- pagemap.c */
+extern mc_span_t **mc_pagemap_root[1 << 18];
+static inline mc_span_t *mc_pagemap_get(const void *p) {
+  uintptr_t a = (uintptr_t)p >> MC_PAGE_SHIFT;
+  if (mc_unlikely(a >> 36)) return NULL;
+  mc_span_t **leaf = mc_pagemap_root[a >> 18];
+  return mc_likely(leaf != NULL) ? leaf[a & ((1u << 18) - 1)] : NULL;
+}
+bool mc_pagemap_set(uintptr_t page_addr, mc_span_t *s);   /* false on metadata OOM */
+bool mc_pagemap_set_span(mc_span_t *s);   /* all pages of a small span, ends of others */
+void mc_pagemap_clear_span(mc_span_t *s);
+mc_span_t *mc_meta_span_alloc(void);    /* heap lock held */
+void mc_meta_span_free(mc_span_t *s);   /* heap lock held */
+mc_hugepage_t *mc_meta_hp_alloc(void);  /* heap lock held */
+
+/* ---------------------------------------------------------------- pageheap.c */
+extern mc_heap_t mc_heap;
+void mc_heap_init(void);
+mc_span_t *mc_heap_alloc(size_t pages, size_t kind, bool for_reserve); /* locks; NULL on OOM */
+void mc_heap_map_extra(mc_span_t *s, uintptr_t addr);     /* locks */
+bool mc_heap_region_resize(mc_span_t *s, size_t new_pages); /* mremap; locks */
+void mc_heap_free(mc_span_t *s);                   /* locks */
+bool mc_heap_try_grow(mc_span_t *s, size_t new_pages); /* in place; locks */
+void mc_heap_shrink(mc_span_t *s, size_t new_pages);   /* in place; locks */
+size_t mc_heap_release_locked(size_t bytes, bool cache_only); /* returns bytes released */
+size_t mc_heap_backed_free_bytes(void);
+bool mc_heap_prefault_one_hugepage(void);          /* reservation: one more backed hp */
+void mc_heap_stats_locked(memcolo_stats_t *st);
+bool mc_heap_check_locked(void);                   /* invariant checker */
+
+/* ---------------------------------------------------------------- release.c (ISMM'21) */
+void mc_release_on_heap_change_locked(uint64_t now_ms); /* epoch tracking + periodic release */
+void mc_release_tick_locked(uint64_t now_ms, size_t protect_bytes);
+void mc_release_stats_locked(memcolo_stats_t *st);
+size_t mc_release_peak_used_pages_locked(uint64_t now_ms);
+uint64_t mc_now_ms(void);
+extern uint64_t mc_fake_now_ms; /* tests: nonzero replaces the clock */
+void mc_release_test_reset_locked(void);
+void mc_central_drain(void);
+void mc_tcache_flush_self(void);
+uint64_t mc_now_us(void);
+
+/* ---------------------------------------------------------------- central.c */
+void mc_central_init(void);
+int mc_central_fetch(unsigned cls, void **out, int n);      /* >= 1, or 0 on OOM */
+void mc_central_return(unsigned cls, void **objs, int n);
+void mc_central_lock_all(void);
+void mc_central_unlock_all(void);
+bool mc_central_contains(unsigned cls, const void *p);      /* debug / double free search */
+
+/* ---------------------------------------------------------------- tcache.c */
+typedef struct mc_bin_s { void *head; uint32_t count, max; } mc_bin_t;
+typedef struct mc_tcache_s {
+  mc_bin_t bins[MC_CLASSES];
+  size_t bytes;
+  struct mc_tcache_s *next_all, *prev_all;
+} mc_tcache_t;
+extern __thread mc_tcache_t *mc_tcache __attribute__((tls_model("initial-exec")));
+mc_tcache_t *mc_tcache_get_slow(void);
+void *mc_tcache_refill(mc_tcache_t *tc, unsigned cls);
+void mc_tcache_overflow(mc_tcache_t *tc, unsigned cls);
+void mc_tcache_init(void);
+void mc_tcache_flush_all_for_fork_child(void);
+size_t mc_tcache_count(void);
+bool mc_tcache_contains(mc_tcache_t *tc, unsigned cls, const void *p);
+
+/* ---------------------------------------------------------------- alloc.c */
+extern uintptr_t mc_cookie;
+void *mc_malloc_slow(size_t size);
+void *mc_alloc_aligned(size_t align, size_t size);
+void mc_free_slow(void *p, mc_span_t *s);
+size_t mc_usable_size(const void *p);
+extern uint64_t mc_stat_slow_calls, mc_stat_large_allocs;
+
+/* ---------------------------------------------------------------- reserve.c (Hermes) */
+extern volatile int mc_reserve_on;
+extern uint64_t mc_demand_small_bytes, mc_demand_large_bytes, mc_demand_large_count;
+void *mc_pool_alloc(size_t pages);   /* NULL if the pool cannot serve */
+bool mc_pool_free(mc_span_t *s);     /* true if kept */
+void mc_reserve_start(void);
+void mc_reserve_stats(memcolo_stats_t *st);
+size_t mc_reserve_target_bytes(void);
+void mc_reserve_lock(void);
+void mc_reserve_unlock(void);
+void mc_reserve_after_fork_child(void);
+size_t mc_pool_drain(void);
+
+/* ---------------------------------------------------------------- agent.c (M3 link) */
+void mc_agent_start(void);
+void mc_agent_poll(void);            /* from the management thread; never blocks */
+extern uint64_t mc_allow_rate;
+
+/* ---------------------------------------------------------------- init.c */
+extern volatile int mc_initialized;
+void mc_init(void);
+static inline void mc_ensure_init(void) { if (mc_unlikely(!mc_initialized)) mc_init(); }
+void mc_lock_all(void);
+void mc_unlock_all(void);
+
+/* spans of a class's objects are at most this many bytes per object index */
+static inline void *mc_span_obj(const mc_span_t *s, uint32_t i) {
+  return (void *)(s->start + (uintptr_t)i * mc_class_size[s->sclass]);
+}
+
+#endif

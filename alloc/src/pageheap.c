@@ -1,0 +1,575 @@
+/* pageheap.c — the huge-page-aware page heap (the TCMalloc design that ISMM'21 builds
+ * on). Memory comes from the OS in 2 MiB-aligned huge pages (MADV_HUGEPAGE):
+ *   - the filler cuts spans of 1..MC_REGION_PAGES pages from partially used huge
+ *     pages, choosing the huge page whose longest free run is the smallest that fits
+ *     (so allocations pack onto the fullest huge pages and empty ones drain), intact
+ *     huge pages before broken ones;
+ *   - the huge page cache keeps free huge pages, backed or released;
+ *   - regions: blocks above MC_REGION_PAGES pages get their own 2 MiB-aligned mapping,
+ *     with a small cache of freed regions;
+ *   - release: whole huge pages from the cache first, then subrelease of free 4 KiB
+ *     pages of partially used huge pages (which breaks them). A broken huge page that
+ *     becomes empty is released whole so that it is intact again when reused.
+ * Per huge page, `used` and `released` bitmaps; `released` marks pages that are not
+ * backed (never faulted since mapping/release). Every function here runs under
+ * mc_heap.lock unless it says it takes it. */
+#include <string.h>
+#include <sys/mman.h>
+
+#include "internal.h"
+
+mc_heap_t mc_heap = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+#define MC_REGION_CACHE_MAX 8
+#define MC_REGION_CACHE_BYTES ((size_t)64 << 20)
+
+/* ------------------------------------------------------------ bitmap helpers */
+static inline bool bit_get(const uint64_t *b, unsigned i) { return (b[i >> 6] >> (i & 63)) & 1; }
+static inline void bit_set(uint64_t *b, unsigned i) { b[i >> 6] |= (uint64_t)1 << (i & 63); }
+static inline void bit_clr(uint64_t *b, unsigned i) { b[i >> 6] &= ~((uint64_t)1 << (i & 63)); }
+
+static unsigned hp_longest_free(const mc_hugepage_t *hp) {
+  unsigned best = 0, run = 0;
+  for (unsigned w = 0; w < MC_HP_PAGES / 64; w++) {
+    uint64_t u = hp->used[w];
+    if (u == 0) { run += 64; if (run > best) best = run; continue; }
+    if (u == ~(uint64_t)0) { run = 0; continue; }
+    for (unsigned b = 0; b < 64; b++) {
+      if ((u >> b) & 1) run = 0;
+      else if (++run > best) best = run;
+    }
+  }
+  return best;
+}
+
+/* first run of n free pages, or -1 */
+static int hp_find_run(const mc_hugepage_t *hp, unsigned n) {
+  unsigned run = 0;
+  for (unsigned i = 0; i < MC_HP_PAGES; i++) {
+    if ((i & 63) == 0 && hp->used[i >> 6] == ~(uint64_t)0) { run = 0; i += 63; continue; }
+    if (bit_get(hp->used, i)) { run = 0; continue; }
+    if (++run == n) return (int)(i + 1 - n);
+  }
+  return -1;
+}
+
+/* ------------------------------------------------------------ lists */
+static void list_push(mc_hplist_t *l, mc_hugepage_t *h) {
+  h->prev = NULL;
+  h->next = l->head;
+  if (l->head) l->head->prev = h;
+  l->head = h;
+}
+static void list_remove(mc_hplist_t *l, mc_hugepage_t *h) {
+  if (h->prev) h->prev->next = h->next; else l->head = h->next;
+  if (h->next) h->next->prev = h->prev;
+  h->next = h->prev = NULL;
+}
+
+static void filler_insert(mc_hugepage_t *hp) {
+  hp->longest_free = (uint16_t)hp_longest_free(hp);
+  unsigned bin = hp->longest_free;
+  if (hp->broken) { list_push(&mc_heap.filler_broken[bin], hp); bit_set(mc_heap.broken_nonempty, bin); }
+  else { list_push(&mc_heap.filler[bin], hp); bit_set(mc_heap.filler_nonempty, bin); }
+  hp->where = MC_HP_FILLER;
+}
+static void filler_remove(mc_hugepage_t *hp) {
+  unsigned bin = hp->longest_free;
+  if (hp->broken) {
+    list_remove(&mc_heap.filler_broken[bin], hp);
+    if (!mc_heap.filler_broken[bin].head) bit_clr(mc_heap.broken_nonempty, bin);
+  } else {
+    list_remove(&mc_heap.filler[bin], hp);
+    if (!mc_heap.filler[bin].head) bit_clr(mc_heap.filler_nonempty, bin);
+  }
+  hp->where = MC_HP_NONE;
+}
+
+/* smallest nonempty bin >= n */
+static int bins_find(const uint64_t *nonempty, unsigned n) {
+  for (unsigned w = n >> 6; w < (MC_HP_PAGES + 1 + 63) / 64; w++) {
+    uint64_t m = nonempty[w];
+    if (w == (n >> 6)) m &= ~(uint64_t)0 << (n & 63);
+    if (m) return (int)(w * 64 + (unsigned)__builtin_ctzll(m));
+  }
+  return -1;
+}
+
+/* ------------------------------------------------------------ page accounting */
+/* returns true if every page was backed (a reservation hit) */
+static bool hp_mark_used(mc_hugepage_t *hp, unsigned first, unsigned n) {
+  bool all_backed = true;
+  for (unsigned i = first; i < first + n; i++) {
+    bit_set(hp->used, i);
+    if (bit_get(hp->released, i)) {
+      bit_clr(hp->released, i);
+      hp->released_pages--;
+      mc_heap.released_pages--;
+      all_backed = false;
+    } else {
+      mc_heap.free_backed_pages--;
+    }
+  }
+  hp->used_pages = (uint16_t)(hp->used_pages + n);
+  mc_heap.used_pages += n;
+  if (!hp->broken) mc_heap.used_intact_pages += n;
+  return all_backed;
+}
+
+static void hp_mark_free(mc_hugepage_t *hp, unsigned first, unsigned n) {
+  for (unsigned i = first; i < first + n; i++) bit_clr(hp->used, i);
+  hp->used_pages = (uint16_t)(hp->used_pages - n);
+  mc_heap.used_pages -= n;
+  mc_heap.free_backed_pages += n;
+  if (!hp->broken) mc_heap.used_intact_pages -= n;
+}
+
+/* releases every backed free page of an empty huge page, making it intact again */
+static void hp_release_whole(mc_hugepage_t *hp) {
+  size_t backed = MC_HP_PAGES - hp->released_pages;
+  if (backed) {
+    mc_os_release((void *)hp->base, MC_HUGE_SIZE);
+    mc_heap.free_backed_pages -= backed;
+    mc_heap.released_pages += backed;
+    mc_heap.released_total_pages += backed;
+  }
+  memset(hp->released, 0xff, sizeof(hp->released));
+  hp->released_pages = MC_HP_PAGES;
+  if (hp->broken) { hp->broken = 0; mc_heap.hugepages_broken--; }
+}
+
+static void cache_insert(mc_hugepage_t *hp) {
+  hp->where = MC_HP_CACHE;
+  if (hp->released_pages == MC_HP_PAGES) {
+    list_push(&mc_heap.cache_released, hp);
+    mc_heap.cache_released_n++;
+    return;
+  }
+  size_t limit = (size_t)MC_OPT(MC_OPT_HP_CACHE_BYTES) + mc_reserve_target_bytes();
+  if ((mc_heap.cache_backed_n + 1) * MC_HUGE_SIZE > limit) {
+    hp_release_whole(hp);
+    list_push(&mc_heap.cache_released, hp);
+    mc_heap.cache_released_n++;
+    return;
+  }
+  list_push(&mc_heap.cache_backed, hp);
+  mc_heap.cache_backed_n++;
+}
+
+static void cache_remove(mc_hugepage_t *hp) {
+  if (hp->released_pages == MC_HP_PAGES) { list_remove(&mc_heap.cache_released, hp); mc_heap.cache_released_n--; }
+  else { list_remove(&mc_heap.cache_backed, hp); mc_heap.cache_backed_n--; }
+  hp->where = MC_HP_NONE;
+}
+
+/* puts a huge page whose use changed back where it belongs */
+static void hp_place(mc_hugepage_t *hp) {
+  if (hp->used_pages == 0) {
+    if (hp->broken) hp_release_whole(hp);
+    cache_insert(hp);
+  } else {
+    filler_insert(hp);
+  }
+}
+
+static mc_hugepage_t *hp_new_from_os(void) {
+  mc_hugepage_t *hp = mc_meta_hp_alloc();
+  if (hp == NULL) return NULL;
+  void *mem = mc_os_map_huge(MC_HUGE_SIZE);
+  if (mem == NULL) { hp->next = NULL; return NULL; }
+  memset(hp, 0, sizeof(*hp));
+  hp->base = (uintptr_t)mem;
+  memset(hp->released, 0xff, sizeof(hp->released));
+  hp->released_pages = MC_HP_PAGES;
+  mc_heap.released_pages += MC_HP_PAGES;
+  mc_heap.hugepages++;
+  return hp;
+}
+
+/* ------------------------------------------------------------ filler allocation */
+static mc_span_t *filler_alloc(size_t n, unsigned *first_out, mc_hugepage_t **hp_out) {
+  mc_hugepage_t *hp = NULL;
+  int bin = bins_find(mc_heap.filler_nonempty, (unsigned)n);
+  if (bin >= 0) hp = mc_heap.filler[bin].head;
+  if (hp == NULL) {
+    bin = bins_find(mc_heap.broken_nonempty, (unsigned)n);
+    if (bin >= 0) hp = mc_heap.filler_broken[bin].head;
+  }
+  int first = -1;
+  if (hp != NULL) {
+    first = hp_find_run(hp, (unsigned)n);
+    /* with the reservation on, prefer pre-faulted huge pages over faulting new pages */
+    if (mc_reserve_on && mc_heap.cache_backed.head != NULL) {
+      bool backed = true;
+      for (unsigned i = (unsigned)first; i < (unsigned)first + n && backed; i++) backed = !bit_get(hp->released, i);
+      if (!backed) hp = NULL;
+    }
+    if (hp) filler_remove(hp);
+  }
+  if (hp == NULL) {
+    if (mc_heap.cache_backed.head) hp = mc_heap.cache_backed.head;
+    else if (mc_heap.cache_released.head) hp = mc_heap.cache_released.head;
+    if (hp) cache_remove(hp);
+    else hp = hp_new_from_os();
+    if (hp == NULL) return NULL;
+    first = 0;
+  }
+  *first_out = (unsigned)first;
+  *hp_out = hp;
+  return (mc_span_t *)hp; /* non-NULL marker */
+}
+
+static mc_span_t *region_alloc(size_t pages) {
+  /* best fit among cached regions no more than 25 % larger */
+  mc_span_t *best = NULL, **best_link = NULL;
+  for (mc_span_t **l = &mc_heap.region_cache; *l; l = &(*l)->next) {
+    mc_span_t *r = *l;
+    if (r->pages >= pages && r->pages <= pages + pages / 4 && (!best || r->pages < best->pages)) { best = r; best_link = l; }
+  }
+  if (best) {
+    *best_link = best->next;
+    mc_heap.region_cache_n--;
+    mc_heap.region_cache_bytes -= (size_t)best->pages << MC_PAGE_SHIFT;
+    mc_heap.free_backed_pages -= best->pages;
+    mc_heap.reserve_hits++;
+    best->next = best->prev = NULL;
+    best->fresh = 0;
+    return best;
+  }
+  mc_span_t *s = mc_meta_span_alloc();
+  if (!s) return NULL;
+  void *mem = mc_os_map_huge(pages << MC_PAGE_SHIFT);
+  if (!mem) { mc_meta_span_free(s); return NULL; }
+  s->start = (uintptr_t)mem;
+  s->pages = (uint32_t)pages;
+  s->fresh = 1;
+  mc_heap.reserve_misses++;
+  return s;
+}
+
+mc_span_t *mc_heap_alloc(size_t pages, size_t kind, bool for_reserve) {
+  (void)for_reserve;
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_span_t *s;
+  if (pages > MC_REGION_PAGES) {
+    s = region_alloc(pages);
+    if (s) {
+      s->kind = MC_SPAN_REGION;
+      s->hp = NULL;
+      mc_heap.used_pages += s->pages;
+      mc_heap.used_intact_pages += s->pages;
+      mc_heap.region_pages += s->pages;
+    }
+  } else {
+    unsigned first;
+    mc_hugepage_t *hp;
+    s = NULL;
+    if (filler_alloc(pages, &first, &hp) != NULL) {
+      s = mc_meta_span_alloc();
+      if (s == NULL) {
+        hp_place(hp);
+      } else {
+        if (hp_mark_used(hp, first, (unsigned)pages)) mc_heap.reserve_hits++;
+        else mc_heap.reserve_misses++;
+        hp_place(hp);
+        s->start = hp->base + ((uintptr_t)first << MC_PAGE_SHIFT);
+        s->pages = (uint32_t)pages;
+        s->hp = hp;
+        s->kind = (uint8_t)kind;
+      }
+    }
+  }
+  if (s) {
+    s->kind = (uint8_t)(pages > MC_REGION_PAGES ? MC_SPAN_REGION : kind);
+    if (s->kind == MC_SPAN_SMALL && !mc_pagemap_set_span(s)) {
+      /* metadata exhausted: give the pages back */
+      pthread_mutex_unlock(&mc_heap.lock);
+      mc_heap_free(s);
+      return NULL;
+    }
+    if (s->kind != MC_SPAN_SMALL) mc_pagemap_set(s->start, s);
+    mc_release_on_heap_change_locked(mc_now_ms());
+  }
+  pthread_mutex_unlock(&mc_heap.lock);
+  return s;
+}
+
+void mc_heap_map_extra(mc_span_t *s, uintptr_t addr) {
+  pthread_mutex_lock(&mc_heap.lock);
+  uintptr_t page = addr & ~(uintptr_t)(MC_PAGE_SIZE - 1);
+  if (page != s->start) { s->map_extra = page; mc_pagemap_set(page, s); }
+  pthread_mutex_unlock(&mc_heap.lock);
+}
+
+static void region_free_locked(mc_span_t *s) {
+  size_t bytes = (size_t)s->pages << MC_PAGE_SHIFT;
+  mc_heap.used_pages -= s->pages;
+  mc_heap.used_intact_pages -= s->pages;
+  mc_heap.region_pages -= s->pages;
+  if (bytes <= MC_REGION_CACHE_BYTES / 2 && mc_heap.region_cache_n < MC_REGION_CACHE_MAX &&
+      mc_heap.region_cache_bytes + bytes <= MC_REGION_CACHE_BYTES) {
+    s->kind = MC_SPAN_REGION;
+    s->next = mc_heap.region_cache;
+    mc_heap.region_cache = s;
+    mc_heap.region_cache_n++;
+    mc_heap.region_cache_bytes += bytes;
+    mc_heap.free_backed_pages += s->pages;
+    return;
+  }
+  mc_os_unmap((void *)s->start, bytes);
+  mc_heap.released_total_pages += s->pages;
+  mc_meta_span_free(s);
+}
+
+void mc_heap_free(mc_span_t *s) {
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_pagemap_clear_span(s);
+  s->map_extra = 0;
+  if (s->kind == MC_SPAN_REGION) {
+    region_free_locked(s);
+  } else {
+    mc_hugepage_t *hp = s->hp;
+    unsigned first = (unsigned)((s->start - hp->base) >> MC_PAGE_SHIFT);
+    filler_remove(hp);
+    hp_mark_free(hp, first, s->pages);
+    hp_place(hp);
+    mc_meta_span_free(s);
+  }
+  mc_release_on_heap_change_locked(mc_now_ms());
+  pthread_mutex_unlock(&mc_heap.lock);
+}
+
+bool mc_heap_try_grow(mc_span_t *s, size_t new_pages) {
+  if (s->kind == MC_SPAN_REGION || new_pages > MC_REGION_PAGES) return false;
+  bool ok = false;
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_hugepage_t *hp = s->hp;
+  unsigned first = (unsigned)((s->start - hp->base) >> MC_PAGE_SHIFT);
+  unsigned end = first + s->pages, new_end = first + (unsigned)new_pages;
+  if (new_end <= MC_HP_PAGES) {
+    ok = true;
+    for (unsigned i = end; i < new_end; i++) if (bit_get(hp->used, i)) { ok = false; break; }
+    if (ok) {
+      filler_remove(hp);
+      hp_mark_used(hp, end, new_end - end);
+      hp_place(hp);
+      s->pages = (uint32_t)new_pages;
+      mc_release_on_heap_change_locked(mc_now_ms());
+    }
+  }
+  pthread_mutex_unlock(&mc_heap.lock);
+  return ok;
+}
+
+void mc_heap_shrink(mc_span_t *s, size_t new_pages) {
+  if (new_pages >= s->pages || new_pages == 0) return;
+  pthread_mutex_lock(&mc_heap.lock);
+  if (s->kind == MC_SPAN_REGION) {
+    size_t cut = s->pages - new_pages;
+    mc_os_unmap((void *)(s->start + (new_pages << MC_PAGE_SHIFT)), cut << MC_PAGE_SHIFT);
+    mc_heap.used_pages -= cut;
+    mc_heap.used_intact_pages -= cut;
+    mc_heap.region_pages -= cut;
+    mc_heap.released_total_pages += cut;
+    s->pages = (uint32_t)new_pages;
+  } else {
+    mc_hugepage_t *hp = s->hp;
+    unsigned first = (unsigned)((s->start - hp->base) >> MC_PAGE_SHIFT);
+    filler_remove(hp);
+    hp_mark_free(hp, first + (unsigned)new_pages, s->pages - (unsigned)new_pages);
+    hp_place(hp);
+    s->pages = (uint32_t)new_pages;
+  }
+  mc_release_on_heap_change_locked(mc_now_ms());
+  pthread_mutex_unlock(&mc_heap.lock);
+}
+
+/* moves a region to a bigger mapping (mremap, no copy); false if it cannot */
+bool mc_heap_region_resize(mc_span_t *s, size_t new_pages) {
+  size_t old_bytes = (size_t)s->pages << MC_PAGE_SHIFT, new_bytes = new_pages << MC_PAGE_SHIFT;
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_pagemap_clear_span(s);
+  void *q = mc_os_remap((void *)s->start, old_bytes, new_bytes);
+  if (q != NULL) {
+    mc_heap.used_pages += new_pages - s->pages;
+    mc_heap.used_intact_pages += new_pages - s->pages;
+    mc_heap.region_pages += new_pages - s->pages;
+    s->start = (uintptr_t)q;
+    s->pages = (uint32_t)new_pages;
+  }
+  mc_pagemap_set(s->start, s);
+  mc_release_on_heap_change_locked(mc_now_ms());
+  pthread_mutex_unlock(&mc_heap.lock);
+  return q != NULL;
+}
+
+/* ------------------------------------------------------------ release */
+static size_t subrelease_hp(mc_hugepage_t *hp, size_t want_pages) {
+  size_t done = 0;
+  unsigned i = 0;
+  while (i < MC_HP_PAGES && done < want_pages) {
+    if (bit_get(hp->used, i) || bit_get(hp->released, i)) { i++; continue; }
+    unsigned j = i;
+    while (j < MC_HP_PAGES && !bit_get(hp->used, j) && !bit_get(hp->released, j) && done + (j - i) < want_pages) j++;
+    mc_os_release((void *)(hp->base + ((uintptr_t)i << MC_PAGE_SHIFT)), (size_t)(j - i) << MC_PAGE_SHIFT);
+    for (unsigned k = i; k < j; k++) bit_set(hp->released, k);
+    hp->released_pages = (uint16_t)(hp->released_pages + (j - i));
+    done += j - i;
+    i = j;
+  }
+  if (done) {
+    mc_heap.free_backed_pages -= done;
+    mc_heap.released_pages += done;
+    mc_heap.released_total_pages += done;
+    mc_heap.subreleased_pages += done;
+    if (!hp->broken) {
+      hp->broken = 1;
+      mc_heap.hugepages_broken++;
+      mc_heap.used_intact_pages -= hp->used_pages;
+    }
+  }
+  return done;
+}
+
+size_t mc_heap_release_locked(size_t bytes, bool cache_only) {
+  size_t want = (bytes + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT, done = 0;
+  if (bytes == 0) want = SIZE_MAX;
+  while (done < want && mc_heap.region_cache) {
+    mc_span_t *r = mc_heap.region_cache;
+    mc_heap.region_cache = r->next;
+    mc_heap.region_cache_n--;
+    mc_heap.region_cache_bytes -= (size_t)r->pages << MC_PAGE_SHIFT;
+    mc_heap.free_backed_pages -= r->pages;
+    mc_heap.released_total_pages += r->pages;
+    done += r->pages;
+    mc_os_unmap((void *)r->start, (size_t)r->pages << MC_PAGE_SHIFT);
+    mc_meta_span_free(r);
+  }
+  while (done < want && mc_heap.cache_backed.head) {
+    mc_hugepage_t *hp = mc_heap.cache_backed.head;
+    cache_remove(hp);
+    size_t backed = MC_HP_PAGES - hp->released_pages;
+    hp_release_whole(hp);
+    done += backed;
+    cache_insert(hp);
+  }
+  if (!cache_only) {
+    /* subrelease from the emptiest huge pages first: broken ones, then intact */
+    for (int pass = 0; pass < 2 && done < want; pass++) {
+      mc_hplist_t *bins = pass == 0 ? mc_heap.filler_broken : mc_heap.filler;
+      for (int b = MC_HP_PAGES; b >= 1 && done < want; b--) {
+        mc_hugepage_t *hp = bins[b].head;
+        while (hp && done < want) {
+          mc_hugepage_t *next = hp->next;
+          if (MC_HP_PAGES - hp->used_pages - hp->released_pages > 0) {
+            filler_remove(hp);
+            done += subrelease_hp(hp, want - done);
+            hp_place(hp);
+          }
+          hp = next;
+        }
+      }
+    }
+  }
+  return done << MC_PAGE_SHIFT;
+}
+
+size_t mc_heap_backed_free_bytes(void) {
+  return __atomic_load_n(&mc_heap.free_backed_pages, __ATOMIC_RELAXED) << MC_PAGE_SHIFT;
+}
+
+/* Reservation (Hermes Algorithm 1, line 10-16): makes one more huge page of the cache
+ * backed, pre-faulting it outside the lock so that allocations never wait for it.
+ * Returns false when no memory could be added. Takes the lock. */
+bool mc_heap_prefault_one_hugepage(void) {
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_hugepage_t *hp = mc_heap.cache_released.head;
+  if (hp) cache_remove(hp);
+  else hp = hp_new_from_os();
+  if (hp == NULL) { pthread_mutex_unlock(&mc_heap.lock); return false; }
+  hp->where = MC_HP_BUSY;
+  pthread_mutex_unlock(&mc_heap.lock);
+  mc_os_populate((void *)hp->base, MC_HUGE_SIZE);
+  pthread_mutex_lock(&mc_heap.lock);
+  memset(hp->released, 0, sizeof(hp->released));
+  mc_heap.released_pages -= hp->released_pages;
+  mc_heap.free_backed_pages += hp->released_pages;
+  hp->released_pages = 0;
+  hp->where = MC_HP_CACHE;
+  list_push(&mc_heap.cache_backed, hp);
+  mc_heap.cache_backed_n++;
+  pthread_mutex_unlock(&mc_heap.lock);
+  return true;
+}
+
+void mc_heap_stats_locked(memcolo_stats_t *st) {
+  st->used_bytes = (uint64_t)mc_heap.used_pages << MC_PAGE_SHIFT;
+  st->free_backed_bytes = (uint64_t)mc_heap.free_backed_pages << MC_PAGE_SHIFT;
+  st->mapped_bytes = st->used_bytes + st->free_backed_bytes;
+  st->released_bytes = (uint64_t)mc_heap.released_pages << MC_PAGE_SHIFT;
+  st->hugepages_total = mc_heap.hugepages;
+  st->hugepages_broken = mc_heap.hugepages_broken;
+  st->hugepage_coverage = mc_heap.used_pages ? (double)mc_heap.used_intact_pages / (double)mc_heap.used_pages : 1.0;
+  st->released_total_bytes = mc_heap.released_total_pages << MC_PAGE_SHIFT;
+  st->subreleased_bytes = mc_heap.subreleased_pages << MC_PAGE_SHIFT;
+  st->average_fragmentation_bytes = st->free_backed_bytes;
+  st->reserve_hits = mc_heap.reserve_hits;
+  st->reserve_misses = mc_heap.reserve_misses;
+  st->os_mmap_calls = mc_heap.os_mmap_calls;
+}
+
+/* Invariant checker (debug builds): recounts every huge page's bitmaps and the heap's
+ * totals. Returns false (after printing what differs) on any mismatch. */
+static size_t popcount_bits(const uint64_t *b) {
+  size_t n = 0;
+  for (unsigned w = 0; w < MC_HP_PAGES / 64; w++) n += (size_t)__builtin_popcountll(b[w]);
+  return n;
+}
+
+static bool check_hp(const mc_hugepage_t *hp, size_t *used, size_t *free_backed, size_t *released, size_t *intact) {
+  if (popcount_bits(hp->used) != hp->used_pages || popcount_bits(hp->released) != hp->released_pages) {
+    mc_warn("invariant: huge page counters differ from its bitmaps");
+    return false;
+  }
+  for (unsigned w = 0; w < MC_HP_PAGES / 64; w++) {
+    if (hp->used[w] & hp->released[w]) { mc_warn("invariant: a used page is marked released"); return false; }
+  }
+  *used += hp->used_pages;
+  *released += hp->released_pages;
+  *free_backed += MC_HP_PAGES - hp->used_pages - hp->released_pages;
+  if (!hp->broken) *intact += hp->used_pages;
+  return true;
+}
+
+bool mc_heap_check_locked(void) {
+  size_t used = 0, fb = 0, rel = 0, intact = 0, nbroken = 0;
+  for (unsigned b = 0; b <= MC_HP_PAGES; b++) {
+    for (int pass = 0; pass < 2; pass++) {
+      for (mc_hugepage_t *hp = (pass ? mc_heap.filler_broken : mc_heap.filler)[b].head; hp; hp = hp->next) {
+        if (!check_hp(hp, &used, &fb, &rel, &intact)) return false;
+        if (hp->longest_free != b || hp->used_pages == 0 || (unsigned)hp->broken != (unsigned)pass) {
+          mc_warn("invariant: huge page in the wrong filler bin");
+          return false;
+        }
+        nbroken += hp->broken;
+      }
+    }
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    for (mc_hugepage_t *hp = (pass ? mc_heap.cache_released : mc_heap.cache_backed).head; hp; hp = hp->next) {
+      if (!check_hp(hp, &used, &fb, &rel, &intact)) return false;
+      if (hp->used_pages != 0) { mc_warn("invariant: cached huge page has used pages"); return false; }
+      nbroken += hp->broken;
+    }
+  }
+  for (mc_span_t *r = mc_heap.region_cache; r; r = r->next) fb += r->pages;
+  used += mc_heap.region_pages;
+  intact += mc_heap.region_pages;
+  /* huge pages being pre-faulted (BUSY) are counted as released */
+  if (used != mc_heap.used_pages || fb != mc_heap.free_backed_pages || rel > mc_heap.released_pages ||
+      intact != mc_heap.used_intact_pages || nbroken != mc_heap.hugepages_broken) {
+    mc_warn("invariant: page heap totals differ from the sum over huge pages");
+    return false;
+  }
+  return true;
+}

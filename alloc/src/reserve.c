@@ -1,0 +1,256 @@
+/* reserve.c — Hermes reservation (Middleware'21 §3.2, Algorithms 1-2, §4).
+ * A management thread wakes every MEMCOLO_RESERVE_INTERVAL_US (2 ms) and
+ *   1. reads the demand of the last interval: bytes of spans the front end took from
+ *      the page heap ("small", < 128 KiB requests) and bytes of large requests;
+ *   2. Algorithm 1: keeps pre-faulted free memory in the page heap at
+ *      RSV_THR = max(RSV_FACTOR x small demand, min_rsv), adding one 2 MiB huge page
+ *      at a time (gradual reservation: allocations never wait for a whole refill), and
+ *      trims what exceeds TRIM_THR = TRIM_FACTOR x RSV_THR back to the OS;
+ *   3. Algorithm 2: keeps a segregated pool of pre-faulted large blocks (>= 128 KiB,
+ *      bucket = MIN(size / 128 KiB, 8), formula (1)) at RSV_FACTOR x large demand in
+ *      blocks of the recent average large request, trimming above TRIM_THR;
+ *   4. once a second: the periodic release (release.c) sparing the reservation, and the
+ *      agent link (agent.c).
+ * Pre-faulting uses MADV_POPULATE_WRITE (mlock with MEMCOLO_MLOCK=1), outside every
+ * lock. Large requests take a pooled block (best fit in their bucket, then the next
+ * buckets, then the largest block grown in place) or fall back to the page heap. */
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+volatile int mc_reserve_on;
+volatile int mc_reserve_thread_running;
+uint64_t mc_demand_small_bytes, mc_demand_large_bytes, mc_demand_large_count;
+
+static pthread_mutex_t mc_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static mc_span_t *mc_pool[MC_POOL_BUCKETS + 1];
+static size_t mc_pool_total_bytes;
+static uint64_t mc_pool_hits, mc_pool_misses, mc_prefaulted_bytes;
+static size_t mc_rsv_target_bytes, mc_pool_target_bytes;
+static pthread_t mc_reserve_thread;
+
+static inline unsigned pool_bucket(size_t bytes) {
+  size_t b = bytes / MC_POOL_MIN_BYTES;
+  return (unsigned)(b < MC_POOL_BUCKETS ? b : MC_POOL_BUCKETS);
+}
+
+void mc_reserve_lock(void) { pthread_mutex_lock(&mc_pool_lock); }
+void mc_reserve_unlock(void) { pthread_mutex_unlock(&mc_pool_lock); }
+
+size_t mc_reserve_target_bytes(void) { return mc_reserve_on ? mc_rsv_target_bytes : 0; }
+
+static mc_span_t *pool_take_locked(size_t pages) {
+  size_t bytes = pages << MC_PAGE_SHIFT;
+  for (unsigned b = pool_bucket(bytes); b <= MC_POOL_BUCKETS; b++) {
+    mc_span_t *best = NULL, **link = NULL;
+    for (mc_span_t **l = &mc_pool[b]; *l; l = &(*l)->next) {
+      mc_span_t *s = *l;
+      if (s->pages >= pages && (!best || s->pages < best->pages)) { best = s; link = l; if (s->pages == pages) break; }
+    }
+    if (best) {
+      *link = best->next;
+      mc_pool_total_bytes -= (size_t)best->pages << MC_PAGE_SHIFT;
+      return best;
+    }
+  }
+  return NULL;
+}
+
+void *mc_pool_alloc(size_t pages) {
+  pthread_mutex_lock(&mc_pool_lock);
+  mc_span_t *s = pool_take_locked(pages);
+  if (s == NULL) {
+    /* the largest pooled block, grown in place (its own pages are already faulted) */
+    mc_span_t *big = NULL, **link = NULL;
+    for (int b = MC_POOL_BUCKETS; b >= 0 && !big; b--) {
+      for (mc_span_t **l = &mc_pool[b]; *l; l = &(*l)->next) {
+        if (!big || (*l)->pages > big->pages) { big = *l; link = l; }
+      }
+    }
+    if (big) {
+      *link = big->next;
+      mc_pool_total_bytes -= (size_t)big->pages << MC_PAGE_SHIFT;
+      pthread_mutex_unlock(&mc_pool_lock);
+      if (mc_heap_try_grow(big, pages)) { s = big; goto got; }
+      pthread_mutex_lock(&mc_pool_lock);
+      big->next = mc_pool[pool_bucket((size_t)big->pages << MC_PAGE_SHIFT)];
+      mc_pool[pool_bucket((size_t)big->pages << MC_PAGE_SHIFT)] = big;
+      mc_pool_total_bytes += (size_t)big->pages << MC_PAGE_SHIFT;
+    }
+    mc_pool_misses++;
+    pthread_mutex_unlock(&mc_pool_lock);
+    return NULL;
+  }
+  pthread_mutex_unlock(&mc_pool_lock);
+got:
+  __atomic_fetch_add(&mc_pool_hits, 1, __ATOMIC_RELAXED);
+  s->pooled = 0;
+  if (s->pages > pages) mc_heap_shrink(s, pages);
+  mc_pagemap_set(s->start, s); /* its leaf exists: the block was mapped before */
+  return (void *)s->start;
+}
+
+bool mc_pool_free(mc_span_t *s) {
+  size_t bytes = (size_t)s->pages << MC_PAGE_SHIFT;
+  if (bytes < MC_POOL_MIN_BYTES || s->pages > MC_REGION_PAGES) return false;
+  pthread_mutex_lock(&mc_pool_lock);
+  size_t trim = mc_pool_target_bytes * (size_t)MC_OPT(MC_OPT_TRIM_FACTOR_PCT) / 100;
+  if (mc_pool_total_bytes + bytes > trim) { pthread_mutex_unlock(&mc_pool_lock); return false; }
+  mc_pagemap_set(s->start, NULL);
+  s->pooled = 1;
+  unsigned b = pool_bucket(bytes);
+  s->next = mc_pool[b];
+  mc_pool[b] = s;
+  mc_pool_total_bytes += bytes;
+  pthread_mutex_unlock(&mc_pool_lock);
+  return true;
+}
+
+static void pool_push(mc_span_t *s) {
+  pthread_mutex_lock(&mc_pool_lock);
+  s->pooled = 1;
+  unsigned b = pool_bucket((size_t)s->pages << MC_PAGE_SHIFT);
+  s->next = mc_pool[b];
+  mc_pool[b] = s;
+  mc_pool_total_bytes += (size_t)s->pages << MC_PAGE_SHIFT;
+  pthread_mutex_unlock(&mc_pool_lock);
+}
+
+/* removes the largest block while the pool exceeds limit; returns bytes removed */
+static size_t pool_trim(size_t limit) {
+  size_t done = 0;
+  for (;;) {
+    pthread_mutex_lock(&mc_pool_lock);
+    if (mc_pool_total_bytes <= limit) { pthread_mutex_unlock(&mc_pool_lock); break; }
+    mc_span_t *s = NULL;
+    for (int b = MC_POOL_BUCKETS; b >= 0 && !s; b--) {
+      if (mc_pool[b]) { s = mc_pool[b]; mc_pool[b] = s->next; }
+    }
+    if (s) mc_pool_total_bytes -= (size_t)s->pages << MC_PAGE_SHIFT;
+    pthread_mutex_unlock(&mc_pool_lock);
+    if (!s) break;
+    s->pooled = 0;
+    s->next = NULL;
+    s->kind = MC_SPAN_LARGE;
+    done += (size_t)s->pages << MC_PAGE_SHIFT;
+    mc_heap_free(s);
+  }
+  return done;
+}
+
+size_t mc_pool_drain(void) { return pool_trim(0); }
+
+static void *mc_reserve_main(void *arg) {
+  (void)arg;
+  uint64_t interval_us = (uint64_t)MC_OPT(MC_OPT_RESERVE_INTERVAL_US);
+  double factor = (double)MC_OPT(MC_OPT_RSV_FACTOR_PCT) / 100.0;
+  double trim_factor = (double)MC_OPT(MC_OPT_TRIM_FACTOR_PCT) / 100.0;
+  size_t min_rsv = (size_t)MC_OPT(MC_OPT_MIN_RSV_BYTES);
+  double avg_large_bytes = 0;
+  uint64_t last_second_ms = mc_now_ms(), large_idle_intervals = 1u << 30;
+  struct timespec ts = {.tv_sec = (time_t)(interval_us / 1000000u), .tv_nsec = (long)(interval_us % 1000000u) * 1000};
+  while (mc_reserve_thread_running) {
+    if (!mc_reserve_on) { nanosleep(&ts, NULL); goto periodic; }
+    size_t small = __atomic_exchange_n(&mc_demand_small_bytes, 0, __ATOMIC_RELAXED);
+    size_t large = __atomic_exchange_n(&mc_demand_large_bytes, 0, __ATOMIC_RELAXED);
+    size_t nlarge = __atomic_exchange_n(&mc_demand_large_count, 0, __ATOMIC_RELAXED);
+    if (nlarge) {
+      double avg = (double)large / (double)nlarge;
+      avg_large_bytes = avg_large_bytes == 0 ? avg : 0.5 * avg_large_bytes + 0.5 * avg;
+      large_idle_intervals = 0;
+    } else {
+      large_idle_intervals++;
+    }
+    /* Algorithm 1: the main heap */
+    size_t rsv = (size_t)(factor * (double)small);
+    if (rsv < min_rsv) rsv = min_rsv;
+    __atomic_store_n(&mc_rsv_target_bytes, rsv, __ATOMIC_RELAXED);
+    size_t trim_thr = (size_t)(trim_factor * (double)rsv);
+    int guard = 64;
+    while (mc_heap_backed_free_bytes() < rsv && guard-- > 0) {
+      if (!mc_heap_prefault_one_hugepage()) break;
+      __atomic_fetch_add(&mc_prefaulted_bytes, MC_HUGE_SIZE, __ATOMIC_RELAXED);
+    }
+    size_t fb = mc_heap_backed_free_bytes();
+    if (fb > trim_thr + MC_HUGE_SIZE) {
+      pthread_mutex_lock(&mc_heap.lock);
+      mc_heap_release_locked(fb - trim_thr, true);
+      pthread_mutex_unlock(&mc_heap.lock);
+    }
+    /* Algorithm 2: the pool of large blocks */
+    size_t pool_target = (size_t)(factor * (double)large);
+    if (large_idle_intervals < 500 && pool_target < min_rsv) pool_target = min_rsv; /* ~1 s of memory */
+    mc_pool_target_bytes = pool_target;
+    size_t block_pages = (size_t)(avg_large_bytes + (double)MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
+    if (block_pages > 0 && block_pages <= MC_REGION_PAGES && ((block_pages << MC_PAGE_SHIFT) >= MC_POOL_MIN_BYTES)) {
+      guard = 256;
+      while (__atomic_load_n(&mc_pool_total_bytes, __ATOMIC_RELAXED) < pool_target && guard-- > 0) {
+        mc_span_t *s = mc_heap_alloc(block_pages, MC_SPAN_LARGE, true);
+        if (s == NULL) break;
+        mc_pagemap_set(s->start, NULL);
+        mc_os_populate((void *)s->start, block_pages << MC_PAGE_SHIFT);
+        __atomic_fetch_add(&mc_prefaulted_bytes, block_pages << MC_PAGE_SHIFT, __ATOMIC_RELAXED);
+        pool_push(s);
+      }
+    }
+    pool_trim((size_t)(trim_factor * (double)pool_target));
+    {
+      uint64_t t0 = mc_now_us();
+      uint64_t spent = 0;
+      (void)t0;
+      struct timespec rem = ts;
+      (void)spent;
+      nanosleep(&rem, NULL);
+    }
+  periodic:;
+    uint64_t now = mc_now_ms();
+    if (now - last_second_ms >= 1000) {
+      last_second_ms = now;
+      pthread_mutex_lock(&mc_heap.lock);
+      mc_release_tick_locked(now, mc_reserve_target_bytes() + mc_pool_total_bytes);
+      pthread_mutex_unlock(&mc_heap.lock);
+      mc_agent_poll();
+    }
+  }
+  return NULL;
+}
+
+void mc_reserve_start(void) {
+  mc_ensure_init();
+  mc_reserve_on = 1;
+  if (__atomic_exchange_n(&mc_reserve_thread_running, 1, __ATOMIC_ACQ_REL)) return;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 256 << 10);
+  if (pthread_create(&mc_reserve_thread, &attr, mc_reserve_main, NULL) != 0) {
+    mc_reserve_thread_running = 0;
+    mc_reserve_on = 0;
+    mc_warn("could not start the reservation thread; running without reservation");
+  }
+  pthread_attr_destroy(&attr);
+}
+
+void mc_reserve_after_fork_child(void) {
+  /* the management thread does not exist in the child */
+  mc_reserve_thread_running = 0;
+  mc_reserve_on = 0;
+  pthread_mutex_init(&mc_pool_lock, NULL);
+}
+
+void mc_reserve_stats(memcolo_stats_t *st) {
+  st->reservation_on = (uint32_t)mc_reserve_on;
+  st->reserve_target_bytes = mc_reserve_target_bytes();
+  st->prefaulted_bytes = mc_prefaulted_bytes;
+  st->pool_bytes = mc_pool_total_bytes;
+  st->pool_hits = mc_pool_hits;
+  st->pool_misses = mc_pool_misses;
+}
+
+MC_EXPORT int memcolo_set_reservation(int on) {
+  int prev = mc_reserve_on;
+  if (on) mc_reserve_start();
+  else { mc_reserve_on = 0; mc_pool_drain(); }
+  return prev;
+}
