@@ -1,0 +1,130 @@
+// The adaptive allocation protocol of M3 §4.2.
+
+package memcolo
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// DefaultNumEpochs is NUM_epochs as M3 set it for Go-Cache and Memcached (§4.2).
+const DefaultNumEpochs = 5
+
+// AllowRateGate implements M3's adaptive allocation protocol (§4.2): after a high
+// signal only every ⌊1/r⌋-th allocation proceeds at once, the others first run the
+// application's eviction callback (an allocation is never failed), with
+//
+//	r = min(time since the last high signal / (epoch × NUM_epochs), 1)
+//	epoch = time the application took to handle that signal
+//
+// Until the first high signal has been handled there is no epoch and r = 0.
+// Safe for concurrent use; the zero value is not usable, use NewAllowRateGate.
+type AllowRateGate struct {
+	numEpochs  int
+	mu         sync.Mutex
+	lastSignal time.Time
+	epoch      time.Duration
+	hasEpoch   bool
+	count      uint64
+}
+
+// NewAllowRateGate returns a gate reaching 100 % after numEpochs epochs (min 1).
+func NewAllowRateGate(numEpochs int) *AllowRateGate {
+	if numEpochs < 1 {
+		numEpochs = 1
+	}
+	return &AllowRateGate{numEpochs: numEpochs}
+}
+
+// SignalReceived records a high signal received at t: the rate drops to 0.
+func (g *AllowRateGate) SignalReceived(t time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lastSignal = t
+	g.count = 0
+}
+
+// SignalHandled records that the handlers of the last signal finished at t.
+func (g *AllowRateGate) SignalHandled(t time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lastSignal.IsZero() {
+		return
+	}
+	g.epoch = t.Sub(g.lastSignal)
+	if g.epoch < 0 {
+		g.epoch = 0
+	}
+	g.hasEpoch = true
+}
+
+// Epoch returns the epoch of the last handled signal and whether there is one.
+func (g *AllowRateGate) Epoch() (time.Duration, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.epoch, g.hasEpoch
+}
+
+func (g *AllowRateGate) rate(now time.Time) float64 {
+	if g.lastSignal.IsZero() {
+		return 1
+	}
+	if !g.hasEpoch {
+		return 0
+	}
+	window := g.epoch.Seconds() * float64(g.numEpochs)
+	if window <= 0 {
+		return 1
+	}
+	elapsed := now.Sub(g.lastSignal).Seconds()
+	if elapsed < 0 {
+		elapsed = 0
+	}
+	return math.Min(elapsed/window, 1)
+}
+
+// AllowRateAt returns r in [0, 1] at now.
+func (g *AllowRateGate) AllowRateAt(now time.Time) float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rate(now)
+}
+
+// AllowRate returns r in [0, 1] now.
+func (g *AllowRateGate) AllowRate() float64 { return g.AllowRateAt(time.Now()) }
+
+// AdmitAt reports whether an allocation at now may proceed at once (true) or must
+// evict first (false). r is recomputed on every call.
+func (g *AllowRateGate) AdmitAt(now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.rate(now)
+	if r >= 1 {
+		g.count = 0
+		return true
+	}
+	g.count++
+	if r <= 0 {
+		return false
+	}
+	every := uint64(math.Max(1, math.Floor(1/r)))
+	if g.count >= every {
+		g.count = 0
+		return true
+	}
+	return false
+}
+
+// Admit is AdmitAt(time.Now()).
+func (g *AllowRateGate) Admit() bool { return g.AdmitAt(time.Now()) }
+
+// BeforeAlloc runs evict unless this allocation is admitted; it reports whether
+// eviction ran. Call it in the allocation path.
+func (g *AllowRateGate) BeforeAlloc(evict func()) bool {
+	if g.Admit() {
+		return false
+	}
+	evict()
+	return true
+}

@@ -1,0 +1,3 @@
+module github.com/memcolo/memcolo/sdk/go
+
+go 1.21
