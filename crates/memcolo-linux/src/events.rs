@@ -118,8 +118,11 @@ pub fn read_eventfd(fd: BorrowedFd<'_>) -> Result<Option<u64>> {
 /// time exceeds `stall_us` within any `window_us`.
 ///
 /// `window_us` must be within 500 ms..=10 s and `stall_us` within 1..=`window_us`.
-/// Without `CAP_SYS_RESOURCE` the kernel (6.5+) only accepts windows that are
-/// multiples of 2 s ([`PSI_UNPRIVILEGED_WINDOW_US`]) and answers `EINVAL` otherwise.
+/// Without `CAP_SYS_RESOURCE` in the opener's credentials (root without it counts as
+/// unprivileged, as in many VMs and containers) the kernel (6.5+) only accepts windows
+/// that are multiples of 2 s ([`PSI_UNPRIVILEGED_WINDOW_US`]): any other window is then
+/// an [`Error::InvalidArgument`] that says so. A file that is not a PSI file is an
+/// [`Error::Io`].
 /// The returned fd is non-blocking and close-on-exec; closing it removes the trigger.
 pub fn psi_trigger(path: &Path, full: bool, stall_us: u64, window_us: u64) -> Result<OwnedFd> {
     if !(PSI_WINDOW_MIN_US..=PSI_WINDOW_MAX_US).contains(&window_us) {
@@ -143,17 +146,17 @@ pub fn psi_trigger(path: &Path, full: bool, stall_us: u64, window_us: u64) -> Re
     if let Err(e) = file.write_all(spec.as_bytes()) {
         // `%` rather than `is_multiple_of`: the workspace's MSRV is 1.80.
         #[allow(clippy::manual_is_multiple_of)]
-        let source = if e.raw_os_error() == Some(libc::EINVAL)
-            && window_us % PSI_UNPRIVILEGED_WINDOW_US != 0
-        {
-            io::Error::new(
-                e.kind(),
-                format!("{e} (without CAP_SYS_RESOURCE the window must be a multiple of 2 s)"),
-            )
-        } else {
-            e
-        };
-        return Err(Error::io(path, source));
+        let unprivileged_window = window_us % PSI_UNPRIVILEGED_WINDOW_US != 0;
+        if e.raw_os_error() == Some(libc::EINVAL) && unprivileged_window {
+            return Err(Error::InvalidArgument {
+                what: format!(
+                    "{}: PSI window {window_us} us refused (EINVAL): without CAP_SYS_RESOURCE \
+                     the window must be a multiple of 2 s",
+                    path.display()
+                ),
+            });
+        }
+        return Err(Error::io(path, e));
     }
     Ok(OwnedFd::from(file))
 }

@@ -1,0 +1,541 @@
+//! Readers against fake procfs and cgroupfs trees built from real kernel text.
+
+mod common;
+
+use common::*;
+use memcolo_linux::cgroup::{
+    cgroup2_mount, own_memory_cgroup, v1_memory_mount, CgroupVersion, Limit, MemoryCgroup,
+};
+use memcolo_linux::events::v1_pressure_level_eventfd;
+use memcolo_linux::fake::{dir, file, symlink};
+use memcolo_linux::procfs::{OpenFile, ProcFs};
+use memcolo_linux::scope::Scope;
+use memcolo_linux::Error;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+const KIB: u64 = 1024;
+
+fn setup() -> (tempfile::TempDir, ProcFs) {
+    let tmp = tempfile::tempdir().unwrap();
+    let proc_root = fake_procfs(&tmp.path().join("proc"));
+    (tmp, ProcFs::new(proc_root))
+}
+
+fn assert_parse_error_names(err: Error, path: &Path) {
+    match &err {
+        Error::Parse { path: p, .. } => assert_eq!(p, path, "{err}"),
+        other => panic!("expected a parse error for {}, got {other}", path.display()),
+    }
+}
+
+#[test]
+fn meminfo_from_real_text() {
+    let (_tmp, procfs) = setup();
+    let m = procfs.read_meminfo().unwrap();
+    assert_eq!(m.mem_total_bytes, 24_684_092 * KIB);
+    assert_eq!(m.mem_free_bytes, 24_335_396 * KIB);
+    assert_eq!(m.mem_available_bytes, 24_329_592 * KIB);
+    assert_eq!(m.buffers_bytes, 1_436 * KIB);
+    assert_eq!(m.cached_bytes, 114_940 * KIB);
+    assert_eq!(m.active_file_bytes, 22_140 * KIB);
+    assert_eq!(m.inactive_file_bytes, 85_264 * KIB);
+    assert_eq!(m.anon_pages_bytes, 15_524 * KIB);
+    assert_eq!(m.shmem_bytes, 8_856 * KIB);
+    assert_eq!(m.swap_total_bytes, 0);
+    assert_eq!(m.swap_free_bytes, 0);
+    // Unit-less lines are kept as counts.
+    assert_eq!(m.raw["HugePages_Total"], 0);
+    assert_eq!(m.raw["MemTotal"], m.mem_total_bytes);
+}
+
+#[test]
+fn meminfo_malformed_or_incomplete() {
+    let (_tmp, procfs) = setup();
+    let path = procfs.path().join("meminfo");
+    for text in [
+        "MemTotal: 10 kB\n".to_string(),
+        fixture("meminfo").replace("MemAvailable:", "MemAvail:"),
+        fixture("meminfo").replace("Cached:           114940 kB", "Cached: lots kB"),
+        fixture("meminfo").replace("Buffers:            1436 kB", "Buffers 1436 kB"),
+        fixture("meminfo").replace("Buffers:            1436 kB", "Buffers: 1436 MB"),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        assert_parse_error_names(procfs.read_meminfo().unwrap_err(), &path);
+    }
+    std::fs::remove_file(&path).unwrap();
+    assert!(procfs.read_meminfo().unwrap_err().is_not_found());
+}
+
+#[test]
+fn vmstat_from_real_text() {
+    let (_tmp, procfs) = setup();
+    let v = procfs.read_vmstat().unwrap();
+    assert_eq!(v["pgmajfault"], 1996);
+    assert_eq!(v["workingset_refault_file"], 260_133);
+    assert_eq!(v["nr_free_pages"], 1_181_053);
+    assert_eq!(v.len(), fixture("vmstat").lines().count());
+    let path = procfs.path().join("vmstat");
+    std::fs::write(&path, "pgmajfault 12 extra\n").unwrap();
+    assert_parse_error_names(procfs.read_vmstat().unwrap_err(), &path);
+    std::fs::write(&path, "pgmajfault -1\n").unwrap();
+    assert_parse_error_names(procfs.read_vmstat().unwrap_err(), &path);
+}
+
+#[test]
+fn pressure_files() {
+    let (_tmp, procfs) = setup();
+    let cpu = procfs.read_pressure("cpu").unwrap();
+    assert_eq!(cpu.some.avg10, 2.85);
+    assert_eq!(cpu.some.total_us, 9_566_251);
+    assert_eq!(cpu.full.unwrap().total_us, 0);
+    let mem = procfs.read_pressure("memory").unwrap();
+    assert!(mem.full.is_some());
+    assert!(procfs.read_pressure("irq").unwrap_err().is_not_found());
+    assert!(matches!(
+        procfs.read_pressure("../meminfo"),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let path = procfs.path().join("pressure/io");
+    std::fs::write(&path, "some avg10=0.00 total=3\n").unwrap();
+    assert_parse_error_names(procfs.read_pressure("io").unwrap_err(), &path);
+}
+
+#[test]
+fn pids_lists_numeric_entries_only() {
+    let (_tmp, procfs) = setup();
+    create_tree_in(
+        procfs.path(),
+        vec![dir("1", vec![]), dir("42", vec![]), dir("sys", vec![])],
+    );
+    assert_eq!(procfs.pids().unwrap(), vec![1, 42, FIXTURE_PID]);
+}
+
+fn create_tree_in(root: &Path, entries: Vec<memcolo_linux::fake::FakeEntry>) {
+    memcolo_linux::fake::create_tree(root, &entries).unwrap();
+}
+
+#[test]
+fn pid_stat_status_cmdline_cgroup_from_real_text() {
+    let (_tmp, procfs) = setup();
+    let st = procfs.read_pid_stat(FIXTURE_PID).unwrap();
+    assert_eq!(st.pid, FIXTURE_PID);
+    assert_eq!(st.comm, "db (x) srv");
+    assert_eq!(st.state, 'S');
+    assert_eq!(st.ppid, 1);
+    assert_eq!((st.minflt, st.majflt), (3100, 6));
+    assert_eq!((st.utime_ticks, st.stime_ticks), (0, 1));
+    assert_eq!(st.starttime_ticks, 23_079);
+    assert_eq!(st.rss_pages, 4291);
+
+    let status = procfs.read_pid_status(FIXTURE_PID).unwrap();
+    assert_eq!(status.name, "db (x) srv");
+    assert_eq!(status.tgid, FIXTURE_PID);
+    assert_eq!(status.uid, 0);
+    assert_eq!(status.vm_rss_bytes, 17_260 * KIB);
+    assert_eq!(status.vm_hwm_bytes, 17_260 * KIB);
+    assert_eq!(status.rss_anon_bytes, 11_680 * KIB);
+    assert_eq!(status.rss_file_bytes, 5_580 * KIB);
+    assert_eq!(status.rss_shmem_bytes, 0);
+    assert_eq!(status.vm_swap_bytes, 0);
+    assert_eq!(
+        status.vm_rss_bytes,
+        status.rss_anon_bytes + status.rss_file_bytes + status.rss_shmem_bytes
+    );
+
+    let cmdline = procfs.read_pid_cmdline(FIXTURE_PID).unwrap();
+    assert_eq!(cmdline.len(), 5);
+    assert_eq!(cmdline[0], "/var/tmp/fx/db (x) srv");
+    assert_eq!(cmdline[3], "--flag");
+    assert_eq!(cmdline[4], "two words");
+
+    let cg = procfs.read_pid_cgroup(FIXTURE_PID).unwrap();
+    let mem = cg.iter().find(|l| l.controllers == ["memory"]).unwrap();
+    assert_eq!(mem.hierarchy_id, 4);
+    assert_eq!(mem.path, "/process_api/84b366b038052b2f9523859a0a062390");
+    assert_eq!(cg.last().unwrap().hierarchy_id, 0);
+}
+
+#[test]
+fn pid_files_malformed_and_vanished() {
+    let (_tmp, procfs) = setup();
+    let stat = procfs.path().join(format!("{FIXTURE_PID}/stat"));
+    std::fs::write(&stat, "8928 (db (x) srv) S 1 8922\n").unwrap();
+    assert_parse_error_names(procfs.read_pid_stat(FIXTURE_PID).unwrap_err(), &stat);
+    let status = procfs.path().join(format!("{FIXTURE_PID}/status"));
+    std::fs::write(
+        &status,
+        fixture("pid_status").replace("VmRSS:\t   17260 kB", "VmRSS:\t   17260"),
+    )
+    .unwrap();
+    assert_parse_error_names(procfs.read_pid_status(FIXTURE_PID).unwrap_err(), &status);
+    std::fs::write(&status, "Uid:\t0\t0\t0\t0\n").unwrap();
+    assert_parse_error_names(procfs.read_pid_status(FIXTURE_PID).unwrap_err(), &status);
+    // An exited process: every reader reports not-found.
+    assert!(procfs.read_pid_stat(999_999).unwrap_err().is_not_found());
+    assert!(procfs.read_pid_status(999_999).unwrap_err().is_not_found());
+    assert!(procfs.read_pid_cmdline(999_999).unwrap_err().is_not_found());
+    assert!(procfs.read_pid_cgroup(999_999).unwrap_err().is_not_found());
+    assert!(procfs.read_pid_files(999_999).unwrap_err().is_not_found());
+}
+
+#[test]
+fn pid_files_from_fds_and_maps_deduplicated() {
+    let (tmp, procfs) = setup();
+    let data = tmp.path().join("data dir");
+    std::fs::create_dir(&data).unwrap();
+    let open_only = data.join("open-only.log");
+    let both = data.join("both.bin");
+    let mapped_only = data.join("mapped-only.so");
+    for f in [&open_only, &both, &mapped_only] {
+        std::fs::write(f, b"x").unwrap();
+    }
+    let meta = |p: &PathBuf| std::fs::metadata(p).unwrap();
+    let maps_line = |p: &PathBuf| {
+        let m = meta(p);
+        let (major, minor) = (libc::major(m.dev()), libc::minor(m.dev()));
+        format!(
+            "7f0000000000-7f0000001000 r--s 00000000 {major:02x}:{minor:02x} {:<27}{}\n",
+            m.ino(),
+            p.display()
+        )
+    };
+    let maps = format!(
+        "00400000-0041f000 rw-p 00000000 00:00 0 \n{}{}{}7f0000002000-7f0000003000 rw-s 00000000 00:01 99 /memfd:x (deleted)\n",
+        maps_line(&both),
+        maps_line(&mapped_only),
+        maps_line(&mapped_only),
+    );
+    let pid_dir = procfs.path().join("77");
+    dir(
+        "77",
+        vec![
+            file("maps", maps),
+            dir(
+                "fd",
+                vec![
+                    symlink("0", "/dev/null"),
+                    symlink("1", "pipe:[13701]"),
+                    symlink("2", "socket:[555]"),
+                    symlink("3", &open_only),
+                    symlink("4", &both),
+                    symlink("5", &both),
+                    symlink("6", "anon_inode:[eventfd]"),
+                    symlink("7", data.join("gone.txt (deleted)")),
+                    symlink("8", &data), // a directory
+                    symlink("9", data.join("closed-meanwhile")),
+                ],
+            ),
+        ],
+    )
+    .create_in(procfs.path())
+    .unwrap();
+    assert!(pid_dir.exists());
+    let files = procfs.read_pid_files(77).unwrap();
+    let expect = |p: &PathBuf| OpenFile {
+        path: p.clone(),
+        dev: meta(p).dev(),
+        ino: meta(p).ino(),
+    };
+    let mut want = vec![expect(&both), expect(&mapped_only), expect(&open_only)];
+    want.sort();
+    assert_eq!(files, want);
+}
+
+#[test]
+fn cgroup_v1_fake_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path();
+    let path = fake_v1_group(
+        parent,
+        "be",
+        61_501_440,
+        9_223_372_036_854_771_712,
+        &[30, 10],
+        vec![],
+    );
+    fake_v1_group(&path, "child", 4096, 1 << 30, &[20, 10], vec![]);
+    let cg = MemoryCgroup::open(&path).unwrap();
+    assert_eq!(cg.version(), CgroupVersion::V1);
+    assert_eq!(cg.read_usage_bytes().unwrap(), 61_501_440);
+    assert_eq!(cg.read_limit().unwrap(), Limit::Max);
+    let stat = cg.read_memory_stat().unwrap();
+    assert_eq!(stat.file_bytes, 40_239_104); // total_cache
+    assert_eq!(stat.anon_bytes, 1_724_416); // total_rss
+    assert_eq!(stat.inactive_file_bytes, 38_612_992);
+    assert_eq!(stat.active_file_bytes, 1_626_112);
+    assert_eq!(stat.swap_bytes, 0);
+    assert_eq!(stat.workingset_refault, Some(14_747));
+    assert_eq!(stat.pgmajfault, Some(47));
+    assert_eq!(cg.read_pressure().unwrap(), None);
+    assert!(matches!(cg.reclaim(4096), Err(Error::Unsupported { .. })));
+    assert_eq!(cg.read_procs().unwrap(), vec![10, 30]);
+    assert_eq!(cg.read_procs_recursive().unwrap(), vec![10, 20, 30]);
+    let children = cg.children().unwrap();
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0].read_limit().unwrap(), Limit::Bytes(1 << 30));
+
+    cg.write_limit(Limit::Bytes(64 << 20)).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(path.join("memory.limit_in_bytes")).unwrap(),
+        "67108864"
+    );
+    assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(64 << 20));
+    cg.write_limit(Limit::Max).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(path.join("memory.limit_in_bytes")).unwrap(),
+        "-1"
+    );
+    cg.add_proc(55).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(path.join("cgroup.procs")).unwrap(),
+        "55"
+    );
+    assert!(matches!(cg.add_proc(0), Err(Error::InvalidArgument { .. })));
+
+    // The v1 effective limit comes from hierarchical_memory_limit.
+    let stat_path = path.join("memory.stat");
+    std::fs::write(
+        &stat_path,
+        fixture("v1_memory.stat").replace(
+            "hierarchical_memory_limit 9223372036854771712",
+            "hierarchical_memory_limit 1073741824",
+        ),
+    )
+    .unwrap();
+    std::fs::write(path.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+    assert_eq!(cg.read_effective_limit().unwrap(), Limit::Bytes(1 << 30));
+
+    // Malformed files name the path.
+    std::fs::write(&stat_path, "total_cache 12\n").unwrap();
+    assert_parse_error_names(cg.read_memory_stat().unwrap_err(), &stat_path);
+    std::fs::write(&stat_path, "cache twelve\n").unwrap();
+    assert_parse_error_names(cg.read_memory_stat().unwrap_err(), &stat_path);
+    let usage = path.join("memory.usage_in_bytes");
+    std::fs::write(&usage, "-5\n").unwrap();
+    assert_parse_error_names(cg.read_usage_bytes().unwrap_err(), &usage);
+    let procs = path.join("cgroup.procs");
+    std::fs::write(&procs, "12\nabc\n").unwrap();
+    assert_parse_error_names(cg.read_procs().unwrap_err(), &procs);
+}
+
+#[test]
+fn cgroup_v2_fake_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("unified");
+    dir(
+        "unified",
+        vec![file("cgroup.controllers", fixture("v2/cgroup.controllers"))],
+    )
+    .create_in(tmp.path())
+    .unwrap();
+    let kube = fake_v2_group(&root, "kubepods", &[7], vec![]);
+    std::fs::write(kube.join("memory.max"), "1073741824\n").unwrap();
+    let path = fake_v2_group(&kube, "burstable", &[9, 8], vec![]);
+    let cg = MemoryCgroup::open(&path).unwrap();
+    assert_eq!(cg.version(), CgroupVersion::V2);
+    assert_eq!(cg.read_usage_bytes().unwrap(), 1_610_612_736);
+    assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(2 << 30));
+    // The parent's smaller limit binds.
+    assert_eq!(cg.read_effective_limit().unwrap(), Limit::Bytes(1 << 30));
+    let stat = cg.read_memory_stat().unwrap();
+    assert_eq!(stat.anon_bytes, 1 << 30);
+    assert_eq!(stat.file_bytes, 512 << 20);
+    assert_eq!(stat.inactive_file_bytes, 384 << 20);
+    assert_eq!(stat.active_file_bytes, 128 << 20);
+    assert_eq!(stat.swap_bytes, 16 << 20); // memory.swap.current
+    assert_eq!(stat.workingset_refault, Some(120 + 3456));
+    assert_eq!(stat.pgmajfault, Some(321));
+    let psi = cg.read_pressure().unwrap().unwrap();
+    assert_eq!(psi.some.avg10, 12.5);
+    assert_eq!(psi.full.unwrap().total_us, 1_204_770);
+    cg.reclaim(1 << 20).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(path.join("memory.reclaim")).unwrap(),
+        "1048576"
+    );
+    cg.write_limit(Limit::Max).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(path.join("memory.max")).unwrap(),
+        "max"
+    );
+    assert_eq!(cg.read_limit().unwrap(), Limit::Max);
+    assert_eq!(cg.read_effective_limit().unwrap(), Limit::Bytes(1 << 30));
+    // The v2 root: no memory.current, but memory in cgroup.controllers; no limit.
+    let root_cg = MemoryCgroup::open(&root).unwrap();
+    assert_eq!(root_cg.version(), CgroupVersion::V2);
+    assert_eq!(root_cg.read_limit().unwrap(), Limit::Max);
+    assert!(root_cg.read_procs_recursive().unwrap_err().is_not_found());
+    // Not a memory cgroup at all.
+    assert!(matches!(
+        MemoryCgroup::open(tmp.path()),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(MemoryCgroup::open(tmp.path().join("nope"))
+        .unwrap_err()
+        .is_not_found());
+    // v1 events are refused on v2.
+    assert!(matches!(
+        v1_pressure_level_eventfd(&cg, "low", "default"),
+        Err(Error::Unsupported { .. })
+    ));
+
+    let max = path.join("memory.max");
+    std::fs::write(&max, "unlimited\n").unwrap();
+    assert_parse_error_names(cg.read_limit().unwrap_err(), &max);
+    let pressure = path.join("memory.pressure");
+    std::fs::write(&pressure, "some avg10=1\n").unwrap();
+    assert_parse_error_names(cg.read_pressure().unwrap_err(), &pressure);
+    std::fs::remove_file(&pressure).unwrap();
+    assert_eq!(cg.read_pressure().unwrap(), None);
+}
+
+#[test]
+fn create_child_validates_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = fake_v1_group(tmp.path(), "g", 0, 0, &[], vec![]);
+    let cg = MemoryCgroup::open(&path).unwrap();
+    for bad in ["", ".", "..", "a/b", "/abs", "x\0y"] {
+        assert!(
+            matches!(cg.create_child(bad), Err(Error::InvalidArgument { .. })),
+            "{bad:?}"
+        );
+    }
+    // On a plain directory mkdir makes no control files, so the result is not a
+    // memory cgroup; prepare one first and check that an existing child is opened.
+    fake_v1_group(&path, "scratch", 1, 2, &[], vec![]);
+    let child = cg.create_child("scratch").unwrap();
+    assert_eq!(child.path(), path.join("scratch"));
+    assert_eq!(child.read_usage_bytes().unwrap(), 1);
+}
+
+#[test]
+fn mounts_and_own_cgroup() {
+    let (tmp, procfs) = setup();
+    // The real mounts text of this machine.
+    std::fs::write(procfs.path().join("self/mounts"), fixture("mounts")).unwrap();
+    assert_eq!(
+        v1_memory_mount(&procfs).unwrap(),
+        PathBuf::from("/sys/fs/cgroup/memory")
+    );
+    assert_eq!(
+        cgroup2_mount(&procfs).unwrap(),
+        PathBuf::from("/sys/fs/cgroup/unified")
+    );
+    std::fs::write(
+        procfs.path().join("self/mounts"),
+        "proc /proc proc rw 0 0\n",
+    )
+    .unwrap();
+    assert!(matches!(
+        v1_memory_mount(&procfs),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(matches!(
+        cgroup2_mount(&procfs),
+        Err(Error::Unsupported { .. })
+    ));
+
+    // Fake mounts below the temp dir; own group from self/cgroup (the v1 memory line).
+    let (tmp2, procfs) = setup();
+    drop(tmp);
+    let v1 = tmp2.path().join("cgroup/memory");
+    let own = fake_v1_group(
+        &v1.join("process_api"),
+        "84b366b038052b2f9523859a0a062390",
+        5,
+        6,
+        &[1],
+        vec![],
+    );
+    let cg = own_memory_cgroup(&procfs).unwrap();
+    assert_eq!(cg.path(), own);
+    assert_eq!(cg.version(), CgroupVersion::V1);
+
+    // A v2-only process: the 0:: line under the cgroup2 mount.
+    std::fs::write(procfs.path().join("self/cgroup"), "0::/app.slice\n").unwrap();
+    let v2 = fake_v2_group(
+        &tmp2.path().join("cgroup/unified"),
+        "app.slice",
+        &[],
+        vec![],
+    );
+    let cg = own_memory_cgroup(&procfs).unwrap();
+    assert_eq!(cg.path(), v2);
+    assert_eq!(cg.version(), CgroupVersion::V2);
+}
+
+#[test]
+fn scope_host_and_cgroup() {
+    let (tmp, procfs) = setup();
+    let host = Scope::parse("host", procfs.clone()).unwrap();
+    assert_eq!(
+        host.describe(),
+        format!("host ({})", procfs.path().display())
+    );
+    let s = host.sample().unwrap();
+    let m = procfs.read_meminfo().unwrap();
+    assert_eq!(s.total_bytes, m.mem_total_bytes);
+    assert_eq!(s.used_bytes, m.mem_total_bytes - m.mem_free_bytes);
+    assert_eq!(
+        s.working_set_bytes,
+        m.mem_total_bytes - m.mem_available_bytes
+    );
+    assert_eq!(s.file_bytes, m.buffers_bytes + m.cached_bytes);
+    assert_eq!(s.anon_bytes, m.anon_pages_bytes);
+    assert_eq!(s.swap_used_bytes, 0);
+    assert!(s.psi.is_some());
+    assert!(host.pids().unwrap().contains(&FIXTURE_PID));
+
+    // A v1 group with a 1 GiB limit, relative to the fake v1 mount.
+    let v1 = tmp.path().join("cgroup/memory");
+    let be = fake_v1_group(&v1, "be", 600 << 20, 1 << 30, &[3], vec![]);
+    fake_v1_group(&be, "job", 1, 1 << 62, &[4], vec![]);
+    for spec in [
+        "cgroup:be",
+        "cgroup:/be",
+        &format!("cgroup:{}", be.display()),
+    ] {
+        let scope = Scope::parse(spec, procfs.clone()).unwrap();
+        assert_eq!(
+            scope.describe(),
+            format!("cgroup:{} (v1)", be.display()),
+            "{spec}"
+        );
+        let s = scope.sample_with_host(&procfs).unwrap();
+        assert_eq!(s.total_bytes, 1 << 30);
+        assert_eq!(s.used_bytes, 600 << 20);
+        assert_eq!(s.working_set_bytes, (600 << 20) - 38_612_992);
+        assert_eq!(s.file_bytes, 40_239_104);
+        assert_eq!(s.anon_bytes, 1_724_416);
+        assert_eq!(s.psi, None);
+        assert_eq!(scope.pids().unwrap(), vec![3, 4]);
+    }
+    // Unlimited: the host's MemTotal.
+    std::fs::write(be.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+    let scope = Scope::parse("cgroup:be", procfs.clone()).unwrap();
+    assert_eq!(
+        scope.sample_with_host(&procfs).unwrap().total_bytes,
+        m.mem_total_bytes
+    );
+
+    // v2, relative to the cgroup2 mount when the v1 mount has no such group.
+    let v2 = fake_v2_group(&tmp.path().join("cgroup/unified"), "kubepods", &[], vec![]);
+    let scope = Scope::parse("cgroup:kubepods", procfs.clone()).unwrap();
+    assert_eq!(scope.describe(), format!("cgroup:{} (v2)", v2.display()));
+    let s = scope.sample_with_host(&procfs).unwrap();
+    assert_eq!(s.total_bytes, 2 << 30);
+    assert_eq!(s.working_set_bytes, 1_610_612_736 - (384 << 20));
+    assert_eq!(s.swap_used_bytes, 16 << 20);
+    assert_eq!(s.psi.unwrap().some.avg60, 4.2);
+
+    for bad in ["", "hostx", "cgroup:", "cgroup:nope", "cpu:x"] {
+        assert!(
+            matches!(
+                Scope::parse(bad, procfs.clone()),
+                Err(Error::InvalidArgument { .. })
+            ),
+            "{bad:?}"
+        );
+    }
+}

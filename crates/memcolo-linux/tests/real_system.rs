@@ -1,0 +1,439 @@
+//! Tests against the real kernel: procfs of this test process, page-cache residency on
+//! a disk filesystem, a scratch cgroup v1 memory group below this process's own group,
+//! `memory.pressure_level` events, PSI triggers and pidfds.
+//!
+//! Tests that need root or the cgroup v1 memory controller print why and return when
+//! those are missing. Every process they start is killed by pid and every scratch
+//! cgroup removed, also on failure (Drop guards).
+
+mod common;
+
+use memcolo_linux::actuate::{Actuator, LinuxActuator};
+use memcolo_linux::cgroup::{own_memory_cgroup, Limit, MemoryCgroup};
+use memcolo_linux::events::{psi_trigger, read_eventfd, v1_pressure_level_eventfd, wait_for_event};
+use memcolo_linux::filecache::{cache_stat, fadvise_dontneed, resident_bytes};
+use memcolo_linux::pidfd::{pidfd_exited, pidfd_open, pidfd_send_signal};
+use memcolo_linux::procfs::ProcFs;
+use memcolo_linux::scope::Scope;
+use memcolo_linux::Error;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const MIB: u64 = 1 << 20;
+
+/// A child process that is killed (by pid) and reaped when dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A scratch memory cgroup below this process's own group; on drop its processes are
+/// killed by pid and the group is removed.
+struct Scratch {
+    cg: MemoryCgroup,
+}
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let own = own_memory_cgroup(&ProcFs::root()).unwrap();
+        let name = format!("memcolo-test-{}-{tag}", std::process::id());
+        Scratch {
+            cg: own.create_child(&name).unwrap(),
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            let pids = self.cg.read_procs_recursive().unwrap_or_default();
+            for pid in &pids {
+                // SAFETY: kill takes no pointers; these are our own children.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            match self.cg.remove() {
+                Ok(()) => return,
+                Err(e) if e.is_not_found() => return,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        }
+        eprintln!(
+            "could not remove scratch cgroup {}",
+            self.cg.path().display()
+        );
+    }
+}
+
+/// Whether this process has CAP_SYS_RESOURCE (bit 24 of `CapEff` in /proc/self/status).
+fn has_cap_sys_resource() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    u64::from_str_radix(hex, 16).unwrap() & (1 << 24) != 0
+}
+
+/// A temp dir on a disk filesystem (page cache behaves as on a server, unlike tmpfs).
+fn disk_tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("memcolo-test")
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
+fn write_file(path: &Path, bytes: u64) {
+    let mut f = File::create(path).unwrap();
+    let chunk = vec![0x5au8; MIB as usize];
+    for _ in 0..bytes / MIB {
+        f.write_all(&chunk).unwrap();
+    }
+    f.sync_all().unwrap(); // clean pages: DONTNEED can drop them
+}
+
+#[test]
+fn procfs_reads_this_process() {
+    let procfs = ProcFs::root();
+    let pid = std::process::id() as i32;
+    let stat = procfs.read_pid_stat(pid).unwrap();
+    assert_eq!(stat.pid, pid);
+    assert!(!stat.comm.is_empty());
+    assert!(stat.rss_pages > 0);
+    assert!(stat.num_threads >= 1);
+    let status = procfs.read_pid_status(pid).unwrap();
+    assert_eq!(status.tgid, pid);
+    // SAFETY: getuid has no preconditions.
+    assert_eq!(status.uid, unsafe { libc::getuid() });
+    assert!(status.vm_rss_bytes > 0);
+    assert_eq!(status.name, stat.comm);
+    let cmdline = procfs.read_pid_cmdline(pid).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    assert!(
+        cmdline[0].ends_with(exe.file_name().unwrap().to_str().unwrap()),
+        "{cmdline:?} vs {}",
+        exe.display()
+    );
+    assert!(!procfs.read_pid_cgroup(pid).unwrap().is_empty());
+    assert!(procfs.pids().unwrap().contains(&pid));
+    let m = procfs.read_meminfo().unwrap();
+    assert!(m.mem_total_bytes >= m.mem_available_bytes);
+    assert!(m.mem_total_bytes >= m.mem_free_bytes);
+    assert!(procfs.read_vmstat().unwrap().contains_key("pgmajfault"));
+    match procfs.read_pressure("memory") {
+        Ok(psi) => assert!(psi.full.is_some()),
+        Err(e) => assert!(e.is_not_found(), "{e}"),
+    }
+    assert!(ProcFs::clock_ticks_per_sec() > 0);
+    assert!(ProcFs::page_size().is_power_of_two());
+    // The host scope on the real /proc.
+    let s = Scope::parse("host", ProcFs::root())
+        .unwrap()
+        .sample()
+        .unwrap();
+    assert_eq!(s.total_bytes, m.mem_total_bytes);
+    assert!(s.working_set_bytes <= s.total_bytes);
+}
+
+#[test]
+fn read_pid_files_finds_open_and_mapped_files() {
+    let dir = disk_tempdir();
+    let open_path = dir.path().join("held open.log");
+    let mapped_path = dir.path().join("mapped.bin");
+    std::fs::write(&open_path, b"log line\n").unwrap();
+    std::fs::write(&mapped_path, vec![1u8; 8192]).unwrap();
+    let held = File::open(&open_path).unwrap();
+    let mapped = {
+        let f = File::open(&mapped_path).unwrap();
+        // SAFETY: a fresh read-only private mapping; unmapped at the end of the test.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED);
+        addr // the fd closes here: the file is only in maps now
+    };
+    let files = ProcFs::root()
+        .read_pid_files(std::process::id() as i32)
+        .unwrap();
+    for (path, fd_held) in [(&open_path, true), (&mapped_path, false)] {
+        let meta = std::fs::metadata(path).unwrap();
+        let found: Vec<_> = files
+            .iter()
+            .filter(|f| f.ino == meta.ino() && f.dev == meta.dev())
+            .collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "{} (fd held: {fd_held}) in {files:?}",
+            path.display()
+        );
+        assert_eq!(&found[0].path, path);
+    }
+    assert!(files
+        .iter()
+        .all(|f| !f.path.starts_with("/dev") && !f.path.starts_with("/proc")));
+    drop(held);
+    // SAFETY: unmapping what was mapped above.
+    unsafe { libc::munmap(mapped, 8192) };
+
+    // An exited and reaped process: not found.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id() as i32;
+    child.wait().unwrap();
+    assert!(ProcFs::root()
+        .read_pid_files(pid)
+        .unwrap_err()
+        .is_not_found());
+}
+
+#[test]
+fn file_cache_residency_and_dontneed() {
+    let dir = disk_tempdir();
+    let path = dir.path().join("cache-64m");
+    let size = 64 * MIB;
+    write_file(&path, size);
+    let mut buf = Vec::new();
+    File::open(&path).unwrap().read_to_end(&mut buf).unwrap();
+    assert_eq!(buf.len() as u64, size);
+    let before = resident_bytes(&path).unwrap();
+    assert!(before <= size, "{before}");
+    assert!(
+        before >= size * 9 / 10,
+        "just read, mostly cached: {before} of {size}"
+    );
+    match cache_stat(&path) {
+        Ok(cs) => assert_eq!(cs.cache_pages * ProcFs::page_size(), before),
+        Err(Error::Unsupported { .. }) => eprintln!("no cachestat(2): mincore fallback used"),
+        Err(e) => panic!("{e}"),
+    }
+    fadvise_dontneed(&path).unwrap();
+    let after = resident_bytes(&path).unwrap();
+    assert!(
+        after < before / 2,
+        "DONTNEED dropped little: {before} -> {after}"
+    );
+
+    // The actuator reports what it dropped.
+    File::open(&path)
+        .unwrap()
+        .read_to_end(&mut Vec::new())
+        .unwrap();
+    let cached = resident_bytes(&path).unwrap();
+    let dropped = LinuxActuator.drop_file_cache(&path).unwrap();
+    assert!(dropped > cached / 2, "dropped {dropped} of {cached}");
+    assert!(dropped <= cached);
+}
+
+#[test]
+fn pidfd_readable_after_exit_and_signals() {
+    let mut waiting = Reaped(
+        Command::new("sh")
+            .args(["-c", "read line; exit 0"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let fd = pidfd_open(waiting.0.id() as i32).unwrap();
+    assert!(!pidfd_exited(fd.as_fd()).unwrap());
+    drop(waiting.0.stdin.take()); // EOF: the shell exits
+    assert!(
+        wait_for_event(fd.as_fd(), 30_000).unwrap(),
+        "no exit within 30 s"
+    );
+    assert!(pidfd_exited(fd.as_fd()).unwrap());
+    let status = waiting.0.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+
+    let sleeper = Reaped(Command::new("sleep").arg("1000").spawn().unwrap());
+    let mut sleeper = sleeper;
+    let fd = pidfd_open(sleeper.0.id() as i32).unwrap();
+    pidfd_send_signal(fd.as_fd(), libc::SIGTERM).unwrap();
+    assert_eq!(sleeper.0.wait().unwrap().signal(), Some(libc::SIGTERM));
+    // Reaped: signalling through the pidfd now fails with ESRCH.
+    assert!(pidfd_send_signal(fd.as_fd(), libc::SIGTERM)
+        .unwrap_err()
+        .is_not_found());
+    assert!(pidfd_open(sleeper.0.id() as i32)
+        .unwrap_err()
+        .is_not_found());
+
+    let mut victim = Reaped(Command::new("sleep").arg("1000").spawn().unwrap());
+    LinuxActuator.kill(victim.0.id() as i32, "test").unwrap();
+    assert_eq!(victim.0.wait().unwrap().signal(), Some(libc::SIGKILL));
+    let mut usr = Reaped(Command::new("sleep").arg("1000").spawn().unwrap());
+    LinuxActuator
+        .signal(usr.0.id() as i32, libc::SIGUSR1)
+        .unwrap();
+    assert_eq!(usr.0.wait().unwrap().signal(), Some(libc::SIGUSR1));
+}
+
+#[test]
+fn cgroup_v1_scratch_group_lifecycle() {
+    if !common::real_cgroup_v1_available("cgroup_v1_scratch_group_lifecycle") {
+        return;
+    }
+    let own = own_memory_cgroup(&ProcFs::root()).unwrap();
+    let scratch = Scratch::new("life");
+    let cg = &scratch.cg;
+    assert_eq!(cg.path().parent().unwrap(), own.path());
+    assert!(own
+        .children()
+        .unwrap()
+        .iter()
+        .any(|c| c.path() == cg.path()));
+    // Creating it again opens the same group.
+    assert_eq!(
+        own.create_child(cg.path().file_name().unwrap().to_str().unwrap())
+            .unwrap(),
+        *cg
+    );
+    assert_eq!(cg.read_procs().unwrap(), Vec::<i32>::new());
+    assert!(cg.read_usage_bytes().unwrap() < 64 * MIB);
+    let stat = cg.read_memory_stat().unwrap();
+    assert!(stat.raw.contains_key("hierarchical_memory_limit"));
+    cg.write_limit(Limit::Bytes(64 * MIB)).unwrap();
+    assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(64 * MIB));
+    assert_eq!(cg.read_effective_limit().unwrap(), Limit::Bytes(64 * MIB));
+
+    let mut child = Reaped(Command::new("sleep").arg("1000").spawn().unwrap());
+    let pid = child.0.id() as i32;
+    cg.add_proc(pid).unwrap();
+    assert_eq!(cg.read_procs().unwrap(), vec![pid]);
+    assert!(own.read_procs_recursive().unwrap().contains(&pid));
+    let cgline = ProcFs::root().read_pid_cgroup(pid).unwrap();
+    let mem = cgline
+        .iter()
+        .find(|l| l.controllers.iter().any(|c| c == "memory"))
+        .unwrap();
+    assert!(
+        cg.path().ends_with(mem.path.trim_start_matches('/')),
+        "{} vs {}",
+        cg.path().display(),
+        mem.path
+    );
+
+    // The scope over this group.
+    let scope = Scope::Cgroup(cg.clone());
+    let s = scope.sample().unwrap();
+    assert_eq!(s.total_bytes, 64 * MIB);
+    assert!(s.used_bytes <= 64 * MIB);
+    assert_eq!(scope.pids().unwrap(), vec![pid]);
+
+    match cg.remove() {
+        Err(Error::CgroupBusy { procs, .. }) => assert_eq!(procs, 1),
+        other => panic!("removing a busy group: {other:?}"),
+    }
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    cg.write_limit(Limit::Max).unwrap();
+    assert_eq!(cg.read_limit().unwrap(), Limit::Max);
+    // Drop removes the group; check it is gone.
+    let path = cg.path().to_path_buf();
+    drop(scratch);
+    assert!(!path.exists());
+}
+
+#[test]
+fn v1_pressure_level_fires_when_a_child_fills_its_limit() {
+    if !common::real_cgroup_v1_available("v1_pressure_level_fires_when_a_child_fills_its_limit") {
+        return;
+    }
+    // 128 MiB of clean page cache read inside a 32 MiB group: the kernel reclaims in
+    // the group (no swap, no OOM: clean file pages are always reclaimable).
+    let dir = disk_tempdir();
+    let data = dir.path().join("data-128m");
+    write_file(&data, 128 * MIB);
+    fadvise_dontneed(&data).unwrap(); // charge the reads to the scratch group, not ours
+
+    let scratch = Scratch::new("pressure");
+    let cg = &scratch.cg;
+    cg.write_limit(Limit::Bytes(32 * MIB)).unwrap();
+    for (level, mode) in [("bogus", "default"), ("low", "bogus")] {
+        assert!(matches!(
+            v1_pressure_level_eventfd(cg, level, mode),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+    let low = v1_pressure_level_eventfd(cg, "low", "local").unwrap();
+    let low_default = v1_pressure_level_eventfd(cg, "low", "default").unwrap();
+    assert_eq!(
+        read_eventfd(low.as_fd()).unwrap(),
+        None,
+        "fired before any pressure"
+    );
+
+    let mut child = Reaped(
+        Command::new("sh")
+            .args(["-c", "read _ && exec cat \"$0\"", data.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    cg.add_proc(child.0.id() as i32).unwrap();
+    child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    assert!(
+        wait_for_event(low.as_fd(), 60_000).unwrap(),
+        "no low-pressure event within 60 s"
+    );
+    assert!(read_eventfd(low.as_fd()).unwrap().unwrap() >= 1);
+    assert!(wait_for_event(low_default.as_fd(), 60_000).unwrap());
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "reader failed: {status:?}");
+    let stat = cg.read_memory_stat().unwrap();
+    assert!(cg.read_usage_bytes().unwrap() <= 32 * MIB);
+    assert!(
+        stat.raw.get("total_pgpgout").copied().unwrap_or(0) > 0,
+        "no reclaim seen: {:?}",
+        stat.raw
+    );
+}
+
+#[test]
+fn psi_trigger_registers_on_proc_pressure_memory() {
+    let path = PathBuf::from("/proc/pressure/memory");
+    if !path.exists() {
+        eprintln!("psi_trigger_registers_on_proc_pressure_memory: skipped: no PSI");
+        return;
+    }
+    // 2 s windows are accepted with or without CAP_SYS_RESOURCE.
+    let some = psi_trigger(&path, false, 150_000, 2_000_000).unwrap();
+    let full = psi_trigger(&path, true, 500_000, 4_000_000).unwrap();
+    // Registered triggers poll without error (whether they fired depends on the load).
+    wait_for_event(some.as_fd(), 0).unwrap();
+    wait_for_event(full.as_fd(), 0).unwrap();
+    // 1 s windows need CAP_SYS_RESOURCE (Linux 6.5+); root without it is refused.
+    match psi_trigger(&path, false, 150_000, 1_000_000) {
+        Ok(_) => assert!(
+            has_cap_sys_resource(),
+            "1 s window accepted without CAP_SYS_RESOURCE"
+        ),
+        Err(e) => {
+            assert!(
+                !has_cap_sys_resource(),
+                "1 s window refused with CAP_SYS_RESOURCE: {e}"
+            );
+            assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+            assert!(e.to_string().contains("multiple of 2 s"), "{e}");
+        }
+    }
+    // A file that is not a PSI file refuses the trigger text.
+    let e = psi_trigger(Path::new("/proc/meminfo"), false, 150_000, 2_000_000).unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+}
