@@ -72,8 +72,13 @@
 //!   `top - step`, and the two stay at least one step apart (a minimum yellow and red
 //!   zone of one step, so both signals stay distinct). A move that the clamp would
 //!   turn into a move in the wrong direction is skipped, so a configuration that
-//!   starts tighter than this is never made tighter; `low <= high <= top` always holds.
+//!   starts tighter than this is never made tighter; `low <= high <= top` always holds
+//!   ([`Monitor::set_top`] rescales thresholds and step together, rounding down, so a
+//!   gap may end up a byte short of a step).
 //!
+//! Cost: one poll sorts the processes once, `O(n log n)` for `n` processes, plus
+//! `O(window_samples)` for the ratios; no allocation grows with time except the
+//! per-pid reclamation history, which [`Monitor::forget`] drops.
 //! **R7 — resignal suppression** (memcolo's refinement, not in the paper). A process
 //! that has an unanswered signal of a level `>=` the new one, sent less than
 //! [`M3Config::resignal_after`] ago, is not signalled again: it is still reclaiming.
@@ -123,7 +128,7 @@ impl SortOrder {
 
 impl fmt::Display for SortOrder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -312,7 +317,7 @@ impl Zone {
 
 impl fmt::Display for Zone {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
