@@ -183,7 +183,7 @@ MC_EXPORT void *MC_NAME(realloc)(void *p, size_t size) {
   if ((uintptr_t)p != s->start) return mc_realloc_move(p, usable, size); /* aligned block */
   size_t pages = (size + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
   if (size <= MC_SMALL_MAX) {
-    if (size > usable / 2) return p; /* keep a block that would shrink by less than half */
+    if (size <= usable && size > usable / 2) return p; /* shrinks by less than half: keep */
     return mc_realloc_move(p, usable, size);
   }
   if (pages == s->pages) return p;
