@@ -76,9 +76,6 @@
 //!   ([`Monitor::set_top`] rescales thresholds and step together, rounding down, so a
 //!   gap may end up a byte short of a step).
 //!
-//! Cost: one poll sorts the processes once, `O(n log n)` for `n` processes, plus
-//! `O(window_samples)` for the ratios; no allocation grows with time except the
-//! per-pid reclamation history, which [`Monitor::forget`] drops.
 //! **R7 — resignal suppression** (memcolo's refinement, not in the paper). A process
 //! that has an unanswered signal of a level `>=` the new one, sent less than
 //! [`M3Config::resignal_after`] ago, is not signalled again: it is still reclaiming.
@@ -88,6 +85,10 @@
 //!
 //! Ties in every sort order are broken by ascending pid, so the output is a
 //! deterministic function of the input.
+//!
+//! Cost: one poll sorts the processes once, `O(n log n)` for `n` processes, plus
+//! `O(window_samples)` for the ratios; no allocation grows with time except the
+//! per-pid reclamation history, which [`Monitor::forget`] drops.
 
 use crate::error::PolicyError;
 use crate::types::{Class, Level, Pid};
@@ -467,7 +468,7 @@ impl Monitor {
             low_bytes: cfg.low_bytes,
             high_bytes: cfg.high_bytes,
             zone: Zone::Green,
-            window: VecDeque::with_capacity(cfg.window_samples),
+            window: VecDeque::new(),
             above_top_since: None,
             outstanding: BTreeMap::new(),
             killed: BTreeMap::new(),
