@@ -1,0 +1,930 @@
+//! `memcolo bench colocation`: Redis (LC) beside real batch jobs (BE) in a scratch
+//! memory cgroup node, at the memory pressure levels of Hermes §5.1, with the kernel
+//! alone and with the memcolo agent; the query latency, SLO violation (Hermes §5.3),
+//! throughput and BE work of each run.
+//!
+//! One run per (level, mode), each from the same state: fresh `lc/` and `be/` groups,
+//! a fresh `redis-server` preloaded with the dataset, no page cache charged to the
+//! node. Phases: start (agent, Redis, preload, BE jobs), warm-up (BE jobs fill their
+//! demand, the load runs and is discarded), measured phase (open-loop load recorded,
+//! node usage, swap, BE reads and Redis major faults sampled), teardown. See
+//! `bench/colocation/README.md` for the method and [`crate::report`] for the outputs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use memcolo_proto::Class;
+
+use crate::agent::{count_kills, AgentProcess, AgentSpec};
+use crate::be::{be_demand, ensure_data_file, BeDemand, BeJobs, BeSplit};
+use crate::cgroup::{read_procs, ScratchNode};
+use crate::error::{BenchError, Result};
+use crate::lc::{preload, RedisServer};
+use crate::loadgen::{run_open_loop, value_pool, LoadSpec};
+use crate::process::{self, Placement};
+use crate::report::{self, ReportContext, RunOutcome, RunRecord};
+use crate::size::{format_bytes, parse_bytes_arg};
+use crate::zram::ZramSwap;
+
+/// With or without the memcolo agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// The kernel alone: cgroup limit, reclaim and swap, no agent.
+    Kernel,
+    /// `memcolo agent` managing the node, Redis registered as LC, the jobs as BE.
+    Agent,
+}
+
+impl Mode {
+    /// `kernel` or `agent`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Kernel => "kernel",
+            Mode::Agent => "agent",
+        }
+    }
+}
+
+/// Options of `memcolo bench colocation`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ColocationArgs {
+    /// Short sweep (all levels and modes in under 3 minutes): 2 GiB node, 4 s warm-up,
+    /// 6 s measured, 2000 req/s, 50k keys; explicit options still win.
+    #[arg(long)]
+    pub quick: bool,
+    /// Memory pressure levels, percent: BE memory demand / node memory (Hermes §5.1).
+    #[arg(long, value_delimiter = ',', default_value = "0,50,75,100,125,150")]
+    pub levels: Vec<u32>,
+    /// Modes to run at each level.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_enum,
+        default_value = "kernel,agent"
+    )]
+    pub modes: Vec<Mode>,
+    /// Node memory: memory.limit_in_bytes of the scratch cgroup [default: 4GiB; 2GiB with --quick].
+    #[arg(long, value_parser = parse_bytes_arg, value_name = "SIZE")]
+    pub node_mem: Option<u64>,
+    /// Measured phase per run, seconds [default: 60; 6 with --quick].
+    #[arg(long)]
+    pub duration_s: Option<u64>,
+    /// Warm-up per run, seconds (BE jobs fill their memory; load is not recorded) [default: 20; 4 with --quick].
+    #[arg(long)]
+    pub warmup_s: Option<u64>,
+    /// Request rate of the open-loop load generator, requests/s [default: 4000; 2000 with --quick].
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Keys preloaded into Redis [default: 300000; 50000 with --quick].
+    #[arg(long)]
+    pub keys: Option<u64>,
+    /// Value size of preloaded keys and SETs, bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub value_bytes: usize,
+    /// Fraction of requests that SET a new key (Redis allocates); the rest GET a random key.
+    #[arg(long, default_value_t = 0.5)]
+    pub set_ratio: f64,
+    /// Connections from the load generator to Redis (requests are multiplexed on them).
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
+    /// A request unanswered after this many ms is an error (its latency still counts).
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// Split of BE demand between the file streamer and the anonymous holder, FILE:ANON.
+    #[arg(long, default_value = "2:1")]
+    pub be_split: BeSplit,
+    /// SLO in µs; default: p90 of the 0 % kernel-alone run (Hermes §5.3).
+    #[arg(long)]
+    pub slo_us: Option<u64>,
+    /// Output directory [default: bench/results/<YYYY-MM-DD>-<hostname>/colocation].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Record a failed run and go on with the next one instead of stopping.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Directory on a real disk (not tmpfs) for the streamer's data file, kept for reuse.
+    #[arg(long, default_value = "/var/tmp/memcolo-bench")]
+    pub data_dir: PathBuf,
+    /// Delete the data file at the end instead of keeping it for the next run.
+    #[arg(long)]
+    pub remove_data: bool,
+    /// Size of the zram swap device set up for the bench.
+    #[arg(long, value_parser = parse_bytes_arg, default_value = "8GiB", value_name = "SIZE")]
+    pub zram_size: u64,
+    /// Do not set up zram swap (anonymous BE memory then cannot be reclaimed).
+    #[arg(long)]
+    pub no_zram: bool,
+    /// Do not pin Redis and the BE jobs to separate CPUs (Hermes §5.1 pins them).
+    #[arg(long)]
+    pub no_pin: bool,
+    /// The redis-server binary.
+    #[arg(long, default_value = "redis-server")]
+    pub redis_server: PathBuf,
+    /// Extra argument for `memcolo agent` (repeat for several, e.g. --agent-arg=--adv-thr-ratio --agent-arg=0.9).
+    #[arg(long = "agent-arg", allow_hyphen_values = true)]
+    pub agent_args: Vec<String>,
+    /// Skip the PNG plots.
+    #[arg(long)]
+    pub no_plot: bool,
+}
+
+/// [`ColocationArgs`] with defaults applied and checked.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub levels: Vec<u32>,
+    pub modes: Vec<Mode>,
+    pub node_bytes: u64,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub rate_per_s: f64,
+    pub keys: u64,
+    pub value_bytes: usize,
+    pub set_ratio: f64,
+    pub connections: usize,
+    pub timeout: Duration,
+    pub split: BeSplit,
+    pub out: PathBuf,
+}
+
+/// The default output directory: `bench/results/<YYYY-MM-DD>-<hostname>/<name>`.
+pub fn default_out_dir(name: &str) -> PathBuf {
+    let date = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    PathBuf::from("bench/results")
+        .join(format!("{date}-{}", hostname()))
+        .join(name)
+}
+
+/// The machine's hostname.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+impl Settings {
+    /// Applies the quick or full defaults and checks ranges.
+    pub fn resolve(a: &ColocationArgs) -> Result<Self> {
+        let q = a.quick;
+        let s = Settings {
+            levels: a.levels.clone(),
+            modes: a.modes.clone(),
+            node_bytes: a.node_mem.unwrap_or(if q { 2 << 30 } else { 4 << 30 }),
+            warmup: Duration::from_secs(a.warmup_s.unwrap_or(if q { 4 } else { 20 })),
+            duration: Duration::from_secs(a.duration_s.unwrap_or(if q { 6 } else { 60 })),
+            rate_per_s: a.rate.unwrap_or(if q { 2000.0 } else { 4000.0 }),
+            keys: a.keys.unwrap_or(if q { 50_000 } else { 300_000 }),
+            value_bytes: a.value_bytes,
+            set_ratio: a.set_ratio,
+            connections: a.connections,
+            timeout: Duration::from_millis(a.timeout_ms),
+            split: a.be_split,
+            out: a
+                .out
+                .clone()
+                .unwrap_or_else(|| default_out_dir("colocation")),
+        };
+        let bad = |m: String| Err(BenchError::Invalid(m));
+        if s.levels.is_empty() || s.modes.is_empty() {
+            return bad("--levels and --modes need at least one value".into());
+        }
+        if let Some(l) = s.levels.iter().find(|&&l| l > 400) {
+            return bad(format!("level {l} % is above 400 %"));
+        }
+        if s.node_bytes < (256 << 20) {
+            return bad("--node-mem must be at least 256MiB".into());
+        }
+        if !(s.rate_per_s.is_finite() && s.rate_per_s > 0.0 && s.rate_per_s <= 200_000.0) {
+            return bad("--rate must be in (0, 200000] requests/s".into());
+        }
+        if !(0.0..=1.0).contains(&s.set_ratio) {
+            return bad("--set-ratio must be in [0, 1]".into());
+        }
+        if s.duration.is_zero() {
+            return bad("--duration-s must be at least 1".into());
+        }
+        if s.keys == 0 || s.value_bytes == 0 || s.value_bytes > (64 << 20) {
+            return bad("--keys must be positive and --value-bytes in 1..=64MiB".into());
+        }
+        if s.connections == 0 || s.connections > 256 {
+            return bad("--connections must be in 1..=256".into());
+        }
+        // Redis must fit in the node next to BE at 0 %, with room for its growth.
+        let growth = (s.rate_per_s * s.set_ratio * (s.warmup + s.duration).as_secs_f64()) as u64;
+        let dataset = (s.keys + growth) * (s.value_bytes as u64 + 100);
+        if dataset > s.node_bytes / 2 {
+            return bad(format!(
+                "Redis dataset (~{} with the SETs of a run) is over half the node ({}); lower --keys/--rate or raise --node-mem",
+                format_bytes(dataset),
+                format_bytes(s.node_bytes)
+            ));
+        }
+        Ok(s)
+    }
+}
+
+/// Prints one progress line with the time since the sweep started.
+fn progress(t0: Instant, msg: &str) {
+    eprintln!("[{:>7.1}s] {msg}", t0.elapsed().as_secs_f64());
+}
+
+/// Shared state of a sweep.
+struct Sweep<'a> {
+    s: &'a Settings,
+    args: &'a ColocationArgs,
+    exe: &'a Path,
+    rt: tokio::runtime::Runtime,
+    node: ScratchNode,
+    zram: Option<ZramSwap>,
+    data_file: PathBuf,
+    work_dir: PathBuf,
+    log_dir: PathBuf,
+    lc_cpus: Option<Vec<usize>>,
+    be_cpus: Option<Vec<usize>>,
+    pool: Arc<Vec<u8>>,
+    t0: Instant,
+}
+
+/// Runs the sweep described by `args`; `memcolo_exe` is the `memcolo` binary that
+/// provides `memcolo agent`. Needs root, cgroup v1 memory, redis-server, fio and
+/// stress-ng. Everything it creates is removed on every exit path (Ctrl-C included),
+/// except the results and the reusable data file.
+pub fn run(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
+    let s = Settings::resolve(args)?;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("memcolo bench colocation needs root (cgroups, zram swap)");
+    }
+    let mut tools: Vec<&Path> = vec![
+        &args.redis_server,
+        Path::new("fio"),
+        Path::new("stress-ng"),
+        Path::new("dd"),
+    ];
+    if s.modes.contains(&Mode::Agent) {
+        tools.push(memcolo_exe);
+    }
+    for t in tools {
+        which(t).with_context(|| format!("{} is needed", t.display()))?;
+    }
+    let _stop = crate::signal::StopGuard::install()?;
+    let t0 = Instant::now();
+    std::fs::create_dir_all(&s.out).with_context(|| format!("create {}", s.out.display()))?;
+    let log_dir = s.out.join("logs");
+    std::fs::create_dir_all(&log_dir).with_context(|| format!("create {}", log_dir.display()))?;
+    let work = tempfile::Builder::new()
+        .prefix("memcolo-bench-")
+        .tempdir()
+        .context("create work directory")?;
+
+    // zram first, so that it is torn down last (after every process is gone).
+    let zram = if args.no_zram {
+        eprintln!("warning: --no-zram: anonymous BE memory cannot be swapped out");
+        None
+    } else {
+        match ZramSwap::setup("zram0", args.zram_size, 100)? {
+            Ok(z) => {
+                progress(
+                    t0,
+                    &format!("zram swap on /dev/zram0 ({})", format_bytes(args.zram_size)),
+                );
+                Some(z)
+            }
+            Err(why) => {
+                eprintln!("warning: no zram swap: {why}");
+                None
+            }
+        }
+    };
+    let mut node = ScratchNode::create_below_self("memcolo-bench", s.node_bytes)?;
+    progress(
+        t0,
+        &format!(
+            "node {} with limit {}",
+            node.path().display(),
+            format_bytes(s.node_bytes)
+        ),
+    );
+
+    let max_file = s
+        .levels
+        .iter()
+        .map(|&l| be_demand(l, s.node_bytes, s.split).file_bytes)
+        .max()
+        .unwrap_or(0);
+    let data_file = {
+        let prep = node.create_child("prep")?;
+        let (p, written) = ensure_data_file(
+            &args.data_dir,
+            max_file.max(1 << 20),
+            &Placement {
+                cgroup: Some(&prep),
+                cpus: None,
+            },
+        )?;
+        node.remove_child("prep")?;
+        progress(
+            t0,
+            &format!(
+                "data file {} ({}{})",
+                p.display(),
+                format_bytes(std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0)),
+                if written { ", written" } else { ", reused" }
+            ),
+        );
+        p
+    };
+    let _data_guard = RemoveOnDrop(args.remove_data.then(|| data_file.clone()));
+
+    let cpus = process::online_cpus();
+    let (lc_cpus, be_cpus) = if !args.no_pin && cpus >= 2 {
+        (Some(vec![0]), Some((1..cpus).collect::<Vec<_>>()))
+    } else {
+        (None, None)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    let mut sweep = Sweep {
+        s: &s,
+        args,
+        exe: memcolo_exe,
+        rt,
+        node,
+        zram,
+        data_file,
+        work_dir: work.path().to_path_buf(),
+        log_dir,
+        lc_cpus,
+        be_cpus,
+        pool: Arc::new(value_pool(s.value_bytes, 0x5eed)),
+        t0,
+    };
+
+    let mut outcomes: Vec<RunOutcome> = Vec::new();
+    let mut failure: Option<anyhow::Error> = None;
+    'sweep: for &level in &s.levels {
+        for &mode in &s.modes {
+            let label = format!("{level}% {}", mode.as_str());
+            match sweep.run_one(level, mode) {
+                Ok(o) => {
+                    progress(
+                        t0,
+                        &format!(
+                            "{label}: done: p50 {} µs, p90 {} µs, p99 {} µs, max {} µs, {:.0} req/s, node util {:.1}%",
+                            o.record.p50_us,
+                            o.record.p90_us,
+                            o.record.p99_us,
+                            o.record.max_us,
+                            o.record.throughput_rps,
+                            o.record.node_util * 100.0
+                        ),
+                    );
+                    outcomes.push(o);
+                }
+                Err(BenchError::Interrupted) => {
+                    progress(t0, &format!("{label}: interrupted; cleaning up"));
+                    failure = Some(anyhow::anyhow!("interrupted"));
+                    break 'sweep;
+                }
+                Err(e) => {
+                    progress(t0, &format!("{label}: FAILED: {e}"));
+                    outcomes.push(RunOutcome {
+                        record: RunRecord {
+                            level_pct: level,
+                            mode: mode.as_str().into(),
+                            status: format!("failed: {e}"),
+                            node_bytes: s.node_bytes,
+                            ..Default::default()
+                        },
+                        hist_us: None,
+                    });
+                    if !args.keep_going {
+                        failure = Some(anyhow::Error::new(e).context(format!("run {label}")));
+                        break 'sweep;
+                    }
+                }
+            }
+        }
+    }
+
+    // Results first (also partial ones), then the teardown by Drop.
+    let written = write_results(&s, args, &mut outcomes, t0);
+    drop(sweep);
+    drop(work);
+    progress(t0, "cleaned up (processes, cgroups, zram)");
+    written?;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn which(p: &Path) -> anyhow::Result<()> {
+    if p.components().count() > 1 {
+        if p.exists() {
+            return Ok(());
+        }
+        bail!("{} does not exist", p.display());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).any(|d| d.join(p).is_file()) {
+        Ok(())
+    } else {
+        bail!("{} not found in PATH", p.display())
+    }
+}
+
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Removes a run's `lc/` and `be/` groups (killing what is left, dropping their page
+/// cache) and drops the page cache they leave charged to the node.
+struct RunGroups<'a> {
+    node: &'a mut ScratchNode,
+}
+
+impl Drop for RunGroups<'_> {
+    fn drop(&mut self) {
+        for c in ["be", "lc"] {
+            if let Err(e) = self.node.remove_child(c) {
+                eprintln!("warning: {e}");
+            }
+        }
+        if let Err(e) = self.node.force_empty() {
+            eprintln!("warning: {e}");
+        }
+    }
+}
+
+/// Samples taken during the measured phase.
+#[derive(Default)]
+struct Samples {
+    n: u64,
+    usage_sum: f64,
+    usage_max: u64,
+    swap_max: u64,
+    /// pid -> (first rchar, last rchar) of BE processes.
+    rchar: HashMap<i32, (u64, u64)>,
+}
+
+impl Sweep<'_> {
+    fn place<'b>(cgroup: &'b Path, cpus: &'b Option<Vec<usize>>) -> Placement<'b> {
+        Placement {
+            cgroup: Some(cgroup),
+            cpus: cpus.as_deref(),
+        }
+    }
+
+    fn run_one(&mut self, level: u32, mode: Mode) -> Result<RunOutcome> {
+        let s = self.s;
+        let t0 = self.t0;
+        let label = format!("{level}% {}", mode.as_str());
+        let tag = format!("{level}-{}", mode.as_str());
+        crate::signal::check()?;
+        progress(t0, &format!("{label}: start"));
+        let oom_before = self.node.oom_kills().unwrap_or(0);
+        let node_path = self.node.path().to_path_buf();
+        let lc = self.node.create_child("lc")?;
+        let be = match self.node.create_child("be") {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = self.node.remove_child("lc");
+                return Err(e);
+            }
+        };
+        let groups = RunGroups {
+            node: &mut self.node,
+        };
+
+        let event_log = s.out.join(format!("events-{level}.jsonl"));
+        let mut agent = None;
+        if mode == Mode::Agent {
+            let _ = std::fs::remove_file(&event_log);
+            let mut extra = self.args.agent_args.clone();
+            if extra.is_empty() {
+                extra = Vec::new();
+            }
+            let spec = AgentSpec {
+                exe: self.exe,
+                scope_cgroup: &node_path,
+                work_dir: &self.work_dir,
+                event_log: &event_log,
+                log: &self.log_dir.join(format!("agent-{tag}.log")),
+                extra_args: &extra,
+            };
+            agent = Some(AgentProcess::start(
+                &spec,
+                &Placement::default(),
+                Duration::from_secs(15),
+            )?);
+            progress(t0, &format!("{label}: agent up"));
+        }
+
+        let mut redis = RedisServer::start(
+            &self.args.redis_server,
+            &Self::place(&lc, &self.lc_cpus),
+            &self.log_dir.join(format!("redis-{tag}.log")),
+        )?;
+        let conns = self
+            .rt
+            .block_on(redis.connect(s.connections, Duration::from_secs(15)))?;
+        {
+            let mut c = conns[0].clone();
+            self.rt
+                .block_on(preload(&mut c, s.keys, s.value_bytes, &self.pool))?;
+        }
+        let mut next_key = s.keys;
+        progress(
+            t0,
+            &format!(
+                "{label}: redis pid {} preloaded with {} keys",
+                redis.pid(),
+                s.keys
+            ),
+        );
+        let mut registered: Vec<i32> = Vec::new();
+        if let Some(a) = &agent {
+            a.register(redis.pid(), Class::Lc, "redis-server")?;
+            registered.push(redis.pid());
+        }
+
+        let demand: BeDemand = be_demand(level, s.node_bytes, s.split);
+        let mut jobs = BeJobs::start(
+            demand,
+            &self.data_file,
+            s.warmup + s.duration,
+            &Self::place(&be, &self.be_cpus),
+            &self.log_dir,
+            &tag,
+        )?;
+        if demand.total_bytes() > 0 {
+            progress(
+                t0,
+                &format!(
+                    "{label}: BE jobs {:?} (file {}, anon {})",
+                    jobs.leader_pids(),
+                    format_bytes(demand.file_bytes),
+                    format_bytes(demand.anon_bytes)
+                ),
+            );
+        }
+        let register_be = |agent: &Option<AgentProcess>, registered: &mut Vec<i32>| -> Result<()> {
+            let Some(a) = agent else { return Ok(()) };
+            for pid in read_procs(&be)? {
+                if !registered.contains(&pid) {
+                    // A worker may exit between the listing and the request.
+                    if let Err(e) = a.register(pid, Class::Be, "be-job") {
+                        eprintln!("warning: {e}");
+                    }
+                    registered.push(pid);
+                }
+            }
+            Ok(())
+        };
+        crate::signal::sleep(Duration::from_millis(300))?;
+        register_be(&agent, &mut registered)?;
+
+        let base_spec = LoadSpec {
+            rate_per_s: s.rate_per_s,
+            duration: s.warmup,
+            set_ratio: s.set_ratio,
+            value_bytes: s.value_bytes,
+            timeout: s.timeout,
+            max_in_flight: 100_000,
+            seed: level as u64 * 1000 + mode as u64,
+        };
+        if !s.warmup.is_zero() {
+            progress(t0, &format!("{label}: warm-up {} s", s.warmup.as_secs()));
+            run_open_loop(&self.rt, &conns, &base_spec, &mut next_key, &self.pool)?;
+            redis.check_alive()?;
+        }
+        register_be(&agent, &mut registered)?;
+
+        progress(t0, &format!("{label}: measured {} s", s.duration.as_secs()));
+        let loadavg = process::loadavg_1m().unwrap_or(0.0);
+        let redis_pid = redis.pid();
+        let stat_before = process::read_stat(redis_pid)?;
+        let measure_spec = LoadSpec {
+            duration: s.duration,
+            seed: base_spec.seed + 1,
+            ..base_spec
+        };
+        let sampling = AtomicBool::new(true);
+        let node_ref: &ScratchNode = groups.node;
+        let zram = &self.zram;
+        let (load, samples) = std::thread::scope(|sc| {
+            let sampler = sc.spawn(|| {
+                let mut smp = Samples::default();
+                while sampling.load(Ordering::Relaxed) {
+                    if let Ok(u) = node_ref.usage_bytes() {
+                        smp.n += 1;
+                        smp.usage_sum += u as f64;
+                        smp.usage_max = smp.usage_max.max(u);
+                    }
+                    if let Some(z) = zram {
+                        smp.swap_max = smp.swap_max.max(z.used_bytes());
+                    }
+                    for pid in read_procs(&be).unwrap_or_default() {
+                        if let Ok(r) = process::read_rchar(pid) {
+                            smp.rchar.entry(pid).or_insert((r, r)).1 = r;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                smp
+            });
+            let load = run_open_loop(&self.rt, &conns, &measure_spec, &mut next_key, &self.pool);
+            sampling.store(false, Ordering::Relaxed);
+            (load, sampler.join().expect("sampler thread"))
+        });
+        let load = load?;
+        let stat_after = process::read_stat(redis_pid).unwrap_or(stat_before);
+        let redis_rss = process::read_status_mem(redis_pid)
+            .map(|m| m.rss_kib * 1024)
+            .unwrap_or(0);
+        let redis_alive = redis.check_alive();
+
+        progress(t0, &format!("{label}: teardown"));
+        let work = jobs.stop(Duration::from_secs(5))?;
+        let agent_kills = match agent.take() {
+            Some(a) => {
+                a.stop(Duration::from_secs(10))?;
+                Some(
+                    std::fs::read_to_string(&event_log)
+                        .map(|t| count_kills(&t))
+                        .unwrap_or(0),
+                )
+            }
+            None => None,
+        };
+        let oom_after = groups.node.oom_kills().unwrap_or(oom_before);
+        drop(conns);
+        drop(redis);
+        drop(groups);
+
+        let measured_s = s.duration.as_secs_f64();
+        let be_read: u64 = samples.rchar.values().map(|(a, b)| b - a).sum();
+        let mut record = RunRecord {
+            level_pct: level,
+            mode: mode.as_str().into(),
+            status: match (&redis_alive, &load.first_error) {
+                (Err(e), _) => format!("failed: {e}"),
+                _ => "ok".into(),
+            },
+            node_bytes: s.node_bytes,
+            be_file_bytes: demand.file_bytes,
+            be_anon_bytes: demand.anon_bytes,
+            requests: load.scheduled,
+            requests_ok: load.ok,
+            errors: load.errors,
+            dropped: load.dropped,
+            throughput_rps: load.throughput_rps(),
+            be_file_mib_per_min: be_read as f64 / (1u64 << 20) as f64 / measured_s * 60.0,
+            be_anon_ops_per_min: work.anon_ops_per_min,
+            node_util: if samples.n > 0 {
+                samples.usage_sum / samples.n as f64 / s.node_bytes as f64
+            } else {
+                0.0
+            },
+            node_usage_max_bytes: samples.usage_max,
+            swap_used_max_bytes: samples.swap_max,
+            redis_major_faults: stat_after
+                .major_faults
+                .saturating_sub(stat_before.major_faults),
+            redis_rss_bytes: redis_rss,
+            oom_kills: oom_after.saturating_sub(oom_before),
+            agent_kills,
+            loadavg_1m: loadavg,
+            ..Default::default()
+        };
+        if let Some(e) = &load.first_error {
+            eprintln!(
+                "warning: {label}: {} request errors, first: {e}",
+                load.errors
+            );
+        }
+        report::fill_latency(&mut record, &load.hist_us);
+        Ok(RunOutcome {
+            record,
+            hist_us: Some(load.hist_us),
+        })
+    }
+}
+
+fn write_results(
+    s: &Settings,
+    args: &ColocationArgs,
+    outcomes: &mut [RunOutcome],
+    t0: Instant,
+) -> anyhow::Result<()> {
+    let records: Vec<RunRecord> = outcomes.iter().map(|o| o.record.clone()).collect();
+    let slo = report::choose_slo(&records, args.slo_us);
+    if let Some((us, _)) = &slo {
+        report::apply_slo(outcomes, *us);
+    }
+    let records: Vec<RunRecord> = outcomes.iter().map(|o| o.record.clone()).collect();
+    report::write_file(&s.out, "runs.csv", &report::runs_csv(&records)?)?;
+    report::write_file(
+        &s.out,
+        "percentiles.csv",
+        &report::percentiles_csv(outcomes),
+    )?;
+    let mut notes = Vec::new();
+    let plots = if args.no_plot || records.is_empty() {
+        Vec::new()
+    } else {
+        match plot(&s.out) {
+            Ok(p) => p,
+            Err(e) => {
+                let msg = format!("plots skipped: {e:#}");
+                eprintln!("warning: {msg}");
+                notes.push(msg);
+                Vec::new()
+            }
+        }
+    };
+    let ctx = ReportContext {
+        date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+        host: hostname(),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
+        cpus: process::online_cpus(),
+        mem_total_bytes: mem_total_bytes(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        parameters: vec![
+            ("levels (%)".into(), format!("{:?}", s.levels)),
+            (
+                "modes".into(),
+                s.modes
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            ("node memory".into(), format_bytes(s.node_bytes)),
+            ("BE split file:anon".into(), s.split.to_string()),
+            (
+                "warm-up / measured".into(),
+                format!("{} s / {} s", s.warmup.as_secs(), s.duration.as_secs()),
+            ),
+            (
+                "rate".into(),
+                format!(
+                    "{} req/s, open loop, {} connections",
+                    s.rate_per_s, s.connections
+                ),
+            ),
+            (
+                "requests".into(),
+                format!(
+                    "{:.0} % SET of a new key, rest GET of a random key",
+                    s.set_ratio * 100.0
+                ),
+            ),
+            (
+                "dataset".into(),
+                format!("{} keys × {} B values", s.keys, s.value_bytes),
+            ),
+            (
+                "pinning".into(),
+                if args.no_pin {
+                    "none".into()
+                } else {
+                    "redis on CPU 0, BE jobs on the other CPUs".into()
+                },
+            ),
+            (
+                "zram".into(),
+                if args.no_zram {
+                    "off".into()
+                } else {
+                    format_bytes(args.zram_size)
+                },
+            ),
+        ],
+        slo: slo.clone(),
+        notes,
+        plots,
+    };
+    report::write_file(&s.out, "report.md", &report::markdown(&ctx, &records))?;
+    println!("{}", report::table(&records));
+    match &slo {
+        Some((us, src)) => println!("SLO {us} µs ({src})"),
+        None => println!("SLO: none"),
+    }
+    progress(t0, &format!("results in {}", s.out.display()));
+    Ok(())
+}
+
+fn mem_total_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|k| k * 1024)
+        .unwrap_or(0)
+}
+
+/// The plot script, built in so the binary does not depend on the source tree.
+const PLOT_PY: &str = include_str!("../../../bench/colocation/plot.py");
+
+/// Runs the plot script on `out`; returns the PNG names it wrote.
+fn plot(out: &Path) -> anyhow::Result<Vec<String>> {
+    let script = out.join(".plot.py");
+    std::fs::write(&script, PLOT_PY).with_context(|| format!("write {}", script.display()))?;
+    let mut last_err = String::from("no python3 found");
+    let mut result = None;
+    for py in ["/usr/bin/python3", "python3"] {
+        match Command::new(py).arg(&script).arg(out).output() {
+            Ok(o) if o.status.success() => {
+                result = Some(String::from_utf8_lossy(&o.stdout).to_string());
+                break;
+            }
+            Ok(o) => last_err = format!("{py}: {}", String::from_utf8_lossy(&o.stderr).trim()),
+            Err(e) => last_err = format!("{py}: {e}"),
+        }
+    }
+    let _ = std::fs::remove_file(&script);
+    let stdout = result.ok_or_else(|| anyhow::anyhow!(last_err))?;
+    Ok(stdout
+        .lines()
+        .filter(|l| l.ends_with(".png"))
+        .map(|l| l.trim().to_string())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ColocationArgs,
+    }
+
+    fn parse(argv: &[&str]) -> ColocationArgs {
+        Cli::try_parse_from(std::iter::once("x").chain(argv.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn defaults_and_quick() {
+        let full = Settings::resolve(&parse(&[])).unwrap();
+        assert_eq!(full.levels, vec![0, 50, 75, 100, 125, 150]);
+        assert_eq!(full.modes, vec![Mode::Kernel, Mode::Agent]);
+        assert_eq!(full.node_bytes, 4 << 30);
+        assert_eq!(full.duration, Duration::from_secs(60));
+        let quick = Settings::resolve(&parse(&["--quick"])).unwrap();
+        assert_eq!(quick.node_bytes, 2 << 30);
+        assert_eq!(quick.duration, Duration::from_secs(6));
+        // Explicit options win over --quick.
+        let q =
+            Settings::resolve(&parse(&["--quick", "--node-mem", "3GiB", "--rate", "500"])).unwrap();
+        assert_eq!(q.node_bytes, 3 << 30);
+        assert_eq!(q.rate_per_s, 500.0);
+        let m = Settings::resolve(&parse(&["--modes", "kernel", "--levels", "0,100"])).unwrap();
+        assert_eq!(m.modes, vec![Mode::Kernel]);
+        assert_eq!(m.levels, vec![0, 100]);
+    }
+
+    #[test]
+    fn rejects_bad_settings() {
+        for argv in [
+            &["--rate", "0"][..],
+            &["--set-ratio", "1.5"],
+            &["--node-mem", "100MiB"],
+            &["--levels", "500"],
+            &["--keys", "10000000"],
+            &["--duration-s", "0"],
+        ] {
+            assert!(
+                Settings::resolve(&parse(argv)).is_err(),
+                "{argv:?} accepted"
+            );
+        }
+        assert!(Cli::try_parse_from(["x", "--node-mem", "lots"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--be-split", "0:0"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--modes", "magic"]).is_err());
+    }
+}

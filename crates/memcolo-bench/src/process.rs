@@ -1,0 +1,304 @@
+//! Child processes of the benchmark, and what `/proc` says about any process.
+//!
+//! [`spawn`] starts a program in its own process group, already inside a given cgroup
+//! (the child writes `0` to the group's `cgroup.procs` before `exec`, so not a single
+//! page is charged elsewhere), optionally pinned to CPUs, and with `PR_SET_PDEATHSIG`
+//! so it dies with the benchmark. [`ChildGuard`] kills the whole process group when
+//! dropped.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use crate::error::{BenchError, Result};
+
+/// Where a child goes and how it runs.
+#[derive(Clone, Debug, Default)]
+pub struct Placement<'a> {
+    /// cgroup v1 directory to join before exec.
+    pub cgroup: Option<&'a Path>,
+    /// CPUs to pin to (`sched_setaffinity`), none = inherit.
+    pub cpus: Option<&'a [usize]>,
+}
+
+/// A running child; SIGKILLs its process group when dropped.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Option<Child>,
+    name: String,
+}
+
+/// Starts `cmd` as described by `place`. `name` is used in messages.
+pub fn spawn(cmd: &mut Command, name: &str, place: &Placement<'_>) -> Result<ChildGuard> {
+    let procs: Option<File> = match place.cgroup {
+        Some(g) => {
+            let p = g.join("cgroup.procs");
+            Some(
+                OpenOptions::new()
+                    .write(true)
+                    .open(&p)
+                    .map_err(|e| BenchError::io(&p, e))?,
+            )
+        }
+        None => None,
+    };
+    let procs_fd = procs.as_ref().map(|f| f.as_raw_fd());
+    let mut cpuset: Option<libc::cpu_set_t> = None;
+    if let Some(cpus) = place.cpus {
+        // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write into it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &c in cpus {
+            unsafe { libc::CPU_SET(c, &mut set) };
+        }
+        cpuset = Some(set);
+    }
+    cmd.process_group(0);
+    // SAFETY: the closure only calls async-signal-safe syscalls (prctl, write,
+    // sched_setaffinity) on data prepared before fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(fd) = procs_fd {
+                let buf = b"0";
+                if libc::write(fd, buf.as_ptr().cast(), buf.len()) != buf.len() as isize {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(set) = cpuset.as_ref() {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|source| BenchError::Spawn {
+        program: format!("{name} ({:?})", cmd.get_program()),
+        source,
+    })?;
+    drop(procs);
+    Ok(ChildGuard {
+        child: Some(child),
+        name: name.to_string(),
+    })
+}
+
+impl ChildGuard {
+    /// The child's pid.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(-1)
+    }
+
+    /// The name given at spawn.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `Some(status)` if the child has exited.
+    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
+        match self.child.as_mut() {
+            Some(c) => c
+                .try_wait()
+                .map_err(|e| BenchError::Process(format!("wait for {}: {e}", self.name))),
+            None => Err(BenchError::Process(format!("{} already reaped", self.name))),
+        }
+    }
+
+    /// Waits up to `timeout` for the child to exit by itself.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Result<Option<ExitStatus>> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(st) = self.try_wait()? {
+                return Ok(Some(st));
+            }
+            if Instant::now() >= end {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends `sig` to the child's process group.
+    pub fn signal_group(&self, sig: libc::c_int) {
+        let pid = self.pid();
+        if pid > 0 {
+            // SAFETY: kill(2) of the process group we created for this child.
+            unsafe { libc::kill(-pid, sig) };
+        }
+    }
+
+    /// SIGTERM to the process group, up to `grace` to exit, then SIGKILL. Returns the
+    /// exit status.
+    pub fn terminate(&mut self, grace: Duration) -> Result<ExitStatus> {
+        if let Some(st) = self.try_wait()? {
+            self.signal_group(libc::SIGKILL);
+            self.child = None;
+            return Ok(st);
+        }
+        self.signal_group(libc::SIGTERM);
+        let st = match self.wait_timeout(grace)? {
+            Some(st) => st,
+            None => {
+                self.signal_group(libc::SIGKILL);
+                self.child
+                    .as_mut()
+                    .expect("child present")
+                    .wait()
+                    .map_err(|e| BenchError::Process(format!("wait for {}: {e}", self.name)))?
+            }
+        };
+        // Workers the leader left behind.
+        self.signal_group(libc::SIGKILL);
+        self.child = None;
+        Ok(st)
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let pid = c.id() as i32;
+            // SAFETY: kill(2) of the process group we created for this child.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Counters of one process from `/proc/<pid>/stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcStat {
+    /// Major page faults (`majflt`): faults that needed I/O, swap-ins from zram included.
+    pub major_faults: u64,
+    /// User + system CPU time, in clock ticks (`utime + stime`).
+    pub cpu_ticks: u64,
+}
+
+/// Parses the text of `/proc/<pid>/stat`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    // The command name may contain spaces and parentheses; fields resume after the
+    // last ')'. Field 3 (state) is index 0 here.
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let get = |field: usize| f.get(field - 3)?.parse::<u64>().ok();
+    Some(ProcStat {
+        major_faults: get(12)?,
+        cpu_ticks: get(14)? + get(15)?,
+    })
+}
+
+/// Reads `/proc/<pid>/stat`.
+pub fn read_stat(pid: i32) -> Result<ProcStat> {
+    let p = format!("/proc/{pid}/stat");
+    let text = fs::read_to_string(&p).map_err(|e| BenchError::io(&p, e))?;
+    parse_stat(&text).ok_or_else(|| BenchError::Parse {
+        path: p.into(),
+        msg: "unexpected format".into(),
+    })
+}
+
+/// Resident memory of one process from `/proc/<pid>/status`, in KiB.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcMem {
+    /// `VmRSS`.
+    pub rss_kib: u64,
+    /// `VmHWM`: the peak of RSS.
+    pub hwm_kib: u64,
+}
+
+/// Parses the text of `/proc/<pid>/status`.
+pub fn parse_status_mem(text: &str) -> Option<ProcMem> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    Some(ProcMem {
+        rss_kib: field("VmRSS:")?,
+        hwm_kib: field("VmHWM:")?,
+    })
+}
+
+/// Reads `/proc/<pid>/status`.
+pub fn read_status_mem(pid: i32) -> Result<ProcMem> {
+    let p = format!("/proc/{pid}/status");
+    let text = fs::read_to_string(&p).map_err(|e| BenchError::io(&p, e))?;
+    parse_status_mem(&text).ok_or_else(|| BenchError::Parse {
+        path: p.into(),
+        msg: "no VmRSS/VmHWM".into(),
+    })
+}
+
+/// Bytes a process has read through read(2) and friends (`rchar` of `/proc/<pid>/io`),
+/// page-cache hits included.
+pub fn read_rchar(pid: i32) -> Result<u64> {
+    let p = format!("/proc/{pid}/io");
+    let text = fs::read_to_string(&p).map_err(|e| BenchError::io(&p, e))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("rchar:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| BenchError::Parse {
+            path: p.into(),
+            msg: "no rchar".into(),
+        })
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).
+pub fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
+/// Number of online CPUs.
+pub fn online_cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// The 1-minute load average (`/proc/loadavg`), a gauge of how busy the machine was.
+pub fn loadavg_1m() -> Option<f64> {
+    fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_odd_comm() {
+        let text = "1234 (redis server) (x) S 1 1234 1234 0 -1 4194560 5000 0 17 0 250 30 0 0 20 0 5 0 100 1000000 2000 18446744073709551615\n";
+        let s = parse_stat(text).unwrap();
+        assert_eq!(s.major_faults, 17);
+        assert_eq!(s.cpu_ticks, 280);
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn status_memory() {
+        let text = "Name:\tredis\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\n";
+        assert_eq!(
+            parse_status_mem(text),
+            Some(ProcMem {
+                rss_kib: 10240,
+                hwm_kib: 20480
+            })
+        );
+        assert_eq!(parse_status_mem("Name:\tkthread\n"), None);
+    }
+}
