@@ -1,0 +1,103 @@
+/* gate.c: the allow-rate gate of M3's adaptive allocation protocol (§4.2):
+ * r = min(elapsed since the last high signal / (epoch * NUM_epochs), 1); only the
+ * floor(1/r)-th allocation proceeds at once, the others evict first. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "internal.h"
+
+struct memcolo_gate {
+  pthread_mutex_t mu;
+  unsigned num_epochs;
+  int has_signal, has_epoch;
+  uint64_t last_signal_ns, epoch_ns, count;
+};
+
+uint64_t memcolo_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+memcolo_gate *memcolo_gate_new(unsigned num_epochs) {
+  memcolo_gate *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  pthread_mutex_init(&g->mu, NULL);
+  g->num_epochs = num_epochs ? num_epochs : 1;
+  return g;
+}
+
+void memcolo_gate_free(memcolo_gate *g) {
+  if (!g) return;
+  pthread_mutex_destroy(&g->mu);
+  free(g);
+}
+
+void memcolo_gate_signal_received(memcolo_gate *g, uint64_t now_ns) {
+  pthread_mutex_lock(&g->mu);
+  g->has_signal = 1;
+  g->last_signal_ns = now_ns;
+  g->count = 0;
+  pthread_mutex_unlock(&g->mu);
+}
+
+void memcolo_gate_signal_handled(memcolo_gate *g, uint64_t now_ns) {
+  pthread_mutex_lock(&g->mu);
+  if (g->has_signal) {
+    g->epoch_ns = now_ns > g->last_signal_ns ? now_ns - g->last_signal_ns : 0;
+    g->has_epoch = 1;
+  }
+  pthread_mutex_unlock(&g->mu);
+}
+
+int64_t memcolo_gate_epoch_ns(memcolo_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  int64_t e = g->has_epoch ? (int64_t)g->epoch_ns : -1;
+  pthread_mutex_unlock(&g->mu);
+  return e;
+}
+
+static double rate(const memcolo_gate *g, uint64_t now_ns) {
+  if (!g->has_signal) return 1.0;
+  if (!g->has_epoch) return 0.0;
+  double window = (double)g->epoch_ns * g->num_epochs;
+  if (window <= 0) return 1.0;
+  double elapsed = now_ns > g->last_signal_ns ? (double)(now_ns - g->last_signal_ns) : 0.0;
+  return fmin(elapsed / window, 1.0);
+}
+
+double memcolo_gate_allow_rate(memcolo_gate *g, uint64_t now_ns) {
+  pthread_mutex_lock(&g->mu);
+  double r = rate(g, now_ns);
+  pthread_mutex_unlock(&g->mu);
+  return r;
+}
+
+int memcolo_gate_admit(memcolo_gate *g, uint64_t now_ns) {
+  pthread_mutex_lock(&g->mu);
+  double r = rate(g, now_ns);
+  int admit;
+  if (r >= 1.0) {
+    g->count = 0;
+    admit = 1;
+  } else {
+    g->count++;
+    if (r <= 0.0) {
+      admit = 0;
+    } else {
+      double every = floor(1.0 / r);
+      admit = g->count >= (uint64_t)(every < 1 ? 1 : every);
+      if (admit) g->count = 0;
+    }
+  }
+  pthread_mutex_unlock(&g->mu);
+  return admit;
+}
+
+int memcolo_gate_before_alloc(memcolo_gate *g, void (*evict)(void *), void *arg) {
+  if (memcolo_gate_admit(g, memcolo_now_ns())) return 0;
+  evict(arg);
+  return 1;
+}
