@@ -7,10 +7,14 @@
 //! - `kill`: M3's last resort above the top of memory (M3 §5.1).
 //! - `drop_file_cache`: Hermes' advice to drop a best-effort job's file cache
 //!   (Hermes §3.3).
+//! - `reclaim_process`: `process_madvise(MADV_COLD|MADV_PAGEOUT)` on a process's
+//!   memory (Hermit's asynchronous reclaim; M3 §5 reclaiming best-effort memory).
 
 use crate::error::{Error, Result};
 use crate::filecache;
 use crate::pidfd;
+use crate::procfs::ProcFs;
+use crate::reclaim::{self, ReclaimAdvice, VmaKind};
 use memcolo_policy::types::Pid;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -18,9 +22,22 @@ use std::path::{Path, PathBuf};
 /// One side effect, as recorded by [`RecordingActuator`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ActuatorCall {
-    Signal { pid: Pid, sig: i32 },
-    Kill { pid: Pid, reason: String },
-    DropFileCache { path: PathBuf },
+    Signal {
+        pid: Pid,
+        sig: i32,
+    },
+    Kill {
+        pid: Pid,
+        reason: String,
+    },
+    DropFileCache {
+        path: PathBuf,
+    },
+    ReclaimProcess {
+        pid: Pid,
+        advice: ReclaimAdvice,
+        kind: VmaKind,
+    },
 }
 
 /// The side effects the agent may have.
@@ -32,6 +49,15 @@ pub trait Actuator: Send {
     /// Drops the clean page cache of `path`; returns the bytes dropped (resident
     /// before minus resident after, 0 if it grew meanwhile).
     fn drop_file_cache(&mut self, path: &Path) -> Result<u64>;
+    /// Advises process `pid`'s memory of `kind` with `advice` (`process_madvise(2)`);
+    /// returns the bytes of address space advised. The default refuses with
+    /// [`Error::Unsupported`].
+    fn reclaim_process(&mut self, pid: Pid, advice: ReclaimAdvice, kind: VmaKind) -> Result<u64> {
+        let _ = (advice, kind);
+        Err(Error::Unsupported {
+            what: format!("process reclaim of pid {pid} by this actuator"),
+        })
+    }
 }
 
 /// The real actuator: signals through a pidfd (no pid-reuse race), falling back to
@@ -79,14 +105,22 @@ impl Actuator for LinuxActuator {
         tracing::debug!(path = %path.display(), before, after, dropped, "dropped file cache");
         Ok(dropped)
     }
+
+    fn reclaim_process(&mut self, pid: Pid, advice: ReclaimAdvice, kind: VmaKind) -> Result<u64> {
+        let report = reclaim::reclaim_process(&ProcFs::root(), pid, advice, kind)?;
+        tracing::debug!(pid, ?advice, ?kind, ?report, "process reclaim");
+        Ok(report.advised_bytes)
+    }
 }
 
 /// Records every call and acts on nothing; for tests. `drop_file_cache` answers
-/// `drop_result_bytes`.
+/// `drop_result_bytes`, `reclaim_process` `reclaim_result_bytes`.
 #[derive(Clone, Debug, Default)]
 pub struct RecordingActuator {
     pub calls: Vec<ActuatorCall>,
     pub drop_result_bytes: u64,
+    /// What `reclaim_process` answers.
+    pub reclaim_result_bytes: u64,
 }
 
 impl Actuator for RecordingActuator {
@@ -109,6 +143,12 @@ impl Actuator for RecordingActuator {
         });
         Ok(self.drop_result_bytes)
     }
+
+    fn reclaim_process(&mut self, pid: Pid, advice: ReclaimAdvice, kind: VmaKind) -> Result<u64> {
+        self.calls
+            .push(ActuatorCall::ReclaimProcess { pid, advice, kind });
+        Ok(self.reclaim_result_bytes)
+    }
 }
 
 impl<A: Actuator + ?Sized> Actuator for Box<A> {
@@ -120,6 +160,9 @@ impl<A: Actuator + ?Sized> Actuator for Box<A> {
     }
     fn drop_file_cache(&mut self, path: &Path) -> Result<u64> {
         (**self).drop_file_cache(path)
+    }
+    fn reclaim_process(&mut self, pid: Pid, advice: ReclaimAdvice, kind: VmaKind) -> Result<u64> {
+        (**self).reclaim_process(pid, advice, kind)
     }
 }
 
@@ -136,6 +179,8 @@ mod tests {
         a.signal(10, libc::SIGUSR1).unwrap();
         assert_eq!(a.drop_file_cache(Path::new("/data/x")).unwrap(), 4096);
         a.kill(11, "above top").unwrap();
+        a.reclaim_process(12, ReclaimAdvice::Pageout, VmaKind::File)
+            .unwrap();
         assert_eq!(
             a.calls,
             vec![
@@ -149,6 +194,11 @@ mod tests {
                 ActuatorCall::Kill {
                     pid: 11,
                     reason: "above top".into()
+                },
+                ActuatorCall::ReclaimProcess {
+                    pid: 12,
+                    advice: ReclaimAdvice::Pageout,
+                    kind: VmaKind::File
                 },
             ]
         );

@@ -16,6 +16,7 @@ pub mod filecache;
 pub mod pidfd;
 pub mod procfs;
 pub mod psi;
+pub mod reclaim;
 pub mod scope;
 
 pub use error::{Error, Result};

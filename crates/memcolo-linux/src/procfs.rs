@@ -132,6 +132,74 @@ pub struct OpenFile {
     pub ino: u64,
 }
 
+/// `/proc/<pid>/smaps_rollup` (Linux 4.14+): the sums of `/proc/<pid>/smaps` over
+/// every mapping, in bytes. Fields a kernel does not print are 0.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SmapsRollup {
+    /// `Rss`: resident memory mapped by the process.
+    pub rss_bytes: u64,
+    /// `Pss`: proportional set size (each shared page divided among its mappers).
+    pub pss_bytes: u64,
+    /// `Pss_Anon`.
+    pub pss_anon_bytes: u64,
+    /// `Pss_File`.
+    pub pss_file_bytes: u64,
+    /// `Pss_Shmem`.
+    pub pss_shmem_bytes: u64,
+    /// `Shared_Clean`.
+    pub shared_clean_bytes: u64,
+    /// `Shared_Dirty`.
+    pub shared_dirty_bytes: u64,
+    /// `Private_Clean`.
+    pub private_clean_bytes: u64,
+    /// `Private_Dirty`.
+    pub private_dirty_bytes: u64,
+    /// `Referenced`: resident pages referenced since the last clear.
+    pub referenced_bytes: u64,
+    /// `Anonymous`.
+    pub anonymous_bytes: u64,
+    /// `AnonHugePages`: anonymous memory backed by transparent huge pages (THP).
+    pub anon_huge_pages_bytes: u64,
+    /// `Swap`: anonymous memory swapped out.
+    pub swap_bytes: u64,
+    /// `SwapPss`: proportional share of swap.
+    pub swap_pss_bytes: u64,
+    /// `Locked`: mlocked memory.
+    pub locked_bytes: u64,
+}
+
+/// One line of `/proc/<pid>/maps`: a virtual memory area (VMA).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MapsEntry {
+    /// Start address (inclusive).
+    pub start: u64,
+    /// End address (exclusive).
+    pub end: u64,
+    /// Permissions, e.g. `r-xp` (`p` private, `s` shared).
+    pub perms: String,
+    /// Offset into the mapped file, in bytes.
+    pub offset: u64,
+    /// Device of the mapped file (`makedev(major, minor)`), 0 for anonymous memory.
+    pub dev: u64,
+    /// Inode of the mapped file, 0 for anonymous memory.
+    pub ino: u64,
+    /// The path or pseudo-path (`[heap]`, `[stack]`, `[vdso]`, `[anon:name]`, a file,
+    /// possibly with ` (deleted)`); `None` for unnamed anonymous memory.
+    pub path: Option<String>,
+}
+
+impl MapsEntry {
+    /// Length of the area in bytes.
+    pub fn len_bytes(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Whether the area maps a file (or shmem): inode is not 0.
+    pub fn is_file_backed(&self) -> bool {
+        self.ino != 0
+    }
+}
+
 impl ProcFs {
     /// A procfs mounted (or faked) at `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {
@@ -246,6 +314,20 @@ impl ProcFs {
         let path = self.pid_path(pid, "cgroup");
         let text = read(&path)?;
         parse_cgroup_lines(&text, &path)
+    }
+
+    /// `/proc/<pid>/smaps_rollup`. Empty (all 0) for kernel threads.
+    pub fn read_pid_smaps_rollup(&self, pid: Pid) -> Result<SmapsRollup> {
+        let path = self.pid_path(pid, "smaps_rollup");
+        let text = read(&path)?;
+        parse_smaps_rollup(&text, &path)
+    }
+
+    /// `/proc/<pid>/maps`: every VMA in address order.
+    pub fn read_pid_maps(&self, pid: Pid) -> Result<Vec<MapsEntry>> {
+        let path = self.pid_path(pid, "maps");
+        let text = read(&path)?;
+        parse_maps(&text, &path)
     }
 
     /// Regular files the process holds open (`/proc/<pid>/fd/*`) or has mapped
@@ -535,13 +617,10 @@ pub fn parse_cgroup_lines(text: &str, path: &Path) -> Result<Vec<CgroupLine>> {
         .collect()
 }
 
-/// The file-backed mappings of `/proc/<pid>/maps` text that pass the filters of
-/// [`ProcFs::read_pid_files`], deduplicated by `(dev, ino)`, in order of appearance.
-///
-/// Line format: `start-end perms offset major:minor inode path` (dev in hex, inode in
-/// decimal; the path may contain spaces).
-pub fn parse_maps_files(text: &str, path: &Path) -> Result<Vec<OpenFile>> {
-    let mut seen = HashSet::new();
+/// Parses `/proc/<pid>/maps` text. Line format:
+/// `start-end perms offset major:minor inode [path]` (addresses, offset and device in
+/// hex, inode in decimal; the path may contain spaces).
+pub fn parse_maps(text: &str, path: &Path) -> Result<Vec<MapsEntry>> {
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let mut rest = line;
@@ -558,10 +637,18 @@ pub fn parse_maps_files(text: &str, path: &Path) -> Result<Vec<OpenFile>> {
                 format!("expected 5 or 6 columns, got `{line}`"),
             ));
         }
-        let file = rest.trim_start();
-        let ino = cols[4]
-            .parse::<u64>()
-            .map_err(|_| Error::parse(path, format!("bad inode in `{line}`")))?;
+        let bad = |what: &str| Error::parse(path, format!("bad {what} in `{line}`"));
+        let (start, end) = cols[0]
+            .split_once('-')
+            .and_then(|(a, b)| {
+                Some((
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                ))
+            })
+            .filter(|(a, b)| a <= b)
+            .ok_or_else(|| bad("address range"))?;
+        let offset = u64::from_str_radix(cols[2], 16).map_err(|_| bad("offset"))?;
         let (major, minor) = cols[3]
             .split_once(':')
             .and_then(|(ma, mi)| {
@@ -570,18 +657,85 @@ pub fn parse_maps_files(text: &str, path: &Path) -> Result<Vec<OpenFile>> {
                     u32::from_str_radix(mi, 16).ok()?,
                 ))
             })
-            .ok_or_else(|| Error::parse(path, format!("bad device in `{line}`")))?;
-        if ino == 0 || file.is_empty() || !is_interesting_path(Path::new(file)) {
+            .ok_or_else(|| bad("device"))?;
+        let ino = cols[4].parse::<u64>().map_err(|_| bad("inode"))?;
+        let name = rest.trim_start();
+        out.push(MapsEntry {
+            start,
+            end,
+            perms: cols[1].to_string(),
+            offset,
+            dev: libc::makedev(major, minor),
+            ino,
+            path: (!name.is_empty()).then(|| name.to_string()),
+        });
+    }
+    Ok(out)
+}
+
+/// The file-backed mappings of `/proc/<pid>/maps` text that pass the filters of
+/// [`ProcFs::read_pid_files`], deduplicated by `(dev, ino)`, in order of appearance.
+pub fn parse_maps_files(text: &str, path: &Path) -> Result<Vec<OpenFile>> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for vma in parse_maps(text, path)? {
+        let Some(file) = vma.path else { continue };
+        if vma.ino == 0 || !is_interesting_path(Path::new(&file)) {
             continue;
         }
-        let dev = libc::makedev(major, minor);
-        if seen.insert((dev, ino)) {
+        if seen.insert((vma.dev, vma.ino)) {
             out.push(OpenFile {
                 path: PathBuf::from(file),
-                dev,
-                ino,
+                dev: vma.dev,
+                ino: vma.ino,
             });
         }
+    }
+    Ok(out)
+}
+
+/// Parses `/proc/<pid>/smaps_rollup` text (the first line is the `[rollup]` pseudo-VMA).
+pub fn parse_smaps_rollup(text: &str, path: &Path) -> Result<SmapsRollup> {
+    let mut out = SmapsRollup::default();
+    let mut seen_rss = false;
+    for line in text
+        .lines()
+        .skip_while(|l| l.contains("[rollup]") || l.trim().is_empty())
+    {
+        let (key, value) = line
+            .split_once(':')
+            .ok_or_else(|| Error::parse(path, format!("expected `Key: n kB`, got `{line}`")))?;
+        let mut w = value.split_whitespace();
+        let bytes = match (w.next().map(str::parse::<u64>), w.next()) {
+            (Some(Ok(v)), Some("kB")) => v.saturating_mul(1024),
+            _ => return Err(Error::parse(path, format!("expected `<n> kB` in `{line}`"))),
+        };
+        let field = match key {
+            "Rss" => {
+                seen_rss = true;
+                &mut out.rss_bytes
+            }
+            "Pss" => &mut out.pss_bytes,
+            "Pss_Anon" => &mut out.pss_anon_bytes,
+            "Pss_File" => &mut out.pss_file_bytes,
+            "Pss_Shmem" => &mut out.pss_shmem_bytes,
+            "Shared_Clean" => &mut out.shared_clean_bytes,
+            "Shared_Dirty" => &mut out.shared_dirty_bytes,
+            "Private_Clean" => &mut out.private_clean_bytes,
+            "Private_Dirty" => &mut out.private_dirty_bytes,
+            "Referenced" => &mut out.referenced_bytes,
+            "Anonymous" => &mut out.anonymous_bytes,
+            "AnonHugePages" => &mut out.anon_huge_pages_bytes,
+            "Swap" => &mut out.swap_bytes,
+            "SwapPss" => &mut out.swap_pss_bytes,
+            "Locked" => &mut out.locked_bytes,
+            _ => continue,
+        };
+        *field = bytes;
+    }
+    // A kernel thread's smaps_rollup is empty; anything else must have Rss.
+    if !seen_rss && !text.trim().is_empty() {
+        return Err(Error::parse(path, "missing Rss"));
     }
     Ok(out)
 }

@@ -157,6 +157,85 @@ fn pid_stat_status_cmdline_cgroup_from_real_text() {
 }
 
 #[test]
+fn smaps_rollup_and_maps_from_real_text() {
+    let (_tmp, procfs) = setup();
+    std::fs::write(
+        procfs.path().join(format!("{FIXTURE_PID}/smaps_rollup")),
+        fixture("pid_smaps_rollup"),
+    )
+    .unwrap();
+    let r = procfs.read_pid_smaps_rollup(FIXTURE_PID).unwrap();
+    let text = fixture("pid_smaps_rollup");
+    let kib = |key: &str| -> u64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{key}:")))
+            .unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * KIB
+    };
+    assert_eq!(r.rss_bytes, kib("Rss"));
+    assert_eq!(r.pss_bytes, kib("Pss"));
+    assert_eq!(r.pss_anon_bytes, kib("Pss_Anon"));
+    assert_eq!(r.pss_file_bytes, kib("Pss_File"));
+    assert_eq!(r.anonymous_bytes, kib("Anonymous"));
+    assert_eq!(r.private_dirty_bytes, kib("Private_Dirty"));
+    assert_eq!(r.swap_bytes, 0);
+    assert!(r.rss_bytes > 0 && r.pss_bytes <= r.rss_bytes);
+    assert_eq!(
+        r.rss_bytes,
+        r.shared_clean_bytes + r.shared_dirty_bytes + r.private_clean_bytes + r.private_dirty_bytes
+    );
+    let path = procfs.path().join(format!("{FIXTURE_PID}/smaps_rollup"));
+    std::fs::write(&path, "Pss: 4 kB\n").unwrap();
+    assert_parse_error_names(
+        procfs.read_pid_smaps_rollup(FIXTURE_PID).unwrap_err(),
+        &path,
+    );
+    std::fs::write(&path, "Rss: 4 MB\n").unwrap();
+    assert_parse_error_names(
+        procfs.read_pid_smaps_rollup(FIXTURE_PID).unwrap_err(),
+        &path,
+    );
+    std::fs::write(&path, "").unwrap(); // a kernel thread
+    assert_eq!(
+        procfs.read_pid_smaps_rollup(FIXTURE_PID).unwrap().rss_bytes,
+        0
+    );
+
+    let maps = procfs.read_pid_maps(FIXTURE_PID).unwrap();
+    assert_eq!(maps.len(), fixture("pid_maps").lines().count());
+    let data = maps
+        .iter()
+        .find(|m| m.path.as_deref() == Some("/var/tmp/fx/data.bin"))
+        .unwrap();
+    assert_eq!(data.len_bytes(), 1 << 20);
+    assert_eq!(data.perms, "r--s");
+    assert_eq!(data.ino, 813_273);
+    assert_eq!(data.dev, libc::makedev(0xfe, 0));
+    assert!(data.is_file_backed());
+    assert!(maps
+        .iter()
+        .any(|m| m.path.as_deref() == Some("[heap]") && !m.is_file_backed()));
+    assert!(maps.iter().any(|m| m.path.is_none()));
+    assert!(maps.windows(2).all(|w| w[0].end <= w[1].start));
+    // The mapped fixture file shows up among the process's files.
+    let files =
+        memcolo_linux::procfs::parse_maps_files(&fixture("pid_maps"), Path::new("/proc/8928/maps"))
+            .unwrap();
+    assert!(files
+        .iter()
+        .any(|f| f.path == Path::new("/var/tmp/fx/data.bin") && f.ino == 813_273));
+    let maps_path = procfs.path().join(format!("{FIXTURE_PID}/maps"));
+    std::fs::write(&maps_path, "7f00-7e00 r--p 00000000 00:00 0\n").unwrap();
+    assert_parse_error_names(procfs.read_pid_maps(FIXTURE_PID).unwrap_err(), &maps_path);
+}
+
+#[test]
 fn pid_files_malformed_and_vanished() {
     let (_tmp, procfs) = setup();
     let stat = procfs.path().join(format!("{FIXTURE_PID}/stat"));

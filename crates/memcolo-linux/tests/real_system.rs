@@ -73,6 +73,15 @@ impl Drop for Scratch {
     }
 }
 
+fn is_root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("{test}: skipped: needs root");
+    }
+    root
+}
+
 /// Whether this process has CAP_SYS_RESOURCE (bit 24 of `CapEff` in /proc/self/status).
 fn has_cap_sys_resource() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -436,4 +445,101 @@ fn psi_trigger_registers_on_proc_pressure_memory() {
     // A file that is not a PSI file refuses the trigger text.
     let e = psi_trigger(Path::new("/proc/meminfo"), false, 150_000, 2_000_000).unwrap_err();
     assert!(matches!(e, Error::Io { .. }), "{e}");
+}
+
+/// A python3 child that maps `file` (touching every page) and dirties 16 MiB of
+/// anonymous memory, then waits for a line on stdin.
+const MAPPER: &str = r#"
+import mmap, sys
+f = open(sys.argv[1], "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+total = sum(m[i] for i in range(0, len(m), 4096))
+anon = bytearray(16 << 20)
+for i in range(0, len(anon), 4096):
+    anon[i] = 1
+print("ready", total, flush=True)
+sys.stdin.readline()
+"#;
+
+#[test]
+fn process_madvise_pages_out_a_childs_file_mapping() {
+    if !is_root("process_madvise_pages_out_a_childs_file_mapping") {
+        return;
+    }
+    let dir = disk_tempdir();
+    let data = dir.path().join("mapped-32m");
+    write_file(&data, 32 * MIB);
+    let spawned = Command::new("python3")
+        .args(["-c", MAPPER, data.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => Reaped(c),
+        Err(e) => {
+            eprintln!("process_madvise_pages_out_a_childs_file_mapping: skipped: no python3: {e}");
+            return;
+        }
+    };
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("ready"), "child said {line:?}");
+    let pid = child.0.id() as i32;
+    let procfs = ProcFs::root();
+    let before = procfs.read_pid_status(pid).unwrap();
+    assert!(before.rss_file_bytes >= 30 * MIB, "{before:?}");
+    let anon_before = procfs.read_pid_status(pid).unwrap().rss_anon_bytes;
+
+    let report = memcolo_linux::reclaim::reclaim_process(
+        &procfs,
+        pid,
+        memcolo_linux::reclaim::ReclaimAdvice::Pageout,
+        memcolo_linux::reclaim::VmaKind::File,
+    )
+    .unwrap();
+    assert!(report.vmas > 0);
+    assert!(report.advised_bytes >= 32 * MIB, "{report:?}");
+    let after = procfs.read_pid_status(pid).unwrap();
+    assert!(
+        after.rss_file_bytes + 16 * MIB < before.rss_file_bytes,
+        "RssFile {} -> {}",
+        before.rss_file_bytes,
+        after.rss_file_bytes
+    );
+    assert!(
+        resident_bytes(&data).unwrap() < 16 * MIB,
+        "the file's page cache was reclaimed"
+    );
+    // File advice leaves anonymous memory alone.
+    assert!(after.rss_anon_bytes + MIB >= anon_before);
+
+    // MADV_COLD on the anonymous areas through the actuator: advised, process unharmed.
+    let advised = LinuxActuator
+        .reclaim_process(
+            pid,
+            memcolo_linux::reclaim::ReclaimAdvice::Cold,
+            memcolo_linux::reclaim::VmaKind::Anon,
+        )
+        .unwrap();
+    assert!(advised >= 16 * MIB, "{advised}");
+    child
+        .0
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"done\n")
+        .unwrap();
+    assert!(child.0.wait().unwrap().success());
+    assert!(LinuxActuator
+        .reclaim_process(
+            pid,
+            memcolo_linux::reclaim::ReclaimAdvice::Cold,
+            memcolo_linux::reclaim::VmaKind::All
+        )
+        .unwrap_err()
+        .is_not_found());
 }
