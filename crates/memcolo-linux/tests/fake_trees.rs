@@ -90,7 +90,9 @@ fn pressure_files() {
     assert_eq!(cpu.some.total_us, 9_566_251);
     assert_eq!(cpu.full.unwrap().total_us, 0);
     let mem = procfs.read_pressure("memory").unwrap();
-    assert!(mem.full.is_some());
+    assert_eq!(mem.some.avg10, 0.14);
+    assert_eq!(mem.some.total_us, 364_676);
+    assert_eq!(mem.full.unwrap().total_us, 86_163);
     assert!(procfs.read_pressure("irq").unwrap_err().is_not_found());
     assert!(matches!(
         procfs.read_pressure("../meminfo"),

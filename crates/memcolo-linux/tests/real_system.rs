@@ -380,6 +380,13 @@ fn v1_pressure_level_fires_when_a_child_fills_its_limit() {
         ));
     }
     let low = v1_pressure_level_eventfd(cg, "low", "local").unwrap();
+    // Reclaim in the group stalls the reader: host memory PSI counts it. A 2 s window
+    // works with or without CAP_SYS_RESOURCE; 500 us is far below what reclaiming
+    // ~96 MiB costs.
+    let psi = std::path::Path::new("/proc/pressure/memory");
+    let psi_fd = psi
+        .exists()
+        .then(|| psi_trigger(psi, false, 500, 2_000_000).unwrap());
     let low_default = v1_pressure_level_eventfd(cg, "low", "default").unwrap();
     assert_eq!(
         read_eventfd(low.as_fd()).unwrap(),
@@ -405,6 +412,12 @@ fn v1_pressure_level_fires_when_a_child_fills_its_limit() {
     assert!(wait_for_event(low_default.as_fd(), 60_000).unwrap());
     let status = child.0.wait().unwrap();
     assert!(status.success(), "reader failed: {status:?}");
+    if let Some(fd) = psi_fd {
+        assert!(
+            wait_for_event(fd.as_fd(), 10_000).unwrap(),
+            "PSI trigger did not fire"
+        );
+    }
     let stat = cg.read_memory_stat().unwrap();
     assert!(cg.read_usage_bytes().unwrap() <= 32 * MIB);
     assert!(
