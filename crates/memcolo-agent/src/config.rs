@@ -207,10 +207,16 @@ impl AgentConfig {
             return bad("poll_ms must be at least 1".into());
         }
         if !(0.0..1.0).contains(&self.m3.top_margin_ratio) {
-            return bad(format!("m3.top_margin_ratio {} is not in [0, 1)", self.m3.top_margin_ratio));
+            return bad(format!(
+                "m3.top_margin_ratio {} is not in [0, 1)",
+                self.m3.top_margin_ratio
+            ));
         }
         if !(self.m3.step_ratio > 0.0 && self.m3.step_ratio < 1.0) {
-            return bad(format!("m3.step_ratio {} is not in (0, 1)", self.m3.step_ratio));
+            return bad(format!(
+                "m3.step_ratio {} is not in (0, 1)",
+                self.m3.step_ratio
+            ));
         }
         if self.m3.window_samples == 0 || self.m3.reclaim_history == 0 {
             return bad("m3.window_samples and m3.reclaim_history must be at least 1".into());
@@ -224,9 +230,15 @@ impl AgentConfig {
             }
         }
         if !(self.hermes.adv_thr_ratio > 0.0 && self.hermes.adv_thr_ratio <= 1.0) {
-            return bad(format!("hermes.adv_thr_ratio {} is not in (0, 1]", self.hermes.adv_thr_ratio));
+            return bad(format!(
+                "hermes.adv_thr_ratio {} is not in (0, 1]",
+                self.hermes.adv_thr_ratio
+            ));
         }
-        if !matches!(self.events.v1_pressure_level.as_str(), "off" | "low" | "medium" | "critical") {
+        if !matches!(
+            self.events.v1_pressure_level.as_str(),
+            "off" | "low" | "medium" | "critical"
+        ) {
             return bad(format!(
                 "events.v1_pressure_level `{}` is not off, low, medium or critical",
                 self.events.v1_pressure_level
@@ -245,7 +257,7 @@ impl AgentConfig {
         let top = self
             .m3
             .top_bytes
-            .unwrap_or_else(|| (scope_bytes as f64 * (1.0 - self.m3.top_margin_ratio)) as u64);
+            .unwrap_or((scope_bytes as f64 * (1.0 - self.m3.top_margin_ratio)) as u64);
         let mut c = memcolo_policy::m3::M3Config::with_top(top);
         if let Some(l) = self.m3.low_bytes {
             c.low_bytes = l.min(top);
@@ -267,7 +279,7 @@ impl AgentConfig {
     pub fn adv_thr_bytes(&self, scope_bytes: u64) -> u64 {
         self.hermes
             .adv_thr_bytes
-            .unwrap_or_else(|| (scope_bytes as f64 * self.hermes.adv_thr_ratio) as u64)
+            .unwrap_or((scope_bytes as f64 * self.hermes.adv_thr_ratio) as u64)
     }
 }
 
@@ -289,7 +301,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.toml");
         let mut f = std::fs::File::create(&p).unwrap();
-        writeln!(f, "poll_ms = 250\n[m3]\nkill_after_s = 10\nsort_order = \"largest_rss\"").unwrap();
+        writeln!(
+            f,
+            "poll_ms = 250\n[m3]\nkill_after_s = 10\nsort_order = \"largest_rss\""
+        )
+        .unwrap();
         let c = AgentConfig::load(Some(&p)).unwrap();
         assert_eq!(c.poll_ms, 250);
         assert_eq!(c.m3.kill_after_s, 10);

@@ -126,7 +126,9 @@ impl Core {
         let procfs = ProcFs::new(cfg.procfs.clone());
         let sample = scope.sample()?;
         let scope_total_bytes = sample.total_bytes;
-        let mut monitor = Monitor::new(cfg.m3_config(scope_total_bytes));
+        let mut monitor = Monitor::try_new(cfg.m3_config(scope_total_bytes)).map_err(|e| {
+            anyhow::anyhow!("M3 configuration for a scope of {scope_total_bytes} bytes: {e}")
+        })?;
         let state_path = registry::registry_path(&cfg.state_dir);
         let (saved, monitor_state) = match registry::load(&state_path) {
             Ok(x) => x,
@@ -136,9 +138,8 @@ impl Core {
             }
         };
         if let Some(st) = monitor_state {
-            monitor.restore(st);
-            if cfg.m3.top_bytes.is_none() {
-                monitor.set_top(cfg.m3_config(scope_total_bytes).top_bytes);
+            if let Err(e) = monitor.try_restore(st) {
+                tracing::warn!(error = %e, "ignoring saved monitor state");
             }
         }
         let mut core = Core {
@@ -230,12 +231,16 @@ impl Core {
                     Some(e) => {
                         self.watcher.unwatch(target);
                         self.forget(target);
-                        self.events.record("unregistered", json!({"pid": target, "name": e.name}));
+                        self.events
+                            .record("unregistered", json!({"pid": target, "name": e.name}));
                         self.persist();
                         self.update_registry_metrics();
                         Reply::Ok
                     }
-                    None => err(ErrorCode::NotRegistered, format!("pid {target} is not registered")),
+                    None => err(
+                        ErrorCode::NotRegistered,
+                        format!("pid {target} is not registered"),
+                    ),
                 }
             }
             Request::Reclaimed {
@@ -247,11 +252,20 @@ impl Core {
             } => {
                 let from_seq = seq.and_then(|s| self.outstanding.get(&s).map(|o| o.pid));
                 let target = match (from_seq, pid) {
-                    (Some(p), _) if peer.uid == 0 || Some(p) == peer.pid || self.registry.get(p).and_then(|e| e.conn) == Some(conn) => p,
+                    (Some(p), _)
+                        if peer.uid == 0
+                            || Some(p) == peer.pid
+                            || self.registry.get(p).and_then(|e| e.conn) == Some(conn) =>
+                    {
+                        p
+                    }
                     (Some(p), _) => {
                         return err(
                             ErrorCode::PermissionDenied,
-                            format!("notification {} went to pid {p}, not to this peer", seq.unwrap_or(0)),
+                            format!(
+                                "notification {} went to pid {p}, not to this peer",
+                                seq.unwrap_or(0)
+                            ),
                         )
                     }
                     (None, p) => match self.target_pid(peer, p) {
@@ -260,7 +274,10 @@ impl Core {
                     },
                 };
                 let Some(e) = self.registry.get_mut(target) else {
-                    return err(ErrorCode::NotRegistered, format!("pid {target} is not registered"));
+                    return err(
+                        ErrorCode::NotRegistered,
+                        format!("pid {target} is not registered"),
+                    );
                 };
                 e.reclaimed_bytes += bytes;
                 if !ok {
@@ -269,7 +286,8 @@ impl Core {
                 if let Some(s) = seq {
                     self.outstanding.remove(&s);
                 }
-                self.monitor.record_reclaim(target, if ok { bytes } else { 0 }, now);
+                self.monitor
+                    .record_reclaim(target, if ok { bytes } else { 0 }, now);
                 self.metrics.reclaimed_bytes.inc_by(bytes);
                 self.events.record(
                     "reclaimed",
@@ -282,7 +300,10 @@ impl Core {
                     Ok(child) => Reply::Cgroup {
                         path: child.path().display().to_string(),
                     },
-                    Err(e) => err(ErrorCode::Internal, format!("cannot create cgroup `{name}`: {e}")),
+                    Err(e) => err(
+                        ErrorCode::Internal,
+                        format!("cannot create cgroup `{name}`: {e}"),
+                    ),
                 },
                 Scope::Host(_) => err(
                     ErrorCode::BadRequest,
@@ -330,11 +351,19 @@ impl Core {
             Err(e) if e.is_not_found() => {
                 return err(ErrorCode::NoSuchProcess, format!("no process {target}"))
             }
-            Err(e) => return err(ErrorCode::Internal, format!("cannot read process {target}: {e}")),
+            Err(e) => {
+                return err(
+                    ErrorCode::Internal,
+                    format!("cannot read process {target}: {e}"),
+                )
+            }
         };
         if let Some(n) = &name {
             if n.len() > 256 || n.chars().any(|c| c.is_control()) {
-                return err(ErrorCode::BadRequest, "name must be at most 256 printable characters".into());
+                return err(
+                    ErrorCode::BadRequest,
+                    "name must be at most 256 printable characters".into(),
+                );
             }
         }
         let fresh = self
@@ -344,7 +373,10 @@ impl Core {
             .unwrap_or(true);
         if fresh {
             if let Err(e) = self.watcher.watch(target) {
-                return err(ErrorCode::NoSuchProcess, format!("cannot watch process {target}: {e}"));
+                return err(
+                    ErrorCode::NoSuchProcess,
+                    format!("cannot watch process {target}: {e}"),
+                );
             }
             self.monitor.forget(target);
         }
@@ -380,7 +412,10 @@ impl Core {
     pub fn process_exited(&mut self, pid: Pid) {
         if let Some(e) = self.registry.remove(pid) {
             self.forget(pid);
-            self.events.record("exited", json!({"pid": pid, "name": e.name, "class": e.class}));
+            self.events.record(
+                "exited",
+                json!({"pid": pid, "name": e.name, "class": e.class}),
+            );
             self.persist();
             self.update_registry_metrics();
         }
@@ -395,7 +430,10 @@ impl Core {
     /// One sense → decide → act round.
     pub fn poll(&mut self, now: Duration, trigger: Trigger) {
         self.polls += 1;
-        self.metrics.polls.with_label_values(&[trigger.as_str()]).inc();
+        self.metrics
+            .polls
+            .with_label_values(&[trigger.as_str()])
+            .inc();
         let sample = match self.scope.sample() {
             Ok(s) => {
                 self.sense_error_logged = false;
@@ -411,8 +449,14 @@ impl Core {
             }
         };
         if sample.total_bytes != self.scope_total_bytes && self.cfg.m3.top_bytes.is_none() {
-            self.scope_total_bytes = sample.total_bytes;
-            self.monitor.set_top(self.cfg.m3_config(sample.total_bytes).top_bytes);
+            let top = self.cfg.m3_config(sample.total_bytes).top_bytes;
+            match self.monitor.try_set_top(top) {
+                Ok(()) => self.scope_total_bytes = sample.total_bytes,
+                Err(e) => {
+                    self.metrics.errors.with_label_values(&["config"]).inc();
+                    tracing::warn!(error = %e, "scope memory changed to an unusable size; keeping the old top");
+                }
+            }
         }
         let rows = self.read_rows();
         let views = self.views(&rows);
@@ -426,7 +470,7 @@ impl Core {
         self.update_poll_metrics(&sample);
         self.last_sample = Some(sample);
         // The registry is saved on every change; the adapted thresholds every 10 polls.
-        if self.polls % 10 == 0 {
+        if self.polls.is_multiple_of(10) {
             self.persist();
         }
     }
@@ -480,7 +524,11 @@ impl Core {
         self.seen.clear();
         for e in self.registry.iter() {
             let tree = Self::tree(rows, e.pid);
-            let rss: u64 = tree.iter().filter_map(|p| rows.get(p)).map(|r| r.rss_bytes).sum();
+            let rss: u64 = tree
+                .iter()
+                .filter_map(|p| rows.get(p))
+                .map(|r| r.rss_bytes)
+                .sum();
             self.seen.insert(
                 e.pid,
                 Seen {
@@ -491,7 +539,9 @@ impl Core {
             views.push(ProcView {
                 pid: e.pid,
                 class: e.class,
-                started_at: Duration::from_secs_f64(e.starttime_ticks as f64 / self.ticks_per_sec as f64),
+                started_at: Duration::from_secs_f64(
+                    e.starttime_ticks as f64 / self.ticks_per_sec as f64,
+                ),
                 rss_bytes: rss,
                 notifiable: match e.notify {
                     NotifyMode::Socket => e.conn.is_some_and(|c| self.conns.contains_key(&c)),
@@ -516,12 +566,16 @@ impl Core {
     }
 
     fn notify(&mut self, pid: Pid, level: Level, target_bytes: u64, now: Duration) {
-        let Some(e) = self.registry.get(pid) else { return };
+        let Some(e) = self.registry.get(pid) else {
+            return;
+        };
         let (notify, conn, name) = (e.notify, e.conn, e.name.clone());
         let seq = self.next_seq;
         let via = match notify {
             NotifyMode::Socket => {
-                let Some(tx) = conn.and_then(|c| self.conns.get(&c)) else { return };
+                let Some(tx) = conn.and_then(|c| self.conns.get(&c)) else {
+                    return;
+                };
                 match tx.try_send(Reply::Notify {
                     seq,
                     level,
@@ -530,7 +584,10 @@ impl Core {
                     Ok(()) => "socket",
                     Err(_) => {
                         self.dropped_notifications += 1;
-                        self.metrics.errors.with_label_values(&["notify_queue_full"]).inc();
+                        self.metrics
+                            .errors
+                            .with_label_values(&["notify_queue_full"])
+                            .inc();
                         return;
                     }
                 }
@@ -553,7 +610,8 @@ impl Core {
         };
         self.next_seq += 1;
         if notify == NotifyMode::Socket {
-            self.outstanding.insert(seq, Outstanding { pid, sent_at: now });
+            self.outstanding
+                .insert(seq, Outstanding { pid, sent_at: now });
             // Bound the table: answers older than a minute will not come.
             if self.outstanding.len() > 4096 {
                 let cutoff = now.saturating_sub(Duration::from_secs(60));
@@ -563,7 +621,10 @@ impl Core {
         if let Some(e) = self.registry.get_mut(pid) {
             e.signals_sent += 1;
         }
-        self.metrics.notifications.with_label_values(&[level.as_str(), via]).inc();
+        self.metrics
+            .notifications
+            .with_label_values(&[level.as_str(), via])
+            .inc();
         self.events.record(
             "notify",
             json!({"pid": pid, "name": name, "level": level, "target_bytes": target_bytes, "seq": seq, "via": via}),
@@ -571,11 +632,16 @@ impl Core {
     }
 
     fn kill(&mut self, pid: Pid, reason: &str, rows: &HashMap<Pid, Row>) {
-        let Some(e) = self.registry.get(pid) else { return };
+        let Some(e) = self.registry.get(pid) else {
+            return;
+        };
         if e.class != Class::Be {
             // The policy never asks for this; refuse loudly if it ever does.
             tracing::error!(pid, class = %e.class, "refusing to kill a process that is not BE");
-            self.metrics.errors.with_label_values(&["kill_refused"]).inc();
+            self.metrics
+                .errors
+                .with_label_values(&["kill_refused"])
+                .inc();
             return;
         }
         let name = e.name.clone();
@@ -652,7 +718,10 @@ impl Core {
             min_resident_bytes: self.cfg.hermes.min_resident_bytes,
         };
         for advice in hermes::plan_advice(&cfg, sample.used_bytes, &cache) {
-            match self.actuator.drop_file_cache(std::path::Path::new(&advice.path)) {
+            match self
+                .actuator
+                .drop_file_cache(std::path::Path::new(&advice.path))
+            {
                 Ok(dropped) => {
                     self.file_cache_dropped_bytes += dropped;
                     self.metrics.file_cache_dropped_bytes.inc_by(dropped);
@@ -674,7 +743,10 @@ impl Core {
     fn update_registry_metrics(&self) {
         for class in [Class::Lc, Class::Be, Class::Elastic] {
             let n = self.registry.iter().filter(|e| e.class == class).count();
-            self.metrics.registered.with_label_values(&[class.as_str()]).set(n as i64);
+            self.metrics
+                .registered
+                .with_label_values(&[class.as_str()])
+                .set(n as i64);
         }
     }
 
@@ -716,7 +788,8 @@ impl Core {
     }
 
     fn persist(&mut self) {
-        if let Err(e) = registry::save(&self.state_path, &self.registry, Some(self.monitor.state())) {
+        if let Err(e) = registry::save(&self.state_path, &self.registry, Some(self.monitor.state()))
+        {
             self.metrics.errors.with_label_values(&["state"]).inc();
             tracing::warn!(error = %e, "cannot save state; the registry lives in memory until this recovers");
         }
@@ -725,7 +798,8 @@ impl Core {
     /// Saves the state (clean shutdown).
     pub fn shutdown(&mut self) {
         self.persist();
-        self.events.record("shutdown", json!({"registered": self.registry.len()}));
+        self.events
+            .record("shutdown", json!({"registered": self.registry.len()}));
     }
 
     /// The registry, for tests and the status view.

@@ -62,7 +62,10 @@ impl EventLog {
                 m
             }
         };
-        obj.insert("ts".into(), json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)));
+        obj.insert(
+            "ts".into(),
+            json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        );
         obj.insert("event".into(), json!(event));
         let mut line = Value::Object(obj).to_string();
         line.push('\n');
@@ -98,7 +101,10 @@ mod tests {
         log.record("kill", json!({"pid": 5, "reason": "above top"}));
         log.record("signal", json!({"pid": 6}));
         let text = std::fs::read_to_string(&p).unwrap();
-        let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0]["event"], "kill");
         assert_eq!(lines[0]["pid"], 5);

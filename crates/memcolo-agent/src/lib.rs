@@ -85,7 +85,12 @@ impl ExitWatcher for PidfdWatcher {
 
 /// Waits on a kernel event fd and forwards each firing. `pri` selects POLLPRI
 /// (PSI triggers) rather than readability (eventfds).
-fn spawn_event_source(name: &'static str, fd: OwnedFd, pri: bool, events: mpsc::Sender<&'static str>) {
+fn spawn_event_source(
+    name: &'static str,
+    fd: OwnedFd,
+    pri: bool,
+    events: mpsc::Sender<&'static str>,
+) {
     tokio::spawn(async move {
         let interest = if pri {
             tokio::io::Interest::PRIORITY
@@ -93,7 +98,9 @@ fn spawn_event_source(name: &'static str, fd: OwnedFd, pri: bool, events: mpsc::
             tokio::io::Interest::READABLE
         };
         // SAFETY: an OwnedFd stays open and is the same fd for the AsyncFd's lifetime.
-        let afd = match unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(std::io::Error::from) {
+        let afd = match unsafe { AsyncFd::register_with_interest(fd, interest) }
+            .map_err(std::io::Error::from)
+        {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(source = name, error = %e, "cannot poll pressure event fd");
@@ -126,18 +133,36 @@ fn spawn_event_source(name: &'static str, fd: OwnedFd, pri: bool, events: mpsc::
 }
 
 /// Registers the kernel pressure events the scope offers.
-fn start_event_sources(cfg: &AgentConfig, scope: &Scope, procfs: &ProcFs, tx: mpsc::Sender<&'static str>) {
+fn start_event_sources(
+    cfg: &AgentConfig,
+    scope: &Scope,
+    procfs: &ProcFs,
+    tx: mpsc::Sender<&'static str>,
+) {
     match scope {
         Scope::Cgroup(cg) => {
-            if cg.version() == memcolo_linux::cgroup::CgroupVersion::V1 && cfg.events.v1_pressure_level != "off" {
-                match memcolo_linux::events::v1_pressure_level_eventfd(cg, &cfg.events.v1_pressure_level, "hierarchy") {
+            if cg.version() == memcolo_linux::cgroup::CgroupVersion::V1
+                && cfg.events.v1_pressure_level != "off"
+            {
+                match memcolo_linux::events::v1_pressure_level_eventfd(
+                    cg,
+                    &cfg.events.v1_pressure_level,
+                    "hierarchy",
+                ) {
                     Ok(fd) => spawn_event_source("v1_pressure_level", fd, false, tx.clone()),
                     Err(e) => tracing::warn!(error = %e, "no v1 memory.pressure_level events"),
                 }
             }
-            if cg.version() == memcolo_linux::cgroup::CgroupVersion::V2 && cfg.events.psi_stall_us > 0 {
+            if cg.version() == memcolo_linux::cgroup::CgroupVersion::V2
+                && cfg.events.psi_stall_us > 0
+            {
                 let p = cg.path().join("memory.pressure");
-                match memcolo_linux::events::psi_trigger(&p, false, cfg.events.psi_stall_us, cfg.events.psi_window_us) {
+                match memcolo_linux::events::psi_trigger(
+                    &p,
+                    false,
+                    cfg.events.psi_stall_us,
+                    cfg.events.psi_window_us,
+                ) {
                     Ok(fd) => spawn_event_source("psi", fd, true, tx.clone()),
                     Err(e) => tracing::warn!(error = %e, "no PSI trigger on the cgroup"),
                 }
@@ -146,7 +171,12 @@ fn start_event_sources(cfg: &AgentConfig, scope: &Scope, procfs: &ProcFs, tx: mp
         Scope::Host(_) => {
             if cfg.events.psi_stall_us > 0 {
                 let p = procfs.path().join("pressure/memory");
-                match memcolo_linux::events::psi_trigger(&p, false, cfg.events.psi_stall_us, cfg.events.psi_window_us) {
+                match memcolo_linux::events::psi_trigger(
+                    &p,
+                    false,
+                    cfg.events.psi_stall_us,
+                    cfg.events.psi_window_us,
+                ) {
                     Ok(fd) => spawn_event_source("psi", fd, true, tx),
                     Err(e) => tracing::warn!(error = %e, "no PSI trigger on the host"),
                 }
@@ -165,7 +195,10 @@ async fn serve_metrics(addr: String, metrics: Arc<Metrics>) -> anyhow::Result<Jo
             let m = metrics.clone();
             async move {
                 (
-                    [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
                     m.render(),
                 )
             }

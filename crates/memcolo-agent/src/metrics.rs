@@ -44,22 +44,33 @@ impl Metrics {
         let registry = Registry::new();
         let gv = |name: &str, help: &str, labels: &[&str]| {
             let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-            registry.register(Box::new(g.clone())).expect("unique metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
             g
         };
         let cv = |name: &str, help: &str, labels: &[&str]| {
             let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-            registry.register(Box::new(c.clone())).expect("unique metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
             c
         };
         let c = |name: &str, help: &str| {
             let c = IntCounter::new(name, help).expect("valid metric");
-            registry.register(Box::new(c.clone())).expect("unique metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
             c
         };
-        let zone = IntGauge::new("memcolo_zone", "M3 zone: 0 green, 1 yellow, 2 red, 3 above top")
-            .expect("valid metric");
-        registry.register(Box::new(zone.clone())).expect("unique metric");
+        let zone = IntGauge::new(
+            "memcolo_zone",
+            "M3 zone: 0 green, 1 yellow, 2 red, 3 above top",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(zone.clone()))
+            .expect("unique metric");
         Metrics {
             node_memory_bytes: gv(
                 "memcolo_node_memory_bytes",
@@ -128,8 +139,14 @@ mod tests {
         m.notifications.with_label_values(&["high", "socket"]).inc();
         m.kills.inc();
         let t = m.render();
-        assert!(t.contains("memcolo_node_memory_bytes{kind=\"used\"} 123"), "{t}");
-        assert!(t.contains("memcolo_notifications_total{level=\"high\",via=\"socket\"} 1"), "{t}");
+        assert!(
+            t.contains("memcolo_node_memory_bytes{kind=\"used\"} 123"),
+            "{t}"
+        );
+        assert!(
+            t.contains("memcolo_notifications_total{level=\"high\",via=\"socket\"} 1"),
+            "{t}"
+        );
         assert!(t.contains("memcolo_kills_total 1"), "{t}");
     }
 }

@@ -152,7 +152,9 @@ pub fn load(
 ) -> Result<(Registry, Option<memcolo_policy::m3::MonitorState>), RegistryError> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Registry::default(), None)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((Registry::default(), None))
+        }
         Err(source) => {
             return Err(RegistryError::Read {
                 path: path.to_path_buf(),

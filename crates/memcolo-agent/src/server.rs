@@ -41,8 +41,9 @@ pub enum Command {
 /// themselves: the rule is enforced with `SO_PEERCRED`, not file modes).
 pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("cannot create socket directory {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            anyhow::anyhow!("cannot create socket directory {}: {e}", dir.display())
+        })?;
     }
     if path.exists() {
         if UnixStream::connect(path).await.is_ok() {
@@ -51,7 +52,8 @@ pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
         std::fs::remove_file(path)
             .map_err(|e| anyhow::anyhow!("cannot remove stale socket {}: {e}", path.display()))?;
     }
-    let l = UnixListener::bind(path).map_err(|e| anyhow::anyhow!("cannot bind {}: {e}", path.display()))?;
+    let l = UnixListener::bind(path)
+        .map_err(|e| anyhow::anyhow!("cannot bind {}: {e}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
         .map_err(|e| anyhow::anyhow!("cannot chmod {}: {e}", path.display()))?;
     Ok(l)
@@ -99,7 +101,13 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
     loop {
         let chunk = r.fill_buf().await?;
         if chunk.is_empty() {
-            return Ok(if buf.is_empty() && overflow == 0 { None } else if overflow > 0 { Some(Err(overflow)) } else { Some(Ok(())) });
+            return Ok(if buf.is_empty() && overflow == 0 {
+                None
+            } else if overflow > 0 {
+                Some(Err(overflow))
+            } else {
+                Some(Ok(()))
+            });
         }
         let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
             Some(i) => (i + 1, true),
@@ -118,7 +126,11 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
     }
 }
 
-async fn connection(conn: u64, stream: UnixStream, cmds: mpsc::Sender<Command>) -> std::io::Result<()> {
+async fn connection(
+    conn: u64,
+    stream: UnixStream,
+    cmds: mpsc::Sender<Command>,
+) -> std::io::Result<()> {
     let cred = stream.peer_cred()?;
     let peer = Peer {
         pid: cred.pid(),
@@ -127,7 +139,14 @@ async fn connection(conn: u64, stream: UnixStream, cmds: mpsc::Sender<Command>) 
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     let (push_tx, mut push_rx) = mpsc::channel::<Reply>(64);
-    if cmds.send(Command::Opened { conn, push: push_tx }).await.is_err() {
+    if cmds
+        .send(Command::Opened {
+            conn,
+            push: push_tx,
+        })
+        .await
+        .is_err()
+    {
         return Ok(());
     }
     let mut buf = Vec::with_capacity(512);
@@ -179,10 +198,18 @@ mod tests {
         let input = format!("{{\"a\":1}}\n{long}\nok\n");
         let mut r = BufReader::with_capacity(1024, input.as_bytes());
         let mut buf = Vec::new();
-        assert!(matches!(read_line(&mut r, &mut buf).await.unwrap(), Some(Ok(()))));
+        assert!(matches!(
+            read_line(&mut r, &mut buf).await.unwrap(),
+            Some(Ok(()))
+        ));
         assert_eq!(buf, b"{\"a\":1}\n");
-        assert!(matches!(read_line(&mut r, &mut buf).await.unwrap(), Some(Err(n)) if n > MAX_LINE_BYTES));
-        assert!(matches!(read_line(&mut r, &mut buf).await.unwrap(), Some(Ok(()))));
+        assert!(
+            matches!(read_line(&mut r, &mut buf).await.unwrap(), Some(Err(n)) if n > MAX_LINE_BYTES)
+        );
+        assert!(matches!(
+            read_line(&mut r, &mut buf).await.unwrap(),
+            Some(Ok(()))
+        ));
         assert_eq!(buf, b"ok\n");
         assert!(read_line(&mut r, &mut buf).await.unwrap().is_none());
     }

@@ -86,12 +86,22 @@ impl FakeProc {
         std::fs::write(d.join("maps"), "").unwrap();
         std::fs::write(
             d.join("status"),
-            format!("Name:\t{comm}\nUid:\t0\t0\t0\t0\nVmRSS:\t{} kB\n", rss_pages * 4),
+            format!(
+                "Name:\t{comm}\nUid:\t0\t0\t0\t0\nVmRSS:\t{} kB\n",
+                rss_pages * 4
+            ),
         )
         .unwrap();
     }
     fn open_file(&self, pid: Pid, fd: u32, target: &Path) {
-        std::os::unix::fs::symlink(target, self.root.join(pid.to_string()).join("fd").join(fd.to_string())).unwrap();
+        std::os::unix::fs::symlink(
+            target,
+            self.root
+                .join(pid.to_string())
+                .join("fd")
+                .join(fd.to_string()),
+        )
+        .unwrap();
     }
     fn remove(&self, pid: Pid) {
         std::fs::remove_dir_all(self.root.join(pid.to_string())).unwrap();
@@ -148,9 +158,19 @@ fn new_core(cfg: &AgentConfig, act: &Shared, watched: &Watched) -> Core {
     .unwrap()
 }
 
-const ROOT: Peer = Peer { pid: Some(1), uid: 0 };
+const ROOT: Peer = Peer {
+    pid: Some(1),
+    uid: 0,
+};
 
-fn register(core: &mut Core, conn: u64, peer: Peer, pid: Option<Pid>, class: Class, notify: NotifyMode) -> Reply {
+fn register(
+    core: &mut Core,
+    conn: u64,
+    peer: Peer,
+    pid: Option<Pid>,
+    class: Class,
+    notify: NotifyMode,
+) -> Reply {
     core.handle(
         conn,
         peer,
@@ -170,16 +190,32 @@ fn registration_follows_the_peer_credential_rule() {
     let mut h = harness(|_| {});
     h.proc_.add(100, 1, "app", 500, 10);
     h.proc_.add(200, 1, "other", 600, 10);
-    let user = Peer { pid: Some(100), uid: 1000 };
+    let user = Peer {
+        pid: Some(100),
+        uid: 1000,
+    };
     // A process registers itself.
     assert_eq!(
-        register(&mut h.core, 1, user, None, Class::Elastic, NotifyMode::Socket),
-        Reply::Registered { pid: 100, class: Class::Elastic }
+        register(
+            &mut h.core,
+            1,
+            user,
+            None,
+            Class::Elastic,
+            NotifyMode::Socket
+        ),
+        Reply::Registered {
+            pid: 100,
+            class: Class::Elastic
+        }
     );
     // An unprivileged peer may not register another process...
     assert!(matches!(
         register(&mut h.core, 1, user, Some(200), Class::Be, NotifyMode::None),
-        Reply::Error { code: ErrorCode::PermissionDenied, .. }
+        Reply::Error {
+            code: ErrorCode::PermissionDenied,
+            ..
+        }
     ));
     // ...root may.
     assert!(matches!(
@@ -189,20 +225,42 @@ fn registration_follows_the_peer_credential_rule() {
     // A pid that does not exist is refused with its own code.
     assert!(matches!(
         register(&mut h.core, 2, ROOT, Some(999), Class::Be, NotifyMode::None),
-        Reply::Error { code: ErrorCode::NoSuchProcess, .. }
+        Reply::Error {
+            code: ErrorCode::NoSuchProcess,
+            ..
+        }
     ));
     assert!(matches!(
         register(&mut h.core, 2, ROOT, Some(-3), Class::Be, NotifyMode::None),
-        Reply::Error { code: ErrorCode::BadRequest, .. }
+        Reply::Error {
+            code: ErrorCode::BadRequest,
+            ..
+        }
     ));
     assert_eq!(h.core.registry().len(), 2);
     assert_eq!(*h.watched.0.lock().unwrap(), vec![100, 200]);
     // Unregistering another process is also root's.
     assert!(matches!(
-        h.core.handle(1, user, Request::Unregister { pid: Some(200) }, Duration::ZERO),
-        Reply::Error { code: ErrorCode::PermissionDenied, .. }
+        h.core.handle(
+            1,
+            user,
+            Request::Unregister { pid: Some(200) },
+            Duration::ZERO
+        ),
+        Reply::Error {
+            code: ErrorCode::PermissionDenied,
+            ..
+        }
     ));
-    assert_eq!(h.core.handle(2, ROOT, Request::Unregister { pid: Some(200) }, Duration::ZERO), Reply::Ok);
+    assert_eq!(
+        h.core.handle(
+            2,
+            ROOT,
+            Request::Unregister { pid: Some(200) },
+            Duration::ZERO
+        ),
+        Reply::Ok
+    );
     assert!(h.core.registry().get(200).is_none());
     assert_eq!(*h.watched.0.lock().unwrap(), vec![100]);
     // An exit removes the registration at once.
@@ -216,14 +274,29 @@ fn red_zone_notifies_over_the_socket_and_records_the_answer() {
     h.proc_.add(100, 1, "cache", 500, 1000);
     let (tx, mut rx) = mpsc::channel(8);
     h.core.conn_opened(7, tx);
-    let peer = Peer { pid: Some(100), uid: 1000 };
-    register(&mut h.core, 7, peer, None, Class::Elastic, NotifyMode::Socket);
+    let peer = Peer {
+        pid: Some(100),
+        uid: 1000,
+    };
+    register(
+        &mut h.core,
+        7,
+        peer,
+        None,
+        Class::Elastic,
+        NotifyMode::Socket,
+    );
     // 64 GiB node: top 62, low 50, high 55 GiB. Working set 58 GiB: red.
     h.proc_.set_meminfo(64 * GIB, 6 * GIB);
     h.core.poll(Duration::from_secs(10), Trigger::Tick);
     let mut levels = vec![];
     let mut seqs = vec![];
-    while let Ok(Reply::Notify { seq, level, target_bytes }) = rx.try_recv() {
+    while let Ok(Reply::Notify {
+        seq,
+        level,
+        target_bytes,
+    }) = rx.try_recv()
+    {
         assert!(target_bytes > 0);
         levels.push(level);
         seqs.push(seq);
@@ -233,7 +306,13 @@ fn red_zone_notifies_over_the_socket_and_records_the_answer() {
     let r = h.core.handle(
         7,
         peer,
-        Request::Reclaimed { pid: None, seq: Some(seq), bytes: 3 * GIB, duration_ms: 40, ok: true },
+        Request::Reclaimed {
+            pid: None,
+            seq: Some(seq),
+            bytes: 3 * GIB,
+            duration_ms: 40,
+            ok: true,
+        },
         Duration::from_secs(11),
     );
     assert_eq!(r, Reply::Ok);
@@ -244,9 +323,23 @@ fn red_zone_notifies_over_the_socket_and_records_the_answer() {
     assert_eq!(st["processes"][0]["expected_reclaim_bytes"], 3 * GIB);
     assert_eq!(st["zone"], "red");
     // Another process may not answer for it.
-    let stranger = Peer { pid: Some(555), uid: 1000 };
+    let stranger = Peer {
+        pid: Some(555),
+        uid: 1000,
+    };
     assert!(matches!(
-        h.core.handle(9, stranger, Request::Reclaimed { pid: None, seq: Some(seq), bytes: 1, duration_ms: 1, ok: true }, Duration::ZERO),
+        h.core.handle(
+            9,
+            stranger,
+            Request::Reclaimed {
+                pid: None,
+                seq: Some(seq),
+                bytes: 1,
+                duration_ms: 1,
+                ok: true
+            },
+            Duration::ZERO
+        ),
         Reply::Error { .. }
     ));
     // A closed connection makes it unreachable (not notified) but still registered.
@@ -260,10 +353,23 @@ fn red_zone_notifies_over_the_socket_and_records_the_answer() {
 fn signal_mode_uses_realtime_signals() {
     let mut h = harness(|_| {});
     h.proc_.add(100, 1, "legacy", 500, 1000);
-    register(&mut h.core, 1, ROOT, Some(100), Class::Elastic, NotifyMode::Signal);
+    register(
+        &mut h.core,
+        1,
+        ROOT,
+        Some(100),
+        Class::Elastic,
+        NotifyMode::Signal,
+    );
     h.proc_.set_meminfo(64 * GIB, 13 * GIB); // 51 GiB: yellow
     h.core.poll(Duration::from_secs(10), Trigger::Tick);
-    assert_eq!(h.act.calls(), vec![ActuatorCall::Signal { pid: 100, sig: libc::SIGRTMIN() + 1 }]);
+    assert_eq!(
+        h.act.calls(),
+        vec![ActuatorCall::Signal {
+            pid: 100,
+            sig: libc::SIGRTMIN() + 1
+        }]
+    );
 }
 
 #[test]
@@ -275,13 +381,23 @@ fn above_top_only_be_is_killed_and_only_after_kill_after() {
     h.proc_.add(300, 1, "cache", 300, 3_000_000);
     register(&mut h.core, 1, ROOT, Some(100), Class::Lc, NotifyMode::None);
     register(&mut h.core, 1, ROOT, Some(200), Class::Be, NotifyMode::None);
-    register(&mut h.core, 1, ROOT, Some(300), Class::Elastic, NotifyMode::Signal);
+    register(
+        &mut h.core,
+        1,
+        ROOT,
+        Some(300),
+        Class::Elastic,
+        NotifyMode::Signal,
+    );
     h.proc_.set_meminfo(64 * GIB, GIB); // 63 GiB: above the 62 GiB top
     for s in 0..30 {
         h.core.poll(Duration::from_secs(100 + s), Trigger::Tick);
     }
     assert!(
-        !h.act.calls().iter().any(|c| matches!(c, ActuatorCall::Kill { .. })),
+        !h.act
+            .calls()
+            .iter()
+            .any(|c| matches!(c, ActuatorCall::Kill { .. })),
         "killed before kill_after: {:?}",
         h.act.calls()
     );
@@ -363,12 +479,20 @@ fn registry_survives_a_restart_but_not_a_reused_pid() {
 #[test]
 fn requests_on_a_host_scope_for_a_cgroup_are_refused_clearly() {
     let mut h = harness(|_| {});
-    match h.core.handle(1, ROOT, Request::Cgroup { name: "be".into() }, Duration::ZERO) {
+    match h.core.handle(
+        1,
+        ROOT,
+        Request::Cgroup { name: "be".into() },
+        Duration::ZERO,
+    ) {
         Reply::Error { code, message } => {
             assert_eq!(code, ErrorCode::BadRequest);
             assert!(message.contains("scope"), "{message}");
         }
         r => panic!("{r:?}"),
     }
-    assert!(matches!(h.core.handle(1, ROOT, Request::Ping, Duration::ZERO), Reply::Pong { .. }));
+    assert!(matches!(
+        h.core.handle(1, ROOT, Request::Ping, Duration::ZERO),
+        Reply::Pong { .. }
+    ));
 }

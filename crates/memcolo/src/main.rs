@@ -14,7 +14,11 @@ use memcolo_proto::{NotifyMode, Reply, Request};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "memcolo", version, about = "Keeps latency-critical services fast beside batch jobs under memory pressure")]
+#[command(
+    name = "memcolo",
+    version,
+    about = "Keeps latency-critical services fast beside batch jobs under memory pressure"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -86,7 +90,7 @@ enum Cmd {
 enum BenchCmd {
     /// Redis (LC) under an open-loop load beside batch jobs (BE) at 0-150 % memory pressure,
     /// with the kernel alone and with the agent (Hermes §5.1, §5.3).
-    Colocation(memcolo_bench::colocation::ColocationArgs),
+    Colocation(Box<memcolo_bench::colocation::ColocationArgs>),
     /// The agent's own CPU and RSS with many registered processes.
     AgentCost(memcolo_bench::agent_cost::AgentCostArgs),
 }
@@ -162,7 +166,10 @@ fn agent(a: AgentArgs) -> Result<()> {
     }
     cfg.validate()?;
     if a.print_config {
-        print!("{}", toml::to_string_pretty(&cfg).context("config to TOML")?);
+        print!(
+            "{}",
+            toml::to_string_pretty(&cfg).context("config to TOML")?
+        );
         return Ok(());
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -187,7 +194,10 @@ fn main() -> std::process::ExitCode {
     let res = match cli.cmd {
         Cmd::Agent(a) => agent(a),
         Cmd::Status { socket, json } => status::status(&socket.socket, json),
-        Cmd::Top { socket, interval_ms } => top::top(&socket.socket, interval_ms),
+        Cmd::Top {
+            socket,
+            interval_ms,
+        } => top::top(&socket.socket, interval_ms),
         Cmd::Register {
             socket,
             pid,
@@ -210,11 +220,13 @@ fn main() -> std::process::ExitCode {
                 r => anyhow::bail!("unexpected reply {r:?}"),
             }
         }),
-        Cmd::Unregister { socket, pid } => client::Client::connect(&socket.socket).and_then(|mut c| {
-            c.call_ok(&Request::Unregister { pid: Some(pid) })?;
-            println!("unregistered pid {pid}");
-            Ok(())
-        }),
+        Cmd::Unregister { socket, pid } => {
+            client::Client::connect(&socket.socket).and_then(|mut c| {
+                c.call_ok(&Request::Unregister { pid: Some(pid) })?;
+                println!("unregistered pid {pid}");
+                Ok(())
+            })
+        }
         Cmd::Run(a) => return run::run(a),
         Cmd::Bench(b) => {
             let exe = std::env::current_exe().expect("path of the running memcolo binary");

@@ -80,7 +80,10 @@ fn run_inner(a: RunArgs) -> anyhow::Result<ExitCode> {
     let procs_file = match (&a.cgroup, client.as_mut()) {
         (Some(name), Some(c)) => match c.call_ok(&Request::Cgroup { name: name.clone() })? {
             Reply::Cgroup { path } => Some(CString::new(
-                std::path::Path::new(&path).join("cgroup.procs").as_os_str().as_bytes(),
+                std::path::Path::new(&path)
+                    .join("cgroup.procs")
+                    .as_os_str()
+                    .as_bytes(),
             )?),
             r => anyhow::bail!("unexpected reply {r:?}"),
         },
@@ -135,7 +138,9 @@ fn run_inner(a: RunArgs) -> anyhow::Result<ExitCode> {
             notify: a.notify,
         }) {
             Ok(Reply::Registered { .. }) => {}
-            Ok(Reply::Error { message, .. }) => eprintln!("memcolo run: warning: not registered: {message}"),
+            Ok(Reply::Error { message, .. }) => {
+                eprintln!("memcolo run: warning: not registered: {message}")
+            }
             Ok(r) => eprintln!("memcolo run: warning: unexpected reply {r:?}"),
             Err(e) => eprintln!("memcolo run: warning: not registered: {e:#}"),
         }

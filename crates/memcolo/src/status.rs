@@ -69,9 +69,17 @@ pub fn render(s: &Value) -> Vec<String> {
             "{:>8} {:<8} {:<20} {:>10} {:>6} {:>8} {:>12} {:>12}",
             p["pid"],
             p["class"].as_str().unwrap_or("?"),
-            p["name"].as_str().unwrap_or("?").chars().take(20).collect::<String>(),
+            p["name"]
+                .as_str()
+                .unwrap_or("?")
+                .chars()
+                .take(20)
+                .collect::<String>(),
             mib(&p["rss_bytes"]),
-            p["descendants"].as_u64().map(|d| d.to_string()).unwrap_or_else(|| "-".into()),
+            p["descendants"]
+                .as_u64()
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| "-".into()),
             p["signals_sent"],
             mib(&p["reclaimed_bytes"]),
             mib(&p["expected_reclaim_bytes"]),

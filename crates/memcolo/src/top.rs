@@ -20,7 +20,11 @@ pub fn top(socket: &Path, interval_ms: u64) -> Result<()> {
                 Ok(s) => {
                     let used = s["memory"]["working_set_bytes"].as_u64().unwrap_or(0) as f64;
                     let top = s["thresholds"]["top_bytes"].as_u64().unwrap_or(1).max(1) as f64;
-                    (render(&s), (used / top).min(1.0), s["zone"].as_str().unwrap_or("?").to_string())
+                    (
+                        render(&s),
+                        (used / top).min(1.0),
+                        s["zone"].as_str().unwrap_or("?").to_string(),
+                    )
                 }
                 Err(e) => (vec![format!("agent unreachable: {e:#}")], 0.0, "?".into()),
             };
@@ -30,17 +34,25 @@ pub fn top(socket: &Path, interval_ms: u64) -> Result<()> {
                 _ => Color::Red,
             };
             term.draw(|f| {
-                let [g, body] = Layout::vertical([Constraint::Length(3), Constraint::Min(0)]).areas(f.area());
+                let [g, body] =
+                    Layout::vertical([Constraint::Length(3), Constraint::Min(0)]).areas(f.area());
                 f.render_widget(
                     Gauge::default()
-                        .block(Block::default().borders(Borders::ALL).title(" working set / top of memory "))
+                        .block(
+                            Block::default()
+                                .borders(Borders::ALL)
+                                .title(" working set / top of memory "),
+                        )
                         .gauge_style(Style::default().fg(color))
                         .ratio(ratio),
                     g,
                 );
                 f.render_widget(
-                    Paragraph::new(lines.join("\n"))
-                        .block(Block::default().borders(Borders::ALL).title(" memcolo (q quits) ")),
+                    Paragraph::new(lines.join("\n")).block(
+                        Block::default()
+                            .borders(Borders::ALL)
+                            .title(" memcolo (q quits) "),
+                    ),
                     body,
                 );
             })?;

@@ -1,0 +1,367 @@
+//! End to end on the real kernel: `memcolo agent` manages a 512 MiB memory cgroup
+//! scope (v1) holding a real BE job that keeps a file's page cache, a real elastic
+//! process that gives memory back when told, and a real LC process.
+//!
+//! Asserts that (1) the BE file's page cache is dropped by Hermes' advice once the
+//! scope passes adv_thr, (2) the elastic process receives a high notification when
+//! its growth takes the working set into the red zone, (3) its reclaimed amount is
+//! recorded by the agent, and (4) the LC process is untouched.
+//!
+//! Needs root and the cgroup v1 memory controller; elsewhere it says why and passes
+//! without running. Every wait is bounded; nothing depends on the machine's speed.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn own_v1_memory_cgroup() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+        ctrl.split(',')
+            .any(|c| c == "memory")
+            .then(|| path.to_string())
+    })?;
+    let p = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
+    p.join("memory.limit_in_bytes").exists().then_some(p)
+}
+
+/// Kills everything in the scratch group, removes it and the data file, on every exit path.
+struct Cleanup {
+    scope: PathBuf,
+    children: Vec<Child>,
+    files: Vec<PathBuf>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for _ in 0..50 {
+            let mut pids = vec![];
+            for sub in ["", "lc", "be", "elastic"] {
+                let f = self.scope.join(sub).join("cgroup.procs");
+                if let Ok(t) = std::fs::read_to_string(&f) {
+                    pids.extend(t.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+                }
+            }
+            if pids.is_empty() {
+                break;
+            }
+            for p in pids {
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for sub in ["lc", "be", "elastic"] {
+            let _ = std::fs::remove_dir(self.scope.join(sub));
+        }
+        let _ = std::fs::remove_dir(&self.scope);
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < limit,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn events(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The elastic process: stdlib Python speaking the protocol. It holds `hold` MiB,
+/// registers itself for socket notifications, grows to `grow` MiB when the file
+/// `go` appears, and answers every notification with the bytes it freed: one
+/// chunk on `low` (an early warning), half of what it holds on `high` or `top`.
+const ELASTIC: &str = r#"
+import json, os, socket, sys, time
+sock_path, go, hold, grow = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+MB = 1 << 20
+chunks = []
+def fill(n):
+    while len(chunks) < n:
+        b = bytearray(MB)
+        for i in range(0, MB, 4096):
+            b[i] = 1
+        chunks.append(b)
+fill(hold)
+s = socket.socket(socket.AF_UNIX)
+s.connect(sock_path)
+s.sendall((json.dumps({"v": 1, "type": "register", "class": "elastic", "name": "e2e-elastic", "notify": "socket"}) + "\n").encode())
+f = s.makefile("r")
+print(f.readline().strip(), flush=True)
+s.setblocking(False)
+grown = False
+buf = ""
+while True:
+    if not grown and os.path.exists(go):
+        fill(grow)
+        grown = True
+        print("grown", flush=True)
+    try:
+        data = s.recv(65536).decode()
+        if not data:
+            break
+        buf += data
+    except BlockingIOError:
+        time.sleep(0.05)
+        continue
+    while "\n" in buf:
+        line, buf = buf.split("\n", 1)
+        msg = json.loads(line)
+        if msg.get("type") == "notify":
+            t0 = time.time()
+            n = 1 if msg["level"] == "low" else len(chunks) // 2
+            del chunks[len(chunks) - n:]
+            reply = {"v": 1, "type": "reclaimed", "seq": msg["seq"], "bytes": n * MB, "duration_ms": int((time.time() - t0) * 1000)}
+            s.sendall((json.dumps(reply) + "\n").encode())
+            print("notified", msg["level"], flush=True)
+"#;
+
+#[test]
+fn agent_manages_real_processes_in_a_cgroup_scope() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: needs root");
+        return;
+    }
+    let Some(own) = own_v1_memory_cgroup() else {
+        eprintln!("SKIP: no cgroup v1 memory controller");
+        return;
+    };
+    let python = ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .find(|p| {
+            Command::new(p)
+                .arg("-c")
+                .arg("pass")
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .expect("python3 is needed for the elastic test process");
+    let exe = env!("CARGO_BIN_EXE_memcolo");
+    let tmp = tempfile::tempdir().unwrap();
+    let scope = own.join(format!("memcolo-e2e-{}", std::process::id()));
+    std::fs::create_dir(&scope).unwrap();
+    let data = PathBuf::from(format!("/var/tmp/memcolo-e2e-{}.dat", std::process::id()));
+    let mut guard = Cleanup {
+        scope: scope.clone(),
+        children: vec![],
+        files: vec![data.clone()],
+    };
+    std::fs::write(
+        scope.join("memory.limit_in_bytes"),
+        format!("{}", 512 * MIB),
+    )
+    .unwrap();
+
+    // 300 MiB BE data file, written back and dropped from the cache so the BE job's
+    // reads charge its page cache to the scope.
+    {
+        let mut f = std::fs::File::create(&data).unwrap();
+        let block = vec![0x5au8; MIB as usize];
+        for _ in 0..300 {
+            f.write_all(&block).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    memcolo_linux::filecache::fadvise_dontneed(&data).unwrap();
+
+    let sock = tmp.path().join("agent.sock");
+    let ev = tmp.path().join("events.jsonl");
+    let agent = Command::new(exe)
+        .args([
+            "agent",
+            "--metrics-addr",
+            "off",
+            "--poll-ms",
+            "200",
+            "--kill-after-s",
+            "3600",
+        ])
+        .arg("--scope")
+        .arg(format!("cgroup:{}", scope.display()))
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--state-dir")
+        .arg(tmp.path().join("state"))
+        .arg("--event-log")
+        .arg(&ev)
+        .env("MEMCOLO_LOG", "warn")
+        .spawn()
+        .unwrap();
+    guard.children.push(agent);
+    wait_for("the agent's socket", Duration::from_secs(30), || {
+        sock.exists()
+    });
+
+    // LC: a real process that must come through untouched.
+    let lc = Command::new(exe)
+        .args(["run", "--class", "lc", "--cgroup", "lc", "--socket"])
+        .arg(&sock)
+        .args(["--", "sleep", "600"])
+        .spawn()
+        .unwrap();
+    guard.children.push(lc);
+    // BE: holds the data file open and reads it through the page cache.
+    let be = Command::new(exe)
+        .args(["run", "--class", "be", "--cgroup", "be", "--socket"])
+        .arg(&sock)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "exec 3<{0}; cat {0} >/dev/null; sleep 600",
+            data.display()
+        ))
+        .spawn()
+        .unwrap();
+    guard.children.push(be);
+
+    // Elastic: joins its cgroup before exec, then registers itself.
+    std::fs::create_dir_all(scope.join("elastic")).unwrap();
+    let go = tmp.path().join("go");
+    let mut elastic = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec {python} -u -c \"$0\" {} {} 200 460",
+            scope.join("elastic").display(),
+            sock.display(),
+            go.display()
+        ))
+        .arg(ELASTIC)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(elastic.stdout.take().unwrap());
+    guard.children.push(elastic);
+    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            let _ = line_tx.send(l);
+        }
+    });
+    let first = line_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("elastic process registered");
+    assert!(
+        first.contains("\"registered\""),
+        "registration reply: {first}"
+    );
+
+    let status = || -> Value {
+        let o = Command::new(exe)
+            .args(["status", "--json", "--socket"])
+            .arg(&sock)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "status failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    wait_for(
+        "lc, be and elastic registered",
+        Duration::from_secs(30),
+        || {
+            let s = status();
+            let classes: Vec<String> = s["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["class"].as_str().unwrap().to_string())
+                .collect();
+            ["lc", "be", "elastic"]
+                .iter()
+                .all(|c| classes.iter().any(|x| x == c))
+        },
+    );
+    let lc_pid = status()["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["class"] == "lc")
+        .unwrap()["pid"]
+        .as_i64()
+        .unwrap() as i32;
+
+    // (1) BE page cache + elastic memory pass adv_thr (85 % of 512 MiB): the BE
+    // file is advised out of the page cache.
+    wait_for(
+        "the BE file's page cache dropped",
+        Duration::from_secs(60),
+        || {
+            events(&ev).iter().any(|e| {
+                e["event"] == "file_cache_dropped"
+                    && e["path"].as_str() == Some(data.to_str().unwrap())
+            })
+        },
+    );
+
+    // (2) The elastic process grows into the red zone and is told to give back.
+    std::fs::write(&go, b"").unwrap();
+    let mut notified = vec![];
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(60)
+        && !notified
+            .iter()
+            .any(|l: &String| l.contains("high") || l.contains("top"))
+    {
+        if let Ok(l) = line_rx.recv_timeout(Duration::from_millis(500)) {
+            if l.starts_with("notified") {
+                notified.push(l);
+            }
+        }
+    }
+    assert!(
+        notified
+            .iter()
+            .any(|l| l.contains("high") || l.contains("top")),
+        "no high notification; saw {notified:?}; events: {:?}",
+        events(&ev)
+    );
+
+    // (3) The agent recorded what it gave back.
+    wait_for("reclaimed bytes recorded", Duration::from_secs(30), || {
+        status()["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["class"] == "elastic" && p["reclaimed_bytes"].as_u64().unwrap_or(0) > 0)
+    });
+    assert!(events(&ev).iter().any(|e| e["event"] == "reclaimed"));
+
+    // (4) No LC process harmed: no kill at all, the LC process still runs.
+    assert!(!events(&ev).iter().any(|e| e["event"] == "kill"));
+    assert_eq!(
+        unsafe { libc::kill(lc_pid, 0) },
+        0,
+        "LC process {lc_pid} is gone"
+    );
+    let s = status();
+    assert!(s["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["pid"] == lc_pid));
+    drop(guard);
+}

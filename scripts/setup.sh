@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs everything memcolo needs on a fresh Debian machine (as root, or with
+# sudo), then builds the agent, the benchmarks and libmemcolo in release mode.
+# Safe to run again: packages already present are not reinstalled.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+
+# Real peers and services the tests and benchmarks drive, and the build tools.
+PKGS=(
+  build-essential pkg-config make gcc
+  redis-server memcached stress-ng rocksdb-tools fio hyperfine sqlite3 numactl util-linux
+  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
+  python3 python3-matplotlib python3-pip python3-venv
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+for tool in cargo go mvn javac; do
+  command -v "$tool" >/dev/null || echo "setup: warning: $tool not found; the parts that need it are skipped by the tests" >&2
+done
+
+cargo build --release --workspace --locked
+if [ -f alloc/Makefile ]; then make -C alloc; fi
+echo "setup: done. The memcolo binary is target/release/memcolo"
