@@ -32,8 +32,8 @@ pub fn render(s: &Value) -> Vec<String> {
             "scope {}   zone {}   polls {}   poll {} ms",
             s["scope"].as_str().unwrap_or("?"),
             s["zone"].as_str().unwrap_or("?"),
-            s["polls"],
-            s["poll_ms"]
+            s["polls"].to_string(),
+            s["poll_ms"].to_string()
         ),
         format!(
             "memory MiB: total {}  used {}  working set {}  file {}  anon {}  swap {}",
@@ -67,7 +67,7 @@ pub fn render(s: &Value) -> Vec<String> {
     for p in s["processes"].as_array().into_iter().flatten() {
         out.push(format!(
             "{:>8} {:<8} {:<20} {:>10} {:>6} {:>8} {:>12} {:>12}",
-            p["pid"],
+            p["pid"].to_string(),
             p["class"].as_str().unwrap_or("?"),
             p["name"]
                 .as_str()
@@ -80,7 +80,7 @@ pub fn render(s: &Value) -> Vec<String> {
                 .as_u64()
                 .map(|d| d.to_string())
                 .unwrap_or_else(|| "-".into()),
-            p["signals_sent"],
+            p["signals_sent"].to_string(),
             mib(&p["reclaimed_bytes"]),
             mib(&p["expected_reclaim_bytes"]),
         ));
