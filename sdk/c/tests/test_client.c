@@ -319,7 +319,7 @@ static void bad_config(void) {
   CHECK(!memcolo_client_new(&cfg) && errno == EINVAL, "accepted class vip");
 }
 
-static void malloc_trim_layer_reports_freed_heap(void) {
+__attribute__((unused)) static void malloc_trim_layer_reports_freed_heap(void) {
   enum { N = 20000 };
   static void *blocks[N];
   for (int k = 0; k < N; k++) {
