@@ -42,7 +42,9 @@ impl ReclaimAdvice {
 pub enum VmaKind {
     /// Anonymous memory (heap, stacks, anonymous mappings): needs swap to be paged out.
     Anon,
-    /// File-backed and shmem mappings.
+    /// File-backed and shmem mappings. Private file mappings also hold anonymous
+    /// copy-on-write pages (a library's written data): with swap on, `MADV_PAGEOUT`
+    /// swaps those out too.
     File,
     /// Both.
     All,

@@ -513,7 +513,6 @@ fn process_madvise_pages_out_a_childs_file_mapping() {
     let procfs = ProcFs::root();
     let before = procfs.read_pid_status(pid).unwrap();
     assert!(before.rss_file_bytes >= 30 * MIB, "{before:?}");
-    let anon_before = procfs.read_pid_status(pid).unwrap().rss_anon_bytes;
 
     let report = memcolo_linux::reclaim::reclaim_process(
         &procfs,
@@ -535,8 +534,6 @@ fn process_madvise_pages_out_a_childs_file_mapping() {
         resident_bytes(&data).unwrap() < 16 * MIB,
         "the file's page cache was reclaimed"
     );
-    // File advice leaves anonymous memory alone.
-    assert!(after.rss_anon_bytes + MIB >= anon_before);
 
     // MADV_COLD on the anonymous areas through the actuator: advised, process unharmed.
     let advised = LinuxActuator
