@@ -61,6 +61,22 @@ static inline void check_in_span(const mc_span_t *s, const void *p, const char *
   }
 }
 
+#if MC_DEBUG >= 2
+/* full walk of a span's free list: inside the span, on boundaries, no cycle, and the
+ * count of free objects consistent with `allocated` */
+static void span_check(const mc_span_t *s) {
+  uint32_t nfree = 0;
+  for (void *q = s->free; q != NULL; q = *(void **)q) {
+    check_in_span(s, q, "corrupted free list (debug walk): entry ");
+    if (++nfree > s->capacity) mc_fatal("cycle in a span free list at ", q, s->sclass, "a list shorter than the span");
+  }
+  if (nfree + s->allocated != s->carved) mc_fatal("span counts inconsistent for span ", (void *)s->start, s->sclass, "free + allocated == carved");
+}
+#define MC_SPAN_CHECK(s) span_check(s)
+#else
+#define MC_SPAN_CHECK(s) do { } while (0)
+#endif
+
 int mc_central_fetch(unsigned cls, void **out, int n) {
   mc_central_t *ce = &mc_central[cls];
   pthread_mutex_lock(&ce->lock);
@@ -104,11 +120,13 @@ int mc_central_fetch(unsigned cls, void **out, int n) {
       s->carved++;
       s->allocated++;
     }
+    MC_SPAN_CHECK(s);
     if (!span_has_free(s)) span_list_remove(ce, s);
   }
   pthread_mutex_unlock(&ce->lock);
   return got;
 }
+
 
 void mc_central_return(unsigned cls, void **objs, int n) {
   mc_central_t *ce = &mc_central[cls];
@@ -135,9 +153,10 @@ void mc_central_return(unsigned cls, void **objs, int n) {
     check_in_span(s, p, "invalid free (interior pointer) ");
     if (s->allocated == 0) mc_fatal("double free of object ", p, (long)cls, "an allocated object");
     *(void **)p = s->free;
-    ((uintptr_t *)p)[1] = 0;
+    ((uintptr_t *)p)[1] = (uintptr_t)p ^ mc_cookie; /* freed marker, see free() */
     s->free = p;
     s->allocated--;
+    MC_SPAN_CHECK(s);
     if (s->allocated == 0) {
       if (s->in_central) span_list_remove(ce, s);
       mc_heap_free(s);

@@ -247,6 +247,12 @@ static mc_span_t *region_alloc(size_t pages) {
   return s;
 }
 
+#if MC_DEBUG >= 2
+#define MC_HEAP_CHECK() do { if (!mc_heap_check_locked()) mc_fatal("page heap invariant broken near ", NULL, 0, NULL); } while (0)
+#else
+#define MC_HEAP_CHECK() do { } while (0)
+#endif
+
 mc_span_t *mc_heap_alloc(size_t pages, size_t kind, bool for_reserve) {
   (void)for_reserve;
   pthread_mutex_lock(&mc_heap.lock);
@@ -290,6 +296,7 @@ mc_span_t *mc_heap_alloc(size_t pages, size_t kind, bool for_reserve) {
     if (s->kind != MC_SPAN_SMALL) mc_pagemap_set(s->start, s);
     mc_release_on_heap_change_locked(mc_now_ms());
   }
+  MC_HEAP_CHECK();
   pthread_mutex_unlock(&mc_heap.lock);
   return s;
 }
@@ -336,6 +343,7 @@ void mc_heap_free(mc_span_t *s) {
     mc_meta_span_free(s);
   }
   mc_release_on_heap_change_locked(mc_now_ms());
+  MC_HEAP_CHECK();
   pthread_mutex_unlock(&mc_heap.lock);
 }
 

@@ -19,6 +19,10 @@ static void mc_tcache_flush_bin(mc_tcache_t *tc, unsigned cls, uint32_t keep) {
     int n = 0;
     while (n < 64 && b->count > keep) {
       void *p = b->head;
+      mc_span_t *s = mc_pagemap_get(p);
+      if (p == NULL || s == NULL || s->kind != MC_SPAN_SMALL || s->sclass != cls) {
+        mc_fatal("corrupted thread cache free list: entry ", p, (long)cls, "a free object of this size class");
+      }
       b->head = *(void **)p;
       b->count--;
       batch[n++] = p;

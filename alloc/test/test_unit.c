@@ -1,1 +1,272 @@
-int main(void){return 0;}
+/* test_unit.c — unit tests of the internal parts: size classes, options, the page
+ * heap (filler packing, huge page cache, subrelease, coverage accounting and its
+ * invariant checker), and the ISMM'21 policy (skip-subrelease with Delta, correctness
+ * tracker, realized fragmentation) on a fake clock. */
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "test.h"
+
+TEST(test_size_classes) {
+  int bad = 0;
+  for (size_t sz = 0; sz <= MC_SMALL_MAX; sz++) {
+    unsigned c = mc_size_to_class(sz);
+    if (c < 1 || c >= MC_CLASSES || mc_class_size[c] < sz) bad++;
+    else if (c > 1 && mc_class_size[c - 1] >= sz) bad++; /* tightest class */
+  }
+  CHECK(bad == 0);
+  for (unsigned c = 1; c < MC_CLASSES; c++) {
+    size_t span = (size_t)mc_class_pages[c] << MC_PAGE_SHIFT;
+    CHECK(mc_class_size[c] % 16 == 0);
+    CHECK(span / mc_class_size[c] >= 8 || mc_class_size[c] > 4096);
+    CHECK(span % mc_class_size[c] <= span / 8);
+    CHECK(mc_class_batch[c] >= 2 && mc_class_batch[c] <= 32);
+    if (c > 1) CHECK(mc_class_size[c] > mc_class_size[c - 1]);
+    /* internal waste at most 25 % above 128 bytes */
+    if (c > 1 && mc_class_size[c] > 128) CHECK(mc_class_size[c - 1] * 5 / 4 >= mc_class_size[c]);
+  }
+  CHECK(mc_class_size[MC_CLASSES - 1] == MC_SMALL_MAX);
+}
+
+TEST(test_options_from_env) {
+  /* options are read once at start: check them in a fresh process */
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    setenv("MEMCOLO_RSV_FACTOR", "1.5", 1);
+    setenv("MEMCOLO_MIN_RSV", "8m", 1);
+    setenv("MEMCOLO_SKIP_SUBRELEASE_S", "junk", 1);
+    setenv("MEMCOLO_CLASS", "be", 1);
+    execl("/proc/self/exe", "test_unit", "--print-options", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[256] = {0};
+  ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  waitpid(pid, NULL, 0);
+  CHECK(n > 0);
+  long rsv = -1, minr = -1, skip = -1, cls = -1;
+  sscanf(buf, "%ld %ld %ld %ld", &rsv, &minr, &skip, &cls);
+  CHECK(rsv == 150);
+  CHECK(minr == 8L << 20);
+  CHECK(skip == 60); /* unreadable value: default */
+  CHECK(cls == 2);
+}
+
+static size_t used_pages(void) { return mc_heap.used_pages; }
+
+static bool heap_ok(void) {
+  pthread_mutex_lock(&mc_heap.lock);
+  bool ok = mc_heap_check_locked();
+  pthread_mutex_unlock(&mc_heap.lock);
+  return ok;
+}
+
+TEST(test_filler_packing) {
+  CHECK(heap_ok());
+  size_t base = used_pages();
+  /* take a fresh huge page's worth so that new spans start on empty huge pages */
+  mc_span_t *a = mc_heap_alloc(200, MC_SPAN_LARGE, false);
+  mc_span_t *b = mc_heap_alloc(200, MC_SPAN_LARGE, false);
+  CHECK(a && b);
+  CHECK(used_pages() == base + 400);
+  mc_span_t *c = mc_heap_alloc(256, MC_SPAN_LARGE, false);
+  CHECK(c != NULL);
+  /* the first fit for a small span is the fullest huge page that has room */
+  mc_span_t *d = mc_heap_alloc(10, MC_SPAN_LARGE, false);
+  CHECK(d != NULL);
+  CHECK(d->hp->used_pages >= c->hp->used_pages || d->hp == c->hp);
+  CHECK(d->hp->longest_free <= MC_HP_PAGES - c->hp->used_pages);
+  /* spans never overlap and lie inside their huge page */
+  mc_span_t *all[4] = {a, b, c, d};
+  for (int i = 0; i < 4; i++) {
+    CHECK(all[i]->start >= all[i]->hp->base);
+    CHECK(all[i]->start + ((uintptr_t)all[i]->pages << MC_PAGE_SHIFT) <= all[i]->hp->base + MC_HUGE_SIZE);
+    CHECK(all[i]->start % MC_PAGE_SIZE == 0);
+    for (int j = 0; j < i; j++) {
+      uintptr_t ai = all[i]->start, ae = ai + ((uintptr_t)all[i]->pages << 12);
+      uintptr_t bj = all[j]->start, be = bj + ((uintptr_t)all[j]->pages << 12);
+      CHECK(ae <= bj || be <= ai);
+    }
+    memset((void *)all[i]->start, i + 1, (size_t)all[i]->pages << 12);
+  }
+  CHECK(mc_pagemap_get((void *)a->start) == a);
+  CHECK(heap_ok());
+  /* grow in place into free neighbours, shrink back */
+  size_t dp = d->pages;
+  bool grew = mc_heap_try_grow(d, dp + 4);
+  if (grew) CHECK(d->pages == dp + 4);
+  mc_heap_shrink(d, dp);
+  CHECK(d->pages == dp);
+  CHECK(heap_ok());
+  for (int i = 0; i < 4; i++) mc_heap_free(all[i]);
+  CHECK(used_pages() == base);
+  CHECK(mc_pagemap_get((void *)a->start) == NULL || mc_pagemap_get((void *)a->start)->kind != MC_SPAN_LARGE ||
+        mc_pagemap_get((void *)a->start) != a);
+  CHECK(heap_ok());
+}
+
+TEST(test_subrelease_breaks_and_heals) {
+  memcolo_stats_t st;
+  mc_span_t *s[8];
+  for (int i = 0; i < 8; i++) {
+    s[i] = mc_heap_alloc(64, MC_SPAN_LARGE, false);
+    memset((void *)s[i]->start, 1, 64 << 12);
+  }
+  /* free every other span: free backed pages inside a used huge page */
+  for (int i = 0; i < 8; i += 2) mc_heap_free(s[i]);
+  pthread_mutex_lock(&mc_heap.lock);
+  size_t broken0 = mc_heap.hugepages_broken, sub0 = mc_heap.subreleased_pages;
+  size_t got = mc_heap_release_locked(0, false);
+  size_t broken1 = mc_heap.hugepages_broken, sub1 = mc_heap.subreleased_pages;
+  bool ok = mc_heap_check_locked();
+  pthread_mutex_unlock(&mc_heap.lock);
+  CHECK(ok);
+  CHECK(got > 0);
+  CHECK(sub1 > sub0);
+  CHECK(broken1 > broken0);
+  memcolo_stats(&st);
+  CHECK(st.hugepage_coverage < 1.0);
+  CHECK(st.free_backed_bytes == 0);
+  /* the surviving spans keep their content */
+  for (int i = 1; i < 8; i += 2) CHECK(((unsigned char *)s[i]->start)[100] == 1);
+  /* once empty, a broken huge page is released whole and intact again */
+  for (int i = 1; i < 8; i += 2) mc_heap_free(s[i]);
+  pthread_mutex_lock(&mc_heap.lock);
+  size_t broken2 = mc_heap.hugepages_broken;
+  ok = mc_heap_check_locked();
+  pthread_mutex_unlock(&mc_heap.lock);
+  CHECK(ok);
+  CHECK(broken2 < broken1);
+}
+
+TEST(test_release_cache_only) {
+  mc_span_t *s = mc_heap_alloc(256, MC_SPAN_LARGE, false);
+  memset((void *)s->start, 1, 256 << 12);
+  mc_span_t *t = mc_heap_alloc(256, MC_SPAN_LARGE, false);
+  memset((void *)t->start, 1, 256 << 12);
+  mc_heap_free(s);
+  mc_heap_free(t);
+  pthread_mutex_lock(&mc_heap.lock);
+  size_t sub0 = mc_heap.subreleased_pages;
+  size_t got = mc_heap_release_locked(0, true);
+  size_t sub1 = mc_heap.subreleased_pages;
+  pthread_mutex_unlock(&mc_heap.lock);
+  CHECK(sub1 == sub0); /* the cache only: no huge page broken */
+  (void)got;
+  CHECK(mc_heap.cache_backed_n == 0);
+}
+
+/* ISMM'21 §4 with a fake clock: 40 MiB of demand, then a drop */
+TEST(test_skip_subrelease_and_tracker) {
+  uint64_t t = 1000000;
+  mc_fake_now_ms = t;
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_heap_release_locked(0, false);
+  mc_release_test_reset_locked();
+  mc_release_on_heap_change_locked(t);
+  pthread_mutex_unlock(&mc_heap.lock);
+  enum { N = 80 };
+  mc_span_t *s[N];
+  for (int i = 0; i < N; i++) { s[i] = mc_heap_alloc(128, MC_SPAN_LARGE, false); memset((void *)s[i]->start, 1, 128 << 12); }
+  mc_fake_now_ms = (t += 1000);
+  for (int i = 0; i < N; i += 2) mc_heap_free(s[i]); /* 20 MiB free inside used huge pages */
+  memcolo_stats_t st0, st1, st2, st3;
+  memcolo_stats(&st0);
+  CHECK(st0.free_backed_bytes >= (20u << 20) - (1u << 20));
+  /* one second later: the periodic release wants 1 MiB but the peak of Delta forbids it */
+  mc_fake_now_ms = (t += 1000);
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_release_tick_locked(t, 0);
+  pthread_mutex_unlock(&mc_heap.lock);
+  memcolo_stats(&st1);
+  CHECK(st1.skipped_subrelease_bytes > st0.skipped_subrelease_bytes);
+  CHECK(st1.subreleased_bytes == st0.subreleased_bytes);
+  /* demand comes back within Delta: the skipped release is confirmed correct */
+  mc_fake_now_ms = (t += 5000);
+  for (int i = 0; i < N; i += 2) { s[i] = mc_heap_alloc(128, MC_SPAN_LARGE, false); }
+  mc_fake_now_ms = (t += 2000);
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_release_on_heap_change_locked(t);
+  pthread_mutex_unlock(&mc_heap.lock);
+  memcolo_stats(&st2);
+  CHECK(st2.skipped_correct_bytes > 0);
+  CHECK(st2.skipped_correct_bytes <= st2.skipped_subrelease_bytes);
+  /* demand drops for good: after Delta the release proceeds, the skip is not confirmed */
+  for (int i = 0; i < N; i += 2) mc_heap_free(s[i]);
+  mc_fake_now_ms = (t += 1000);
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_release_tick_locked(t, 0);
+  pthread_mutex_unlock(&mc_heap.lock);
+  uint64_t sub_before = 0;
+  memcolo_stats(&st3);
+  sub_before = st3.released_total_bytes;
+  for (int k = 0; k < 70; k++) {
+    mc_fake_now_ms = (t += 1000);
+    pthread_mutex_lock(&mc_heap.lock);
+    mc_release_tick_locked(t, 0);
+    pthread_mutex_unlock(&mc_heap.lock);
+  }
+  memcolo_stats(&st3);
+  CHECK(st3.released_total_bytes > sub_before);
+  CHECK(st3.skipped_incorrect_bytes > 0);
+  /* realized fragmentation: free memory existed in every epoch of the window only if
+     it never dropped to zero; after the 20 MiB came back it did drop */
+  CHECK(st3.realized_fragmentation_bytes <= st3.free_backed_bytes);
+  for (int i = 1; i < N; i += 2) mc_heap_free(s[i]);
+  mc_fake_now_ms = 0;
+  CHECK(heap_ok());
+}
+
+TEST(test_realized_fragmentation) {
+  uint64_t t = 5000000;
+  mc_fake_now_ms = t;
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_release_test_reset_locked();
+  mc_release_on_heap_change_locked(t);
+  pthread_mutex_unlock(&mc_heap.lock);
+  mc_span_t *s[16];
+  for (int i = 0; i < 16; i++) s[i] = mc_heap_alloc(128, MC_SPAN_LARGE, false);
+  for (int i = 0; i < 16; i += 2) mc_heap_free(s[i]); /* ~4 MiB free, kept for 10 s */
+  for (int k = 0; k < 10; k++) {
+    mc_fake_now_ms = (t += 1000);
+    pthread_mutex_lock(&mc_heap.lock);
+    mc_release_on_heap_change_locked(t);
+    pthread_mutex_unlock(&mc_heap.lock);
+  }
+  memcolo_stats_t st;
+  memcolo_stats(&st);
+  CHECK(st.realized_fragmentation_bytes >= (4u << 20) - (64u << 12));
+  CHECK(st.realized_fragmentation_bytes <= st.average_fragmentation_bytes);
+  /* one moment with no free memory makes the realized fragmentation zero */
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_heap_release_locked(0, false);
+  pthread_mutex_unlock(&mc_heap.lock);
+  memcolo_stats(&st);
+  CHECK(st.realized_fragmentation_bytes == 0);
+  for (int i = 1; i < 16; i += 2) mc_heap_free(s[i]);
+  mc_fake_now_ms = 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--print-options") == 0) {
+    free(malloc(1));
+    printf("%ld %ld %ld %ld\n", MC_OPT(MC_OPT_RSV_FACTOR_PCT), MC_OPT(MC_OPT_MIN_RSV_BYTES),
+           MC_OPT(MC_OPT_SKIP_SUBRELEASE_S), MC_OPT(MC_OPT_CLASS));
+    return 0;
+  }
+  free(malloc(1));
+  RUN(test_size_classes);
+  RUN(test_options_from_env);
+  RUN(test_filler_packing);
+  RUN(test_subrelease_breaks_and_heals);
+  RUN(test_release_cache_only);
+  RUN(test_skip_subrelease_and_tracker);
+  RUN(test_realized_fragmentation);
+  TEST_END();
+}
