@@ -79,6 +79,27 @@ pub struct MemoryStat {
     pub raw: BTreeMap<String, u64>,
 }
 
+/// Limit and OOM event counters of a group since its creation.
+///
+/// v2: `memory.events` (hierarchical). v1 has no such file: `max` is `memory.failcnt`
+/// (charges that hit the limit) and `oom_kill` comes from `memory.oom_control`; the
+/// counters v1 lacks are `None`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MemoryEvents {
+    /// Times usage was reclaimed below `memory.low` protection (v2).
+    pub low: Option<u64>,
+    /// Times usage went over `memory.high` and the group was throttled (v2).
+    pub high: Option<u64>,
+    /// Times usage was about to go over the hard limit.
+    pub max: u64,
+    /// Times the group hit the limit and the OOM killer was invoked (v2).
+    pub oom: Option<u64>,
+    /// Processes killed by the OOM killer in the group.
+    pub oom_kill: u64,
+    /// Whether the group is under OOM right now (v1 `under_oom`).
+    pub under_oom: Option<bool>,
+}
+
 /// One memory cgroup directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryCgroup {
@@ -226,6 +247,92 @@ impl MemoryCgroup {
             (CgroupVersion::V1, Limit::Max) => self.write_file("memory.limit_in_bytes", "-1"),
             (CgroupVersion::V2, Limit::Bytes(b)) => self.write_file("memory.max", &b.to_string()),
             (CgroupVersion::V2, Limit::Max) => self.write_file("memory.max", "max"),
+        }
+    }
+
+    /// Peak usage in bytes: v1 `memory.max_usage_in_bytes`, v2 `memory.peak` (Linux
+    /// 5.19+; [`Error::Unsupported`] when absent).
+    pub fn read_peak_bytes(&self) -> Result<u64> {
+        match self.version {
+            CgroupVersion::V1 => self.read_u64("memory.max_usage_in_bytes"),
+            CgroupVersion::V2 => match self.read_u64("memory.peak") {
+                Err(e) if e.is_not_found() => Err(Error::Unsupported {
+                    what: format!("memory.peak in {} (Linux 5.19+)", self.path.display()),
+                }),
+                other => other,
+            },
+        }
+    }
+
+    /// v2 `memory.high`: the throttle limit above which the kernel reclaims and slows
+    /// allocations instead of OOM-killing. v1 has none: [`Error::Unsupported`].
+    pub fn read_high(&self) -> Result<Limit> {
+        match self.version {
+            CgroupVersion::V1 => Err(Error::Unsupported {
+                what: format!("memory.high on cgroup v1 ({})", self.path.display()),
+            }),
+            CgroupVersion::V2 => {
+                let path = self.file("memory.high");
+                parse_v2_limit(&self.read_file("memory.high")?, &path)
+            }
+        }
+    }
+
+    /// Sets v2 `memory.high`. v1: [`Error::Unsupported`].
+    pub fn write_high(&self, limit: Limit) -> Result<()> {
+        match (self.version, limit) {
+            (CgroupVersion::V1, _) => Err(Error::Unsupported {
+                what: format!("memory.high on cgroup v1 ({})", self.path.display()),
+            }),
+            (CgroupVersion::V2, Limit::Bytes(b)) => self.write_file("memory.high", &b.to_string()),
+            (CgroupVersion::V2, Limit::Max) => self.write_file("memory.high", "max"),
+        }
+    }
+
+    /// Limit and OOM events, see [`MemoryEvents`].
+    pub fn read_events(&self) -> Result<MemoryEvents> {
+        let (name, text) = match self.version {
+            CgroupVersion::V1 => ("memory.oom_control", self.read_file("memory.oom_control")?),
+            CgroupVersion::V2 => ("memory.events", self.read_file("memory.events")?),
+        };
+        let path = self.file(name);
+        let mut kv = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let mut w = line.split_whitespace();
+            let (Some(k), Some(v), None) = (w.next(), w.next(), w.next()) else {
+                return Err(Error::parse(
+                    &path,
+                    format!("expected `name value`, got `{line}`"),
+                ));
+            };
+            let v = v
+                .parse::<u64>()
+                .map_err(|_| Error::parse(&path, format!("bad value in `{line}`")))?;
+            kv.insert(k.to_string(), v);
+        }
+        let need = |k: &str| {
+            kv.get(k)
+                .copied()
+                .ok_or_else(|| Error::parse(&path, format!("missing {k}")))
+        };
+        match self.version {
+            CgroupVersion::V1 => Ok(MemoryEvents {
+                low: None,
+                high: None,
+                max: self.read_u64("memory.failcnt")?,
+                oom: None,
+                // `oom_kill` appeared in Linux 4.13.
+                oom_kill: kv.get("oom_kill").copied().unwrap_or(0),
+                under_oom: Some(need("under_oom")? != 0),
+            }),
+            CgroupVersion::V2 => Ok(MemoryEvents {
+                low: Some(need("low")?),
+                high: Some(need("high")?),
+                max: need("max")?,
+                oom: Some(need("oom")?),
+                oom_kill: need("oom_kill")?,
+                under_oom: None,
+            }),
         }
     }
 

@@ -350,6 +350,21 @@ fn cgroup_v1_fake_group() {
     assert_eq!(stat.pgmajfault, Some(47));
     assert_eq!(cg.read_pressure().unwrap(), None);
     assert!(matches!(cg.reclaim(4096), Err(Error::Unsupported { .. })));
+    assert_eq!(cg.read_peak_bytes().unwrap(), 61_501_440 + 4096);
+    let ev = cg.read_events().unwrap();
+    assert_eq!((ev.max, ev.oom_kill, ev.under_oom), (3, 0, Some(false)));
+    assert_eq!((ev.low, ev.high, ev.oom), (None, None, None));
+    assert!(matches!(cg.read_high(), Err(Error::Unsupported { .. })));
+    assert!(matches!(
+        cg.write_high(Limit::Max),
+        Err(Error::Unsupported { .. })
+    ));
+    let oom = path.join("memory.oom_control");
+    std::fs::write(&oom, "oom_kill_disable 0\nunder_oom 1\noom_kill 4\n").unwrap();
+    assert_eq!(cg.read_events().unwrap().under_oom, Some(true));
+    assert_eq!(cg.read_events().unwrap().oom_kill, 4);
+    std::fs::write(&oom, "oom_kill_disable 0\n").unwrap();
+    assert_parse_error_names(cg.read_events().unwrap_err(), &oom);
     assert_eq!(cg.read_procs().unwrap(), vec![10, 30]);
     assert_eq!(cg.read_procs_recursive().unwrap(), vec![10, 20, 30]);
     let children = cg.children().unwrap();
@@ -430,6 +445,27 @@ fn cgroup_v2_fake_group() {
     let psi = cg.read_pressure().unwrap().unwrap();
     assert_eq!(psi.some.avg10, 12.5);
     assert_eq!(psi.full.unwrap().total_us, 1_204_770);
+    assert_eq!(cg.read_peak_bytes().unwrap(), 1_879_048_192);
+    let ev = cg.read_events().unwrap();
+    assert_eq!(ev.low, Some(0));
+    assert_eq!(ev.high, Some(1520));
+    assert_eq!(ev.max, 37);
+    assert_eq!(ev.oom, Some(2));
+    assert_eq!(ev.oom_kill, 1);
+    assert_eq!(ev.under_oom, None);
+    assert_eq!(cg.read_high().unwrap(), Limit::Bytes(1_610_612_736));
+    cg.write_high(Limit::Max).unwrap();
+    assert_eq!(cg.read_high().unwrap(), Limit::Max);
+    let events = path.join("memory.events");
+    std::fs::write(&events, "low 0\nhigh x\n").unwrap();
+    assert_parse_error_names(cg.read_events().unwrap_err(), &events);
+    std::fs::write(&events, "low 0\n").unwrap();
+    assert_parse_error_names(cg.read_events().unwrap_err(), &events);
+    std::fs::remove_file(path.join("memory.peak")).unwrap();
+    assert!(matches!(
+        cg.read_peak_bytes(),
+        Err(Error::Unsupported { .. })
+    ));
     cg.reclaim(1 << 20).unwrap();
     assert_eq!(
         std::fs::read_to_string(path.join("memory.reclaim")).unwrap(),

@@ -319,6 +319,9 @@ fn cgroup_v1_scratch_group_lifecycle() {
     cg.write_limit(Limit::Bytes(64 * MIB)).unwrap();
     assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(64 * MIB));
     assert_eq!(cg.read_effective_limit().unwrap(), Limit::Bytes(64 * MIB));
+    let ev = cg.read_events().unwrap();
+    assert_eq!((ev.oom_kill, ev.under_oom), (0, Some(false)));
+    assert!(cg.read_peak_bytes().unwrap() >= cg.read_usage_bytes().unwrap());
 
     let mut child = Reaped(Command::new("sleep").arg("1000").spawn().unwrap());
     let pid = child.0.id() as i32;
@@ -425,6 +428,11 @@ fn v1_pressure_level_fires_when_a_child_fills_its_limit() {
         "no reclaim seen: {:?}",
         stat.raw
     );
+    // Charges hit the 32 MiB limit (failcnt), with no OOM kill: clean cache reclaims.
+    let ev = cg.read_events().unwrap();
+    assert!(ev.max > 0, "{ev:?}");
+    assert_eq!(ev.oom_kill, 0);
+    assert!(cg.read_peak_bytes().unwrap() <= 32 * MIB);
 }
 
 #[test]

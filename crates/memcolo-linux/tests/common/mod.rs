@@ -89,6 +89,9 @@ pub fn fake_v1_group(
         file("memory.limit_in_bytes", format!("{limit}\n")),
         file("memory.stat", fixture("v1_memory.stat")),
         file("memory.pressure_level", ""),
+        file("memory.oom_control", fixture("v1_memory.oom_control")),
+        file("memory.failcnt", "3\n"),
+        file("memory.max_usage_in_bytes", format!("{}\n", usage + 4096)),
         file("cgroup.event_control", ""),
         file(
             "cgroup.procs",
@@ -113,6 +116,9 @@ pub fn fake_v2_group(
         file("memory.swap.current", fixture("v2/memory.swap.current")),
         file("memory.pressure", fixture("v2/memory.pressure")),
         file("memory.reclaim", ""),
+        file("memory.events", fixture("v2/memory.events")),
+        file("memory.peak", fixture("v2/memory.peak")),
+        file("memory.high", fixture("v2/memory.high")),
         file(
             "cgroup.procs",
             procs.iter().map(|p| format!("{p}\n")).collect::<String>(),
