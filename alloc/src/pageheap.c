@@ -492,16 +492,31 @@ size_t mc_heap_backed_free_bytes(void) {
 bool mc_heap_prefault_one_hugepage(void) {
   pthread_mutex_lock(&mc_heap.lock);
   mc_hugepage_t *hp = mc_heap.cache_released.head;
-  if (hp) cache_remove(hp);
-  else hp = hp_new_from_os();
-  if (hp == NULL) { pthread_mutex_unlock(&mc_heap.lock); return false; }
-  hp->where = MC_HP_BUSY;
+  if (hp) {
+    cache_remove(hp);
+    hp->where = MC_HP_BUSY;
+  }
   pthread_mutex_unlock(&mc_heap.lock);
-  mc_os_populate((void *)hp->base, MC_HUGE_SIZE);
+  void *fresh = NULL;
+  if (hp == NULL) {
+    /* a new huge page: map and fault it with no lock held */
+    fresh = mc_os_map_huge(MC_HUGE_SIZE);
+    if (fresh == NULL) return false;
+  }
+  mc_os_populate(hp ? (void *)hp->base : fresh, MC_HUGE_SIZE);
   pthread_mutex_lock(&mc_heap.lock);
+  if (hp == NULL) {
+    hp = mc_meta_hp_alloc();
+    if (hp == NULL) { pthread_mutex_unlock(&mc_heap.lock); mc_os_unmap(fresh, MC_HUGE_SIZE); return false; }
+    memset(hp, 0, sizeof(*hp));
+    hp->base = (uintptr_t)fresh;
+    mc_heap.hugepages++;
+    mc_heap.free_backed_pages += MC_HP_PAGES;
+  } else {
+    mc_heap.released_pages -= hp->released_pages;
+    mc_heap.free_backed_pages += hp->released_pages;
+  }
   memset(hp->released, 0, sizeof(hp->released));
-  mc_heap.released_pages -= hp->released_pages;
-  mc_heap.free_backed_pages += hp->released_pages;
   hp->released_pages = 0;
   hp->where = MC_HP_CACHE;
   list_push(&mc_heap.cache_backed, hp);

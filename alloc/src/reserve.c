@@ -167,9 +167,10 @@ static void *mc_reserve_main(void *arg) {
     if (rsv < min_rsv) rsv = min_rsv;
     __atomic_store_n(&mc_rsv_target_bytes, rsv, __ATOMIC_RELAXED);
     size_t trim_thr = (size_t)(trim_factor * (double)rsv);
-    int guard = 64;
+    int guard = 64, progress = 0;
     while (mc_heap_backed_free_bytes() < rsv && guard-- > 0) {
       if (!mc_heap_prefault_one_hugepage()) break;
+      progress = 1;
       __atomic_fetch_add(&mc_prefaulted_bytes, MC_HUGE_SIZE, __ATOMIC_RELAXED);
     }
     size_t fb = mc_heap_backed_free_bytes();
@@ -192,16 +193,14 @@ static void *mc_reserve_main(void *arg) {
         mc_os_populate((void *)s->start, block_pages << MC_PAGE_SHIFT);
         __atomic_fetch_add(&mc_prefaulted_bytes, block_pages << MC_PAGE_SHIFT, __ATOMIC_RELAXED);
         pool_push(s);
+        progress = 1;
       }
     }
     pool_trim((size_t)(trim_factor * (double)pool_target));
-    {
-      uint64_t t0 = mc_now_us();
-      uint64_t spent = 0;
-      (void)t0;
-      struct timespec rem = ts;
-      (void)spent;
-      nanosleep(&rem, NULL);
+    /* behind on either reserve: go round again at once instead of sleeping */
+    if (!progress || (mc_heap_backed_free_bytes() >= rsv &&
+                      __atomic_load_n(&mc_pool_total_bytes, __ATOMIC_RELAXED) >= pool_target)) {
+      nanosleep(&ts, NULL);
     }
   periodic:;
     uint64_t now = mc_now_ms();
