@@ -255,8 +255,16 @@ mod tests {
                 ok: true
             }
         );
-        let r = decode_request(r#"{"v":1,"type":"register","class":"be","extra":"ignored"}"#).unwrap();
-        assert!(matches!(r, Request::Register { notify: NotifyMode::Socket, class: Class::Be, .. }));
+        let r =
+            decode_request(r#"{"v":1,"type":"register","class":"be","extra":"ignored"}"#).unwrap();
+        assert!(matches!(
+            r,
+            Request::Register {
+                notify: NotifyMode::Socket,
+                class: Class::Be,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -268,14 +276,26 @@ mod tests {
             (r#"{"type":"ping"}"#, ErrorCode::BadRequest),
             (r#"{"v":"1","type":"ping"}"#, ErrorCode::BadRequest),
             (r#"{"v":1,"type":"launch_missiles"}"#, ErrorCode::BadRequest),
-            (r#"{"v":1,"type":"register","class":"vip"}"#, ErrorCode::BadRequest),
-            (r#"{"v":1,"type":"reclaimed","bytes":-5,"duration_ms":1}"#, ErrorCode::BadRequest),
+            (
+                r#"{"v":1,"type":"register","class":"vip"}"#,
+                ErrorCode::BadRequest,
+            ),
+            (
+                r#"{"v":1,"type":"reclaimed","bytes":-5,"duration_ms":1}"#,
+                ErrorCode::BadRequest,
+            ),
             (r#"{"v":2,"type":"ping"}"#, ErrorCode::UnsupportedVersion),
         ] {
             let err = decode_request(line).unwrap_err();
             assert_eq!(err.code(), code, "line {line:?}: {err}");
         }
-        let long = format!(r#"{{"v":1,"type":"cgroup","name":"{}"}}"#, "x".repeat(MAX_LINE_BYTES));
-        assert!(matches!(decode_request(&long), Err(DecodeError::TooLong(_))));
+        let long = format!(
+            r#"{{"v":1,"type":"cgroup","name":"{}"}}"#,
+            "x".repeat(MAX_LINE_BYTES)
+        );
+        assert!(matches!(
+            decode_request(&long),
+            Err(DecodeError::TooLong(_))
+        ));
     }
 }
