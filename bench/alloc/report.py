@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""Writes report.md and PNG plots for a results directory of run_bench.py.
+usage: report.py RESULTS_DIR"""
+import csv
+import glob
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def plot_cdfs(d, rows):
+    keys = sorted({(r["condition"], r["block_bytes"], r["mode"]) for r in rows})
+    out = []
+    for cond, size, mode in keys:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for r in rows:
+            if (r["condition"], r["block_bytes"], r["mode"]) != (cond, size, mode):
+                continue
+            pts = read(os.path.join(d, "cdf", f"{cond}-{size}-{mode}-{r['allocator']}.csv"))
+            if not pts:
+                continue
+            pts.sort(key=lambda p: float(p["quantile"]))
+            ax.plot([max(float(p["latency_us"]), 0.01) for p in pts], [float(p["quantile"]) for p in pts],
+                    label=r["allocator"], lw=1.4)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency of malloc + first write to each 4 KiB page (us)")
+        ax.set_ylabel("CDF")
+        ax.set_title(f"{int(size) // 1024} KiB blocks, {mode}, {cond}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        name = f"cdf-{cond}-{size}-{mode}.png"
+        fig.tight_layout()
+        fig.savefig(os.path.join(d, name), dpi=110)
+        plt.close(fig)
+        out.append(name)
+    return out
+
+
+def plot_tput(d, rows):
+    if not rows:
+        return None
+    benches = sorted({r["benchmark"] for r in rows})
+    allocs = []
+    for r in rows:
+        if r["allocator"] not in allocs:
+            allocs.append(r["allocator"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    w = 0.8 / len(allocs)
+    for k, a in enumerate(allocs):
+        xs, ws, rs = [], [], []
+        for i, b in enumerate(benches):
+            for r in rows:
+                if r["benchmark"] == b and r["allocator"] == a:
+                    xs.append(i + k * w)
+                    ws.append(float(r["wall_ms_median"]))
+                    rs.append(float(r["peak_rss_kib_median"]) / 1024)
+        axes[0].bar(xs, ws, w, label=a)
+        axes[1].bar(xs, rs, w, label=a)
+    for ax, t in zip(axes, ("wall time (ms, lower is better)", "peak RSS (MiB)")):
+        ax.set_xticks([i + 0.4 - w / 2 for i in range(len(benches))])
+        ax.set_xticklabels(benches)
+        ax.set_title(t)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(d, "tput.png"), dpi=110)
+    plt.close(fig)
+    return "tput.png"
+
+
+def plot_subrelease(d):
+    files = sorted(glob.glob(os.path.join(d, "subrelease-delta*.csv")))
+    if not files:
+        return None
+    fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    for path in files:
+        label = "Delta = " + os.path.basename(path)[len("subrelease-delta"):-4] + " s"
+        rows = read(path)
+        t = [float(r["t_s"]) for r in rows]
+        axes[0].plot(t, [float(r["coverage"]) * 100 for r in rows], label=label + " (memcolo)")
+        axes[0].plot(t, [100 * int(r["anon_huge_kib"]) / max(1, int(r["rss_kib"])) for r in rows], ls=":",
+                     label=label + " (kernel AnonHugePages/Rss)")
+        axes[1].plot(t, [int(r["used_bytes"]) / 2**20 for r in rows], label=label + " used")
+        axes[1].plot(t, [int(r["mapped_bytes"]) / 2**20 for r in rows], ls="--", label=label + " mapped")
+        axes[2].plot(t, [int(r["free_backed_bytes"]) / 2**20 for r in rows], label=label + " average")
+        axes[2].plot(t, [int(r["realized_frag_bytes"]) / 2**20 for r in rows], ls="--", label=label + " realized")
+    axes[0].set_ylabel("huge page coverage %")
+    axes[1].set_ylabel("MiB")
+    axes[2].set_ylabel("fragmentation MiB")
+    axes[2].set_xlabel("time (s)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(d, "subrelease.png"), dpi=110)
+    plt.close(fig)
+    return "subrelease.png"
+
+
+def fmt(x):
+    v = float(x)
+    return f"{v:.2f}" if v < 100 else f"{v:.0f}"
+
+
+def main():
+    d = sys.argv[1]
+    h = read(os.path.join(d, "hermes.csv"))
+    t = read(os.path.join(d, "tput.csv"))
+    s = read(os.path.join(d, "subrelease-summary.csv"))
+    lines = ["# libmemcolo benchmarks", ""]
+    if os.path.exists(os.path.join(d, "machine.txt")):
+        lines += ["Machine:", "```", open(os.path.join(d, "machine.txt")).read().strip(), "```", ""]
+    if h:
+        lines += ["## Hermes micro benchmark (malloc + first write to each 4 KiB page, until 1 GiB)", "",
+                  "| condition | block | mode | allocator | p50 us | p90 us | p99 us | p99.9 us | max us |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in h:
+            lines.append(f"| {r['condition']} | {int(r['block_bytes']) // 1024} KiB | {r['mode']} | {r['allocator']} | "
+                         f"{fmt(r['p50_us'])} | {fmt(r['p90_us'])} | {fmt(r['p99_us'])} | {fmt(r['p999_us'])} | {fmt(r['max_us'])} |")
+        lines.append("")
+        for name in plot_cdfs(d, h):
+            lines.append(f"![{name}]({name})")
+        lines.append("")
+    if t:
+        lines += ["## Throughput and peak RSS (2 threads, median)", "",
+                  "| benchmark | allocator | wall ms | runs | peak RSS KiB |", "|---|---|---|---|---|"]
+        for r in t:
+            lines.append(f"| {r['benchmark']} | {r['allocator']} | {float(r['wall_ms_median']):.0f} | {r['wall_ms_all']} | "
+                         f"{int(float(r['peak_rss_kib_median']))} |")
+        lines.append("")
+        p = plot_tput(d, t)
+        if p:
+            lines.append(f"![{p}]({p})")
+        lines.append("")
+    if s:
+        lines += ["## Subrelease: fluctuating demand (200 K x 1 KiB added, 5 s, removed; x10)", "",
+                  "| Delta s | coverage mean | coverage min | kernel AnonHugePages/Rss | average frag MiB | "
+                  "realized frag MiB (end / max) | skipped MiB | confirmed correct MiB |", "|---|---|---|---|---|---|---|---|"]
+        for r in s:
+            lines.append(f"| {r['delta_s']} | {float(r['coverage_mean']):.3f} | {float(r['coverage_min']):.3f} | "
+                         f"{float(r['kernel_anonhuge_share_mean']):.3f} | {float(r['avg_fragmentation_mib']):.1f} | "
+                         f"{float(r['realized_fragmentation_mib_end']):.1f} / {float(r['realized_fragmentation_mib_max']):.1f} | "
+                         f"{float(r['skipped_mib']):.1f} | {float(r['skipped_correct_mib']):.1f} |")
+        lines.append("")
+        p = plot_subrelease(d)
+        if p:
+            lines.append(f"![{p}]({p})")
+    with open(os.path.join(d, "report.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+#!/usr/bin/python3
+"""libmemcolo benchmarks: raw CSV, report.md and PNG plots in results/<UTC date-time>/.
+
+1. Hermes micro benchmark (Middleware'21 §5.2): 1 KiB and 256 KiB blocks until 1 GiB,
+   malloc + first write to each 4 KiB page, back to back and paced (256 KiB every
+   250 us, 1 KiB every 1 us: ~1 GB/s), on a dedicated node, under anonymous-page
+   pressure (a scratch memory cgroup at its limit with a memory hog, zram swap) and
+   under file-cache pressure (the same cgroup with a reader of a large file); allocators:
+   glibc, jemalloc, tcmalloc, mimalloc, libmemcolo without reservation, libmemcolo (lc).
+2. Throughput and peak RSS (tput.c): prodcons, small, realloc, larson; median of runs.
+3. Subrelease (ISMM'21 §5.1): subrelease_service.py with Delta = 60 s and Delta = 0.
+
+Pressure runs need root and cgroup v1's memory controller; the scratch group is made
+below this process's own group and removed at the end. Run with /usr/bin/python3
+(matplotlib). usage: run_bench.py [--quick] [--skip-pressure] [--only hermes,tput,subrelease]
+"""
+import argparse
+import csv
+import datetime
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+LIB = os.path.join(ROOT, "alloc", "build", "libmemcolo.so")
+BIN = os.path.join(ROOT, "alloc", "build", "bench")
+SYS = "/usr/lib/x86_64-linux-gnu"
+ALLOCATORS = [
+    ("glibc", None, {}),
+    ("jemalloc", f"{SYS}/libjemalloc.so.2", {}),
+    ("tcmalloc", f"{SYS}/libtcmalloc_minimal.so.4", {}),
+    ("mimalloc", f"{SYS}/libmimalloc.so.2", {}),
+    ("memcolo-norsv", LIB, {"MEMCOLO_CLASS": "be"}),
+    ("memcolo", LIB, {"MEMCOLO_CLASS": "lc"}),
+]
+GiB = 1 << 30
+
+
+def build():
+    os.makedirs(BIN, exist_ok=True)
+    subprocess.run(["make", "-C", os.path.join(ROOT, "alloc"), "all"], check=True, stdout=subprocess.DEVNULL)
+    for src, extra in (("hermes_bench.c", []), ("tput.c", ["-pthread"])):
+        out = os.path.join(BIN, src[:-2])
+        subprocess.run(["gcc", "-O2", "-o", out, os.path.join(HERE, src)] + extra, check=True)
+
+
+def env_for(lib, extra):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("MEMCOLO_") or k == "LD_PRELOAD":
+            del env[k]
+    if lib:
+        env["LD_PRELOAD"] = lib
+    env.update(extra)
+    return env
+
+
+class ScratchCgroup:
+    """A memory cgroup (v1) below our own group; removed on exit."""
+
+    def __init__(self, name, limit_bytes):
+        own = None
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctrl, path = line.strip().split(":", 2)
+                if "memory" in ctrl.split(","):
+                    own = path
+        if own is None:
+            raise RuntimeError("no cgroup v1 memory controller")
+        self.path = f"/sys/fs/cgroup/memory{own}/{name}"
+        os.makedirs(self.path, exist_ok=True)
+        with open(f"{self.path}/memory.limit_in_bytes", "w") as f:
+            f.write(str(limit_bytes))
+        self.procs = []
+
+    def preexec(self):
+        path = self.path
+
+        def join():
+            with open(f"{path}/cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+        return join
+
+    def spawn(self, cmd, **kw):
+        p = subprocess.Popen(cmd, preexec_fn=self.preexec(), start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        for _ in range(50):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def warm(mb=2048):
+    subprocess.run([os.path.join(BIN, "hermes_bench"), "4096", "4096", "b2b", "0", "", str(mb)],
+                   stdout=subprocess.DEVNULL, check=False)
+
+
+def hermes(out_dir, quick, skip_pressure):
+    rows = []
+    total = GiB // (4 if quick else 1)
+    cases = [(262144, "b2b", 0), (262144, "paced", 250_000), (1024, "b2b", 0), (1024, "paced", 1000)]
+    conditions = ["dedicated"] if skip_pressure else ["dedicated", "anon", "file"]
+    bigfile = "/var/tmp/memcolo-alloc-bench.dat"
+    for cond in conditions:
+        cg = None
+        if cond != "dedicated":
+            cg = ScratchCgroup(f"mcbench-{cond}", int(1.5 * GiB))
+            if cond == "anon":
+                cg.spawn(["stress-ng", "--vm", "1", "--vm-bytes", "1200M", "--vm-keep", "--timeout", "3600"])
+            else:
+                if not os.path.exists(bigfile) or os.path.getsize(bigfile) < 2 * GiB:
+                    subprocess.run(["dd", "if=/dev/urandom", f"of={bigfile}", "bs=1M", "count=2048"],
+                                   check=True, stderr=subprocess.DEVNULL)
+                cg.spawn(["sh", "-c", f"while :; do cat {bigfile} > /dev/null; done"])
+            time.sleep(6)  # let the hog reach the limit
+        try:
+            for size, mode, interval in cases:
+                for name, lib, extra in ALLOCATORS:
+                    if cond == "dedicated":
+                        warm()
+                    cdf = os.path.join(out_dir, "cdf", f"{cond}-{size}-{mode}-{name}.csv")
+                    cmd = [os.path.join(BIN, "hermes_bench"), str(size), str(total), mode, str(interval), cdf,
+                           "0" if cg else "1536"]
+                    kw = {"preexec_fn": cg.preexec()} if cg else {}
+                    r = subprocess.run(cmd, env=env_for(lib, extra), capture_output=True, text=True, timeout=600, **kw)
+                    if r.returncode != 0:
+                        print(f"  {cond} {size} {mode} {name}: failed: {r.stderr.strip()[:200]}", flush=True)
+                        continue
+                    vals = r.stdout.strip().split(",")
+                    row = {"condition": cond, "block_bytes": size, "mode": mode, "interval_ns": interval,
+                           "allocator": name, "n": vals[0], "mean_us": vals[1], "p50_us": vals[2], "p90_us": vals[3],
+                           "p99_us": vals[4], "p999_us": vals[5], "max_us": vals[6], "min_us": vals[7]}
+                    rows.append(row)
+                    print(f"  {cond:9} {size:6} {mode:5} {name:14} p50 {float(vals[2]):9.2f} p99 {float(vals[4]):9.2f}"
+                          f" p99.9 {float(vals[5]):9.2f} max {float(vals[6]):10.1f} us", flush=True)
+        finally:
+            if cg:
+                cg.close()
+    write_csv(os.path.join(out_dir, "hermes.csv"), rows)
+    return rows
+
+
+def tput(out_dir, quick):
+    rows = []
+    reps = 1 if quick else 3
+    for mode in ("prodcons", "small", "realloc", "larson"):
+        for name, lib, extra in ALLOCATORS:
+            if name == "memcolo":
+                continue  # the reservation is for LC services; throughput is measured without it
+            walls, rsss = [], []
+            for _ in range(reps):
+                r = subprocess.run([os.path.join(BIN, "tput"), mode, "2"], env=env_for(lib, extra),
+                                   capture_output=True, text=True, timeout=600)
+                if r.returncode != 0:
+                    print(f"  tput {mode} {name} failed: {r.stderr[:200]}")
+                    continue
+                _, _, wall, rss = r.stdout.strip().split(",")
+                walls.append(float(wall))
+                rsss.append(int(rss))
+            if not walls:
+                continue
+            row = {"benchmark": mode, "allocator": name, "wall_ms_median": statistics.median(walls),
+                   "wall_ms_all": " ".join(f"{w:.0f}" for w in walls), "peak_rss_kib_median": statistics.median(rsss)}
+            rows.append(row)
+            print(f"  {mode:9} {name:14} {row['wall_ms_median']:9.1f} ms  {row['peak_rss_kib_median']:8} KiB", flush=True)
+    write_csv(os.path.join(out_dir, "tput.csv"), rows)
+    return rows
+
+
+def subrelease(out_dir, quick):
+    procs = []
+    cycles, wait = (3, "2") if quick else (10, "5")
+    for delta in ("60", "0"):
+        env = env_for(LIB, {"MEMCOLO_SKIP_SUBRELEASE_S": delta, "MEMCOLO_RELEASE_RATE": "10m"})
+        out = os.path.join(out_dir, f"subrelease-delta{delta}.csv")
+        procs.append(subprocess.Popen(["/usr/bin/python3", os.path.join(HERE, "subrelease_service.py"), out,
+                                       str(cycles), "200000", wait], env=env))
+    for p in procs:
+        p.wait()
+    summary = []
+    for delta in ("60", "0"):
+        with open(os.path.join(out_dir, f"subrelease-delta{delta}.csv")) as f:
+            rows = list(csv.DictReader(f))
+        cov = [float(r["coverage"]) for r in rows if int(r["used_bytes"]) > 0]
+        kern = [int(r["anon_huge_kib"]) / max(1, int(r["rss_kib"])) for r in rows]
+        avg_frag = statistics.mean(int(r["free_backed_bytes"]) for r in rows)
+        summary.append({"delta_s": delta, "coverage_mean": statistics.mean(cov), "coverage_min": min(cov),
+                        "kernel_anonhuge_share_mean": statistics.mean(kern),
+                        "avg_fragmentation_mib": avg_frag / 2**20,
+                        "realized_fragmentation_mib_end": int(rows[-1]["realized_frag_bytes"]) / 2**20,
+                        "realized_fragmentation_mib_max": max(int(r["realized_frag_bytes"]) for r in rows) / 2**20,
+                        "skipped_mib": int(rows[-1]["skipped_bytes"]) / 2**20,
+                        "skipped_correct_mib": int(rows[-1]["skipped_correct_bytes"]) / 2**20})
+        print(f"  subrelease delta={delta}: {summary[-1]}", flush=True)
+    write_csv(os.path.join(out_dir, "subrelease-summary.csv"), summary)
+    return summary
+
+
+def write_csv(path, rows):
+    if not rows:
+        return
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-pressure", action="store_true")
+    ap.add_argument("--only", default="hermes,tput,subrelease")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = a.out or os.path.join(HERE, "results", stamp)
+    os.makedirs(os.path.join(out_dir, "cdf"), exist_ok=True)
+    build()
+    only = a.only.split(",")
+    with open(os.path.join(out_dir, "machine.txt"), "w") as f:
+        f.write(subprocess.run(["uname", "-a"], capture_output=True, text=True).stdout)
+        f.write(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
+        f.write(open("/proc/meminfo").read().split("\n")[0] + "\n")
+        f.write("load average at start: " + open("/proc/loadavg").read())
+        f.write("THP: " + open("/sys/kernel/mm/transparent_hugepage/enabled").read())
+    if "hermes" in only:
+        print("hermes micro benchmark", flush=True)
+        hermes(out_dir, a.quick, a.skip_pressure)
+    if "tput" in only:
+        print("throughput", flush=True)
+        tput(out_dir, a.quick)
+    if "subrelease" in only:
+        print("subrelease", flush=True)
+        subrelease(out_dir, a.quick)
+    subprocess.run(["/usr/bin/python3", os.path.join(HERE, "report.py"), out_dir], check=False)
+    print(out_dir)
+
+
+if __name__ == "__main__":
+    main()

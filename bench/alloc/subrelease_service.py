@@ -1,0 +1,92 @@
+"""A service whose demand rises and falls (TCMalloc ISMM'21 §5.1, with Python as the
+service: its 1 KiB values are malloc'ed): add 200 K entries of 1 KiB, wait 5 s, remove
+them, ten times. Samples libmemcolo's telemetry (memcolo_stats via ctypes, the library
+being preloaded) and the kernel's view (AnonHugePages / Rss of smaps_rollup) every
+0.25 s into a CSV: t_s, phase, used, mapped, free_backed, realized_frag, coverage,
+anon_huge_kib, rss_kib, skipped, skipped_correct.
+usage: subrelease_service.py OUT.csv [CYCLES] [ENTRIES] [WAIT_S]"""
+import ctypes
+import os
+import sys
+import threading
+import time
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("reservation_on", ctypes.c_uint32)] + [
+        (n, ctypes.c_uint64) for n in (
+            "mapped", "used", "free_backed", "released", "hugepages_total", "hugepages_broken")
+    ] + [("coverage", ctypes.c_double)] + [
+        (n, ctypes.c_uint64) for n in (
+            "released_total", "subreleased", "realized_frag", "average_frag", "skipped",
+            "skipped_correct", "skipped_incorrect", "reserve_target", "prefaulted", "pool",
+            "reserve_hits", "reserve_misses", "pool_hits", "pool_misses", "slow", "large",
+            "mmaps", "threads")
+    ]
+
+
+def smaps():
+    vals = {}
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] in ("Rss:", "AnonHugePages:"):
+                vals[parts[0][:-1]] = int(parts[1])
+    return vals.get("AnonHugePages", 0), vals.get("Rss", 0)
+
+
+def main():
+    out = sys.argv[1]
+    cycles = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    entries = int(sys.argv[3]) if len(sys.argv) > 3 else 200_000
+    wait_s = float(sys.argv[4]) if len(sys.argv) > 4 else 5.0
+    lib = ctypes.CDLL(None)
+    try:
+        stats_fn = lib.memcolo_stats
+    except AttributeError:
+        sys.exit("libmemcolo is not preloaded (memcolo_stats not found)")
+    stats_fn.argtypes = [ctypes.POINTER(Stats)]
+    rows = []
+    phase = ["start"]
+    t0 = time.monotonic()
+    stop = threading.Event()
+
+    def sampler():
+        st = Stats()
+        while not stop.is_set():
+            stats_fn(ctypes.byref(st))
+            ah, rss = smaps()
+            rows.append((time.monotonic() - t0, phase[0], st.used, st.mapped, st.free_backed,
+                         st.realized_frag, st.coverage, ah, rss, st.skipped, st.skipped_correct))
+            stop.wait(0.25)
+
+    th = threading.Thread(target=sampler)
+    th.start()
+    store = {}
+    base = b"v" * 1024
+    for i in range(entries):  # pre-populate, as the paper does
+        store[("base", i)] = bytes(base[:1023]) + bytes([i & 0xFF])
+    for c in range(cycles):
+        phase[0] = "add"
+        for i in range(entries):
+            store[(c, i)] = bytes(base[:1023]) + bytes([i & 0xFF])
+        phase[0] = "wait"
+        time.sleep(wait_s)
+        phase[0] = "remove"
+        for i in range(entries):
+            del store[(c, i)]
+        phase[0] = "idle"
+        time.sleep(0.5)
+    phase[0] = "end"
+    time.sleep(0.5)
+    stop.set()
+    th.join()
+    with open(out, "w") as f:
+        f.write("t_s,phase,used_bytes,mapped_bytes,free_backed_bytes,realized_frag_bytes,coverage,"
+                "anon_huge_kib,rss_kib,skipped_bytes,skipped_correct_bytes\n")
+        for r in rows:
+            f.write("%.3f,%s,%d,%d,%d,%d,%.4f,%d,%d,%d,%d\n" % r)
+
+
+if __name__ == "__main__":
+    main()
