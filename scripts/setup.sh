@@ -26,8 +26,18 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-for tool in cargo go mvn javac; do
-  command -v "$tool" >/dev/null || echo "setup: warning: $tool not found; the parts that need it are skipped by the tests" >&2
+# Toolchains for the SDKs: Java and Maven from Debian when absent; Go must be >= 1.21
+# (Debian bookworm's golang is older, so a Go toolchain is expected on the machine).
+extra=()
+command -v javac >/dev/null || extra+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || extra+=(maven)
+if [ "${#extra[@]}" -gt 0 ]; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${extra[@]}"
+fi
+python3 -c "import pytest" 2>/dev/null || python3 -m pip install -q pytest
+for tool in cargo go; do
+  command -v "$tool" >/dev/null || echo "setup: warning: $tool not found" >&2
 done
 
 cargo build --release --workspace --locked
