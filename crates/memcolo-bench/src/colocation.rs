@@ -346,6 +346,13 @@ pub fn run(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
     } else {
         (None, None)
     };
+    // The load generator is the LC service's client: it runs on the LC CPUs, so that a
+    // request and its answer do not cross to a BE CPU (and, in a VM, do not wait for a
+    // halted vCPU to be woken). Threads created from here on inherit the mask.
+    let _affinity = match &lc_cpus {
+        Some(c) => Some(process::AffinityGuard::pin_current_thread(c)?),
+        None => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -514,10 +521,7 @@ impl Sweep<'_> {
         let mut agent = None;
         if mode == Mode::Agent {
             let _ = std::fs::remove_file(&event_log);
-            let mut extra = self.args.agent_args.clone();
-            if extra.is_empty() {
-                extra = Vec::new();
-            }
+            let extra = self.args.agent_args.clone();
             let spec = AgentSpec {
                 exe: self.exe,
                 scope_cgroup: &node_path,
@@ -526,9 +530,15 @@ impl Sweep<'_> {
                 log: &self.log_dir.join(format!("agent-{tag}.log")),
                 extra_args: &extra,
             };
+            // All CPUs: the bench's own threads are pinned to the LC CPUs and a child
+            // would inherit that.
+            let all: Vec<usize> = (0..process::online_cpus()).collect();
             agent = Some(AgentProcess::start(
                 &spec,
-                &Placement::default(),
+                &Placement {
+                    cgroup: None,
+                    cpus: Some(&all),
+                },
                 Duration::from_secs(15),
             )?);
             progress(t0, &format!("{label}: agent up"));
@@ -616,6 +626,7 @@ impl Sweep<'_> {
 
         progress(t0, &format!("{label}: measured {} s", s.duration.as_secs()));
         let loadavg = process::loadavg_1m().unwrap_or(0.0);
+        let cpu_before = process::read_cpu_times();
         let redis_pid = redis.pid();
         let stat_before = process::read_stat(redis_pid)?;
         let measure_spec = LoadSpec {
@@ -653,6 +664,16 @@ impl Sweep<'_> {
         });
         let load = load?;
         let stat_after = process::read_stat(redis_pid).unwrap_or(stat_before);
+        let (steal_pct, cpu_busy_pct) = match (cpu_before, process::read_cpu_times()) {
+            (Some(a), Some(b)) if b.total > a.total => {
+                let d = (b.total - a.total) as f64;
+                (
+                    (b.steal - a.steal) as f64 / d * 100.0,
+                    (1.0 - (b.idle - a.idle) as f64 / d) * 100.0,
+                )
+            }
+            _ => (0.0, 0.0),
+        };
         let redis_rss = process::read_status_mem(redis_pid)
             .map(|m| m.rss_kib * 1024)
             .unwrap_or(0);
@@ -709,6 +730,8 @@ impl Sweep<'_> {
             oom_kills: oom_after.saturating_sub(oom_before),
             agent_kills,
             loadavg_1m: loadavg,
+            steal_pct,
+            cpu_busy_pct,
             ..Default::default()
         };
         if let Some(e) = &load.first_error {

@@ -170,6 +170,50 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Pins the calling thread (and the threads it creates afterwards) to some CPUs;
+/// the previous affinity comes back when dropped.
+pub struct AffinityGuard {
+    old: libc::cpu_set_t,
+}
+
+impl AffinityGuard {
+    /// Pins the calling thread to `cpus`.
+    pub fn pin_current_thread(cpus: &[usize]) -> Result<Self> {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: cpu_set_t is plain data; the calls only read or write the given sets
+        // of the size passed.
+        unsafe {
+            let mut old: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, size, &mut old) != 0 {
+                return Err(BenchError::Process(format!(
+                    "sched_getaffinity: {}",
+                    std::io::Error::last_os_error()
+                )));
+            }
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &c in cpus {
+                libc::CPU_SET(c, &mut set);
+            }
+            if libc::sched_setaffinity(0, size, &set) != 0 {
+                return Err(BenchError::Process(format!(
+                    "sched_setaffinity({cpus:?}): {}",
+                    std::io::Error::last_os_error()
+                )));
+            }
+            Ok(AffinityGuard { old })
+        }
+    }
+}
+
+impl Drop for AffinityGuard {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask read at creation.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.old);
+        }
+    }
+}
+
 /// Counters of one process from `/proc/<pid>/stat`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProcStat {
@@ -266,6 +310,41 @@ pub fn online_cpus() -> usize {
         .unwrap_or(1)
 }
 
+/// Aggregate CPU time of the machine from the `cpu` line of `/proc/stat`, in ticks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// All states summed (user … steal).
+    pub total: u64,
+    /// Time the hypervisor ran something else while a vCPU wanted to run.
+    pub steal: u64,
+    /// idle + iowait.
+    pub idle: u64,
+}
+
+/// Parses the `cpu ` line of `/proc/stat` text.
+pub fn parse_cpu_times(proc_stat: &str) -> Option<CpuTimes> {
+    let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    if v.len() < 8 {
+        return None;
+    }
+    Some(CpuTimes {
+        total: v.iter().sum(),
+        steal: v[7],
+        idle: v[3] + v[4],
+    })
+}
+
+/// Reads `/proc/stat`.
+pub fn read_cpu_times() -> Option<CpuTimes> {
+    parse_cpu_times(&fs::read_to_string("/proc/stat").ok()?)
+}
+
 /// The 1-minute load average (`/proc/loadavg`), a gauge of how busy the machine was.
 pub fn loadavg_1m() -> Option<f64> {
     fs::read_to_string("/proc/loadavg")
@@ -287,6 +366,16 @@ mod tests {
         assert_eq!(s.major_faults, 17);
         assert_eq!(s.cpu_ticks, 280);
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn cpu_line_of_proc_stat() {
+        let text = "cpu  100 5 50 800 20 1 2 22 0 0\ncpu0 50 2 25 400 10 0 1 11 0 0\n";
+        let t = parse_cpu_times(text).unwrap();
+        assert_eq!(t.total, 1000);
+        assert_eq!(t.steal, 22);
+        assert_eq!(t.idle, 820);
+        assert_eq!(parse_cpu_times("cpu0 1 2 3\n"), None);
     }
 
     #[test]

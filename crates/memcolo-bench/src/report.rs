@@ -70,6 +70,11 @@ pub struct RunRecord {
     pub agent_kills: Option<u64>,
     /// 1-minute load average at the start of the measured phase (machine noise).
     pub loadavg_1m: f64,
+    /// Share of CPU time stolen by the hypervisor during the measured phase, percent.
+    pub steal_pct: f64,
+    /// Share of CPU time the machine was busy (not idle/iowait) during the measured
+    /// phase, percent: the benchmark's own processes plus anything else running.
+    pub cpu_busy_pct: f64,
 }
 
 /// A run's record and its latency histogram (µs).
@@ -272,13 +277,19 @@ pub fn markdown(ctx: &ReportContext, records: &[RunRecord]) -> String {
     s.push_str(&table(records));
     s.push_str(
         "\nkills = kernel OOM kills in the node + kills in the agent's event log. \
-         BE anon ops = stress-ng vm bogo ops. Load average per run (machine noise): ",
+         BE anon ops = stress-ng vm bogo ops. Machine noise per run (1-min load average, \
+         CPU busy %, steal %): ",
     );
     let loads: Vec<String> = records
         .iter()
-        .map(|r| format!("{}%/{} {:.2}", r.level_pct, r.mode, r.loadavg_1m))
+        .map(|r| {
+            format!(
+                "{}%/{} {:.2}, {:.0}%, {:.1}%",
+                r.level_pct, r.mode, r.loadavg_1m, r.cpu_busy_pct, r.steal_pct
+            )
+        })
         .collect();
-    s.push_str(&loads.join(", "));
+    s.push_str(&loads.join("; "));
     s.push_str(".\n\n");
     if !ctx.notes.is_empty() {
         s.push_str("## Notes\n\n");
