@@ -14,7 +14,7 @@ test-rust:
 
 # libmemcolo: C unit and stress tests, debug/ASan/UBSan builds, real programs under LD_PRELOAD.
 test-alloc:
-	@if [ -f alloc/Makefile ]; then $(MAKE) -C alloc test; else echo "no alloc/"; fi
+	@if [ -f alloc/Makefile ]; then $(MAKE) --no-print-directory -C alloc test; else echo "no alloc/"; fi
 
 # SDKs in C, Rust, Python, Go and Java against the shared protocol test vectors.
 test-sdk:
