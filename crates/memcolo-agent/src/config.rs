@@ -54,6 +54,10 @@ pub struct AgentConfig {
     pub poll_ms: u64,
     /// Root of procfs. Default `/proc` (tests point it elsewhere).
     pub procfs: PathBuf,
+    /// Keep the agent's own work (polls, page-cache advice) off the CPUs that LC
+    /// processes are confined to (their `sched_getaffinity` masks), when other CPUs
+    /// remain. Default true; a no-op when LC processes may run anywhere.
+    pub avoid_lc_cpus: bool,
     pub m3: M3Section,
     pub hermes: HermesSection,
     pub events: EventsSection,
@@ -69,6 +73,7 @@ impl Default for AgentConfig {
             event_log: "off".into(),
             poll_ms: 1000,
             procfs: PathBuf::from("/proc"),
+            avoid_lc_cpus: true,
             m3: M3Section::default(),
             hermes: HermesSection::default(),
             events: EventsSection::default(),

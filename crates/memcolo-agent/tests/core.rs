@@ -125,6 +125,8 @@ fn harness(tweak: impl FnOnce(&mut AgentConfig)) -> Harness {
         procfs: proc_.root.clone(),
         state_dir: dir.path().join("state"),
         metrics_addr: "off".into(),
+        // Fake pids must not steer the test process's own CPU affinity.
+        avoid_lc_cpus: false,
         ..AgentConfig::default()
     };
     cfg.m3.kill_after_s = 30;
