@@ -6,6 +6,7 @@
 //! so it dies with the benchmark. [`ChildGuard`] kills the whole process group when
 //! dropped.
 
+use memcolo_linux::procfs::ProcFs;
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -223,26 +224,17 @@ pub struct ProcStat {
     pub cpu_ticks: u64,
 }
 
-/// Parses the text of `/proc/<pid>/stat`.
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
-    // The command name may contain spaces and parentheses; fields resume after the
-    // last ')'. Field 3 (state) is index 0 here.
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let get = |field: usize| f.get(field - 3)?.parse::<u64>().ok();
-    Some(ProcStat {
-        major_faults: get(12)?,
-        cpu_ticks: get(14)? + get(15)?,
-    })
-}
-
-/// Reads `/proc/<pid>/stat`.
+/// Reads `/proc/<pid>/stat` through memcolo-linux's procfs reader.
 pub fn read_stat(pid: i32) -> Result<ProcStat> {
-    let p = format!("/proc/{pid}/stat");
-    let text = fs::read_to_string(&p).map_err(|e| BenchError::io(&p, e))?;
-    parse_stat(&text).ok_or_else(|| BenchError::Parse {
-        path: p.into(),
-        msg: "unexpected format".into(),
+    let st = ProcFs::root()
+        .read_pid_stat(pid)
+        .map_err(|e| BenchError::Parse {
+            path: format!("/proc/{pid}/stat").into(),
+            msg: e.to_string(),
+        })?;
+    Ok(ProcStat {
+        major_faults: st.majflt,
+        cpu_ticks: st.utime_ticks + st.stime_ticks,
     })
 }
 
@@ -255,26 +247,17 @@ pub struct ProcMem {
     pub hwm_kib: u64,
 }
 
-/// Parses the text of `/proc/<pid>/status`.
-pub fn parse_status_mem(text: &str) -> Option<ProcMem> {
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-    };
-    Some(ProcMem {
-        rss_kib: field("VmRSS:")?,
-        hwm_kib: field("VmHWM:")?,
-    })
-}
-
-/// Reads `/proc/<pid>/status`.
+/// Reads `/proc/<pid>/status` through memcolo-linux's procfs reader.
 pub fn read_status_mem(pid: i32) -> Result<ProcMem> {
-    let p = format!("/proc/{pid}/status");
-    let text = fs::read_to_string(&p).map_err(|e| BenchError::io(&p, e))?;
-    parse_status_mem(&text).ok_or_else(|| BenchError::Parse {
-        path: p.into(),
-        msg: "no VmRSS/VmHWM".into(),
+    let st = ProcFs::root()
+        .read_pid_status(pid)
+        .map_err(|e| BenchError::Parse {
+            path: format!("/proc/{pid}/status").into(),
+            msg: e.to_string(),
+        })?;
+    Ok(ProcMem {
+        rss_kib: st.vm_rss_bytes / 1024,
+        hwm_kib: st.vm_hwm_bytes / 1024,
     })
 }
 
@@ -294,13 +277,7 @@ pub fn read_rchar(pid: i32) -> Result<u64> {
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).
 pub fn clock_ticks_per_s() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as u64
-    } else {
-        100
-    }
+    ProcFs::clock_ticks_per_sec()
 }
 
 /// Number of online CPUs.
@@ -360,15 +337,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_with_odd_comm() {
-        let text = "1234 (redis server) (x) S 1 1234 1234 0 -1 4194560 5000 0 17 0 250 30 0 0 20 0 5 0 100 1000000 2000 18446744073709551615\n";
-        let s = parse_stat(text).unwrap();
-        assert_eq!(s.major_faults, 17);
-        assert_eq!(s.cpu_ticks, 280);
-        assert_eq!(parse_stat("garbage"), None);
-    }
-
-    #[test]
     fn cpu_line_of_proc_stat() {
         let text = "cpu  100 5 50 800 20 1 2 22 0 0\ncpu0 50 2 25 400 10 0 1 11 0 0\n";
         let t = parse_cpu_times(text).unwrap();
@@ -376,18 +344,5 @@ mod tests {
         assert_eq!(t.steal, 22);
         assert_eq!(t.idle, 820);
         assert_eq!(parse_cpu_times("cpu0 1 2 3\n"), None);
-    }
-
-    #[test]
-    fn status_memory() {
-        let text = "Name:\tredis\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\n";
-        assert_eq!(
-            parse_status_mem(text),
-            Some(ProcMem {
-                rss_kib: 10240,
-                hwm_kib: 20480
-            })
-        );
-        assert_eq!(parse_status_mem("Name:\tkthread\n"), None);
     }
 }
