@@ -78,11 +78,35 @@ struct Outstanding {
     sent_at: Duration,
 }
 
-/// One process's row of `/proc/PID/stat`, as the poll needs it.
-#[derive(Clone, Copy, Debug)]
-struct Row {
-    ppid: Pid,
-    rss_bytes: u64,
+/// Every process seen by one poll, with the parent → children index built once.
+#[derive(Default)]
+struct ProcTable {
+    /// RSS of every process, in bytes.
+    rss_bytes: HashMap<Pid, u64>,
+    children: HashMap<Pid, Vec<Pid>>,
+}
+
+impl ProcTable {
+    /// `root` and all its descendants that this poll saw.
+    fn tree(&self, root: Pid) -> Vec<Pid> {
+        let mut out = vec![root];
+        let mut i = 0;
+        while i < out.len() {
+            if let Some(c) = self.children.get(&out[i]) {
+                out.extend(c.iter().copied().filter(|p| *p != root));
+            }
+            i += 1;
+        }
+        out.retain(|p| self.rss_bytes.contains_key(p));
+        out
+    }
+
+    /// RSS of `root` and its descendants, and how many descendants there are.
+    fn tree_rss(&self, root: Pid) -> (u64, usize) {
+        let tree = self.tree(root);
+        let rss = tree.iter().filter_map(|p| self.rss_bytes.get(p)).sum();
+        (rss, tree.len().saturating_sub(1))
+    }
 }
 
 /// The agent's state.
@@ -462,14 +486,14 @@ impl Core {
                 }
             }
         }
-        let rows = self.read_rows();
-        let views = self.views(&rows);
+        let procs = self.read_procs();
+        let views = self.views(&procs);
         let actions = self.monitor.step(now, sample.working_set_bytes, &views);
         for a in actions {
-            self.act(a, now, &rows);
+            self.act(a, now, &procs);
         }
         if self.cfg.hermes.enabled {
-            self.advise(&sample, &rows);
+            self.advise(&sample, &procs);
         }
         self.update_poll_metrics(&sample);
         self.last_sample = Some(sample);
@@ -480,64 +504,37 @@ impl Core {
     }
 
     /// `/proc/PID/stat` of every process, for RSS of process trees.
-    fn read_rows(&mut self) -> HashMap<Pid, Row> {
-        let mut rows = HashMap::new();
+    fn read_procs(&mut self) -> ProcTable {
+        let mut t = ProcTable::default();
         let pids = match self.procfs.pids() {
             Ok(p) => p,
             Err(e) => {
                 self.metrics.errors.with_label_values(&["procfs"]).inc();
                 tracing::warn!(error = %e, "cannot list processes");
-                return rows;
+                return t;
             }
         };
         for pid in pids {
             // Processes exit between listing and reading: skip them silently.
             if let Ok(st) = self.procfs.read_pid_stat(pid) {
-                rows.insert(
-                    pid,
-                    Row {
-                        ppid: st.ppid,
-                        rss_bytes: st.rss_pages.saturating_mul(self.page_size),
-                    },
-                );
+                t.rss_bytes
+                    .insert(pid, st.rss_pages.saturating_mul(self.page_size));
+                t.children.entry(st.ppid).or_default().push(pid);
             }
         }
-        rows
+        t
     }
 
-    /// `root` and all its descendants that appear in `rows`.
-    fn tree(rows: &HashMap<Pid, Row>, root: Pid) -> Vec<Pid> {
-        let mut children: HashMap<Pid, Vec<Pid>> = HashMap::new();
-        for (&pid, r) in rows {
-            children.entry(r.ppid).or_default().push(pid);
-        }
-        let mut out = vec![root];
-        let mut i = 0;
-        while i < out.len() {
-            if let Some(c) = children.get(&out[i]) {
-                out.extend(c.iter().copied().filter(|p| *p != root));
-            }
-            i += 1;
-        }
-        out.retain(|p| rows.contains_key(p));
-        out
-    }
-
-    fn views(&mut self, rows: &HashMap<Pid, Row>) -> Vec<ProcView> {
+    fn views(&mut self, procs: &ProcTable) -> Vec<ProcView> {
         let mut views = Vec::with_capacity(self.registry.len());
         self.seen.clear();
         for e in self.registry.iter() {
-            let tree = Self::tree(rows, e.pid);
-            let rss: u64 = tree
-                .iter()
-                .filter_map(|p| rows.get(p))
-                .map(|r| r.rss_bytes)
-                .sum();
+            let (rss, descendants) = procs.tree_rss(e.pid);
             self.seen.insert(
                 e.pid,
                 Seen {
                     rss_bytes: rss,
-                    descendants: tree.len().saturating_sub(1),
+                    descendants,
                 },
             );
             views.push(ProcView {
@@ -558,14 +555,14 @@ impl Core {
         views
     }
 
-    fn act(&mut self, action: Action, now: Duration, rows: &HashMap<Pid, Row>) {
+    fn act(&mut self, action: Action, now: Duration, procs: &ProcTable) {
         match action {
             Action::Signal {
                 pid,
                 level,
                 target_bytes,
             } => self.notify(pid, level, target_bytes, now),
-            Action::Kill { pid, reason } => self.kill(pid, &reason, rows),
+            Action::Kill { pid, reason } => self.kill(pid, &reason, procs),
         }
     }
 
@@ -635,7 +632,7 @@ impl Core {
         );
     }
 
-    fn kill(&mut self, pid: Pid, reason: &str, rows: &HashMap<Pid, Row>) {
+    fn kill(&mut self, pid: Pid, reason: &str, procs: &ProcTable) {
         let Some(e) = self.registry.get(pid) else {
             return;
         };
@@ -653,11 +650,11 @@ impl Core {
             .registry
             .iter()
             .filter(|e| e.class == Class::Lc)
-            .flat_map(|e| Self::tree(rows, e.pid))
+            .flat_map(|e| procs.tree(e.pid))
             .collect();
         // The registered process and its descendants are one BE job; an LC process
         // that somehow sits below it is spared.
-        let mut victims = Self::tree(rows, pid);
+        let mut victims = procs.tree(pid);
         victims.retain(|p| !lc_pids.contains(p));
         victims.reverse();
         let rss = self.seen.get(&pid).map(|s| s.rss_bytes).unwrap_or(0);
@@ -678,7 +675,7 @@ impl Core {
     }
 
     /// Hermes §3.3: above `adv_thr`, drop BE files' page cache, largest first.
-    fn advise(&mut self, sample: &ScopeSample, rows: &HashMap<Pid, Row>) {
+    fn advise(&mut self, sample: &ScopeSample, procs: &ProcTable) {
         let adv_thr = self.cfg.adv_thr_bytes(sample.total_bytes);
         if sample.used_bytes <= adv_thr {
             return;
@@ -689,7 +686,7 @@ impl Core {
             if e.class == Class::Elastic {
                 continue;
             }
-            for p in Self::tree(rows, e.pid) {
+            for p in procs.tree(e.pid) {
                 let files = match self.procfs.read_pid_files(p) {
                     Ok(f) => f,
                     Err(_) => continue, // exited or unreadable: nothing to advise
