@@ -15,9 +15,12 @@
 //!   resort (BE processes only).
 //! - [`hermes`]: Hermes' file-cache advice (Hermes, Middleware'21 §3.3): which BE
 //!   files to drop from the page cache, largest resident first.
+//! - [`hermit`]: Hermit's feedback-directed asynchronous reclaim (NSDI'23): when to
+//!   reclaim, with how many workers, and when to back off.
 
 pub mod error;
 pub mod hermes;
+pub mod hermit;
 pub mod m3;
 pub mod types;
 

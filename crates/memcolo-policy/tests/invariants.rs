@@ -385,3 +385,85 @@ fn hermes_plans_hold_their_rules_over_random_inputs() {
         }
     }
 }
+
+/// The reclaim scheduler (Hermit) over random observation sequences: worker counts
+/// stay within the CPU budget, the marks are ordered and bounded by the limit, the
+/// target never exceeds what is reclaimable, and the safety stops always hold.
+#[test]
+fn reclaim_scheduler_invariants() {
+    use memcolo_policy::hermit::{
+        ReclaimConfig, ReclaimObservation, ReclaimScheduler, ReclaimState,
+    };
+    for seed in 0..200u64 {
+        let mut rng = Rng(seed);
+        let cfg = ReclaimConfig {
+            max_workers: rng.range(1, 8) as u32,
+            batch_bytes: rng.range(1 << 20, 64 << 20),
+            ..Default::default()
+        };
+        let max_low_ratio = cfg.max_low_ratio;
+        let max_workers = cfg.max_workers;
+        let mut s = ReclaimScheduler::new(cfg).unwrap();
+        let limit = rng.range(256 << 20, 64 << 30);
+        let swap_total = rng.pick(&[0, limit / 2, limit * 2]);
+        let mut now = Duration::ZERO;
+        let mut used = rng.range(0, limit);
+        for step in 0..500 {
+            now += Duration::from_millis(rng.range(1, 200));
+            used = if rng.chance(10) {
+                rng.range(0, limit + limit / 10)
+            } else {
+                used.saturating_add(rng.range(0, 64 << 20))
+                    .min(limit + (8 << 20))
+            };
+            let swap_free = if swap_total == 0 {
+                0
+            } else {
+                rng.range(0, swap_total)
+            };
+            let obs = ReclaimObservation {
+                limit_bytes: limit,
+                used_bytes: used,
+                reclaimed_bytes: rng.range(0, 128 << 20),
+                worker_busy: Duration::from_millis(rng.range(0, 400)),
+                swapin_bytes: rng.range(0, 256 << 20),
+                swapped_bytes: rng.range(0, swap_total),
+                swap_total_bytes: swap_total,
+                swap_free_bytes: swap_free,
+                reclaimable_bytes: if rng.chance(20) {
+                    0
+                } else {
+                    rng.range(0, limit)
+                },
+            };
+            let d = s.step(now, &obs);
+            let ctx = format!("seed {seed} step {step}: {obs:?} -> {d:?}");
+            assert!(d.workers <= max_workers, "{ctx}");
+            assert!(d.high_mark_bytes <= d.low_mark_bytes, "{ctx}");
+            // Proactive reclaim never holds back more than max_low_ratio of the node.
+            assert!(
+                d.low_mark_bytes as f64 <= max_low_ratio * limit as f64 + 1.0,
+                "{ctx}"
+            );
+            assert!(d.target_bytes <= obs.reclaimable_bytes, "{ctx}");
+            assert_eq!(d.headroom_bytes, limit.saturating_sub(used), "{ctx}");
+            if swap_total > 0 && (swap_free as f64) < 0.05 * swap_total as f64 {
+                assert_eq!(d.workers, 0, "{ctx}");
+                assert_eq!(d.state, ReclaimState::SwapFull, "{ctx}");
+            }
+            if obs.reclaimable_bytes == 0 {
+                assert_eq!(d.workers, 0, "{ctx}");
+            }
+            if d.headroom_bytes >= d.low_mark_bytes {
+                assert_eq!(d.workers, 0, "{ctx}");
+            }
+            if d.headroom_bytes < d.high_mark_bytes
+                && d.state != ReclaimState::SwapFull
+                && obs.reclaimable_bytes > 0
+            {
+                assert!(d.workers >= 1, "{ctx}");
+                assert_eq!(d.state, ReclaimState::Urgent, "{ctx}");
+            }
+        }
+    }
+}

@@ -1,0 +1,757 @@
+//! Feedback-directed asynchronous reclaim (Hermit, NSDI'23, "adaptive reclaim
+//! scheduling"), as a pure state machine.
+//!
+//! The kernel reclaims either on the allocating thread (direct reclaim) or too late
+//! (kswapd wakes at watermarks of about 1 % of a zone; a memory cgroup has no
+//! background reclaim at all on cgroup v1). Hermit reclaims *asynchronously, early
+//! enough and with just enough threads*, steered by feedback. [`ReclaimScheduler`]
+//! decides, once per tick (the agent ticks every 20 ms by default; Hermit's kernel
+//! code every 1 ms):
+//!
+//! - **when** to reclaim: two marks on the scope's free headroom (limit − usage).
+//!   The *high* mark is the headroom that the fastest recent allocation burst would
+//!   eat while one batch is being reclaimed:
+//!   `high = max(min_high, burst_rate × (batch_time + tick))`, where `burst_rate` is
+//!   a fast-attack, slow-decay envelope of the allocation rate and `batch_time` is the
+//!   measured time one worker takes to reclaim one batch. The *low* mark, where
+//!   reclaim starts, is `k × high` (never above `max_low_ratio` of the limit). As in
+//!   Hermit, `k` starts at `low_multiplier_min`, grows by `low_growth` every
+//!   `adapt_period` while page turnaround does not fall, up to `low_multiplier_max`
+//!   (Hermit's 16), and resets when it falls.
+//! - **how many** workers: none while headroom ≥ low; one between high and low;
+//!   below high, enough to cover the allocation rate plus the deficit below high
+//!   within `close_time`, at each worker's measured throughput:
+//!   `n = ⌈(alloc_rate + (high − headroom) / close_time) / worker_rate⌉`, capped by
+//!   the CPU budget `max_workers` (the agent derives it from the CPUs no LC process
+//!   runs on).
+//! - **backing off**: page turnaround — how long an evicted page stays out before it
+//!   refaults — is estimated by Little's law on the swapped population,
+//!   `turnaround = swapped_bytes / swap_in_rate` (a page leaves swap only by
+//!   refaulting, so the mean residence time is the population over the exit rate).
+//!   When it shortens to below `turnaround_drop_ratio` of the previous period's, or
+//!   below `thrash_turnaround`, reclaim is evicting pages that are still in use: the
+//!   scheduler backs off to reclaiming only what keeps the high mark (no proactive
+//!   band) for `backoff_periods` periods, and `k` resets. It never backs off below
+//!   the high mark: once headroom is that low the kernel would reclaim anyway, on the
+//!   allocating thread of whichever process faults next — an LC one included.
+//!
+//! Hermit also caps workers by "swap intensity" (swap-in rate ÷ swap-out rate). That
+//! ratio measures how much of the reclaim comes back, which the turnaround feedback
+//! above already acts on; the cap here is the CPU budget, so that reclaim never takes
+//! a core an LC thread runs on.
+//!
+//! Safety stops: no reclaim while swap is nearly full (free below
+//! `swap_stop_free_ratio` of the total, so memcolo never pushes the node into the
+//! OOM killer) or when the mechanisms report nothing left to reclaim.
+//!
+//! Units: bytes, bytes per second, and [`Duration`] for times. The caller passes
+//! counters as deltas since its previous observation.
+
+use crate::error::PolicyError;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Tunables of [`ReclaimScheduler`]. Defaults in [`ReclaimConfig::default`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReclaimConfig {
+    /// Most concurrent reclaim workers: the CPU budget. At least 1.
+    pub max_workers: u32,
+    /// Bytes one worker reclaims per batch (one `process_madvise` call over many
+    /// ranges, or one cgroup reclaim request). Default 16 MiB.
+    pub batch_bytes: u64,
+    /// Floor of the high mark in bytes. Default 32 MiB (Hermit: workers × 128 pages
+    /// of headroom; larger here because the agent ticks at 20 ms, not 1 ms).
+    pub min_high_bytes: u64,
+    /// Initial and reset value of `k` in `low = k × high`. Default 2.
+    pub low_multiplier_min: f64,
+    /// Largest `k`. Default 16 (Hermit).
+    pub low_multiplier_max: f64,
+    /// Factor by which `k` grows each `adapt_period` while turnaround does not fall.
+    /// Default 1.25.
+    pub low_growth: f64,
+    /// The low mark never exceeds this share of the scope's limit, so that proactive
+    /// reclaim cannot leave much of the node idle. Default 0.10.
+    pub max_low_ratio: f64,
+    /// Half-life of the allocation-rate average and of the burst envelope's decay.
+    /// Default 1 s.
+    pub rate_half_life: Duration,
+    /// Time within which workers should close a deficit below the high mark. Default
+    /// 200 ms.
+    pub close_time: Duration,
+    /// A turnaround below this means thrashing whatever its trend. Default 1 s.
+    pub thrash_turnaround: Duration,
+    /// Turnaround is "shortening" when it falls below this share of the previous
+    /// period's. Default 0.5.
+    pub turnaround_drop_ratio: f64,
+    /// How often `k` and the back-off adapt. Default 1 s.
+    pub adapt_period: Duration,
+    /// Periods the scheduler stays backed off after turnaround fell. Default 3.
+    pub backoff_periods: u32,
+    /// Stop reclaiming while free swap is below this share of total swap. Default 0.05.
+    pub swap_stop_free_ratio: f64,
+    /// Worker throughput assumed before the first measurement, bytes/s. Default
+    /// 256 MiB/s.
+    pub initial_worker_rate: f64,
+}
+
+impl Default for ReclaimConfig {
+    fn default() -> Self {
+        ReclaimConfig {
+            max_workers: 1,
+            batch_bytes: 16 << 20,
+            min_high_bytes: 32 << 20,
+            low_multiplier_min: 2.0,
+            low_multiplier_max: 16.0,
+            low_growth: 1.25,
+            max_low_ratio: 0.10,
+            rate_half_life: Duration::from_secs(1),
+            close_time: Duration::from_millis(200),
+            thrash_turnaround: Duration::from_secs(1),
+            turnaround_drop_ratio: 0.5,
+            adapt_period: Duration::from_secs(1),
+            backoff_periods: 3,
+            swap_stop_free_ratio: 0.05,
+            initial_worker_rate: 256.0 * (1 << 20) as f64,
+        }
+    }
+}
+
+impl ReclaimConfig {
+    /// Checks ranges. Errors: [`PolicyError::InvalidConfig`] naming the field.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        fn bad(field: &'static str, value: impl ToString, reason: &'static str) -> PolicyError {
+            PolicyError::InvalidConfig {
+                field,
+                value: value.to_string(),
+                reason,
+            }
+        }
+        if self.max_workers == 0 {
+            return Err(bad("max_workers", 0, "must be at least 1"));
+        }
+        if self.batch_bytes == 0 {
+            return Err(bad("batch_bytes", 0, "must be positive"));
+        }
+        if !(self.low_multiplier_min >= 1.0) {
+            return Err(bad(
+                "low_multiplier_min",
+                self.low_multiplier_min,
+                "must be >= 1",
+            ));
+        }
+        if !(self.low_multiplier_max >= self.low_multiplier_min)
+            || !self.low_multiplier_max.is_finite()
+        {
+            return Err(bad(
+                "low_multiplier_max",
+                self.low_multiplier_max,
+                "must be finite and >= low_multiplier_min",
+            ));
+        }
+        if !(self.low_growth >= 1.0 && self.low_growth.is_finite()) {
+            return Err(bad(
+                "low_growth",
+                self.low_growth,
+                "must be finite and >= 1",
+            ));
+        }
+        if !(self.max_low_ratio > 0.0 && self.max_low_ratio < 1.0) {
+            return Err(bad(
+                "max_low_ratio",
+                self.max_low_ratio,
+                "must be in (0, 1)",
+            ));
+        }
+        if !(self.turnaround_drop_ratio > 0.0 && self.turnaround_drop_ratio < 1.0) {
+            return Err(bad(
+                "turnaround_drop_ratio",
+                self.turnaround_drop_ratio,
+                "must be in (0, 1)",
+            ));
+        }
+        if !(0.0..1.0).contains(&self.swap_stop_free_ratio) {
+            return Err(bad(
+                "swap_stop_free_ratio",
+                self.swap_stop_free_ratio,
+                "must be in [0, 1)",
+            ));
+        }
+        for (field, d) in [
+            ("rate_half_life", self.rate_half_life),
+            ("close_time", self.close_time),
+            ("adapt_period", self.adapt_period),
+        ] {
+            if d.is_zero() {
+                return Err(bad(field, "0", "must be positive"));
+            }
+        }
+        if !(self.initial_worker_rate > 0.0 && self.initial_worker_rate.is_finite()) {
+            return Err(bad(
+                "initial_worker_rate",
+                self.initial_worker_rate,
+                "must be positive and finite",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the caller measured since its previous observation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReclaimObservation {
+    /// The scope's memory limit (cgroup hard limit, or MemTotal on the host), bytes.
+    pub limit_bytes: u64,
+    /// Memory charged to the scope now, page cache included (cgroup usage, or
+    /// MemTotal − MemFree on the host), bytes.
+    pub used_bytes: u64,
+    /// Bytes memcolo's workers reclaimed since the previous observation.
+    pub reclaimed_bytes: u64,
+    /// Time memcolo's workers spent reclaiming since the previous observation, summed
+    /// over workers.
+    pub worker_busy: Duration,
+    /// Bytes swapped in (refaulted anonymous pages) since the previous observation.
+    pub swapin_bytes: u64,
+    /// Bytes in swap now that belong to the scope.
+    pub swapped_bytes: u64,
+    /// Total swap on the node, bytes (0: no swap).
+    pub swap_total_bytes: u64,
+    /// Free swap on the node, bytes.
+    pub swap_free_bytes: u64,
+    /// Bytes the mechanisms may still reclaim (resident memory of the targets).
+    pub reclaimable_bytes: u64,
+}
+
+/// Why the scheduler chose its worker count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReclaimState {
+    /// Headroom at or above the low mark.
+    Idle,
+    /// Headroom between the high and the low mark: one worker, proactively.
+    Proactive,
+    /// Headroom below the high mark: as many workers as the deficit needs.
+    Urgent,
+    /// Turnaround fell recently: only the high mark is kept.
+    BackingOff,
+    /// Free swap below the stop ratio: nothing is reclaimed.
+    SwapFull,
+    /// The mechanisms have nothing left to reclaim.
+    NothingToReclaim,
+}
+
+impl ReclaimState {
+    /// The snake_case name used in status and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReclaimState::Idle => "idle",
+            ReclaimState::Proactive => "proactive",
+            ReclaimState::Urgent => "urgent",
+            ReclaimState::BackingOff => "backing_off",
+            ReclaimState::SwapFull => "swap_full",
+            ReclaimState::NothingToReclaim => "nothing_to_reclaim",
+        }
+    }
+}
+
+/// One decision of [`ReclaimScheduler::step`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReclaimDecision {
+    /// Workers that should be reclaiming until the next tick.
+    pub workers: u32,
+    /// Bytes to reclaim to bring headroom back to the low mark (0 when idle).
+    pub target_bytes: u64,
+    /// Free headroom, bytes.
+    pub headroom_bytes: u64,
+    /// Reclaim starts below this headroom, bytes.
+    pub low_mark_bytes: u64,
+    /// Below this headroom reclaim is urgent, bytes.
+    pub high_mark_bytes: u64,
+    /// Current `k` in `low = k × high`.
+    pub low_multiplier: f64,
+    /// Smoothed allocation rate, bytes/s.
+    pub alloc_rate: f64,
+    /// Burst envelope of the allocation rate, bytes/s.
+    pub burst_rate: f64,
+    /// Measured throughput of one worker, bytes/s.
+    pub worker_rate: f64,
+    /// Estimated page turnaround in seconds; `None` while nothing refaults (infinite).
+    pub turnaround_s: Option<f64>,
+    pub state: ReclaimState,
+}
+
+/// Hermit's reclaim scheduler; see the module documentation.
+#[derive(Clone, Debug)]
+pub struct ReclaimScheduler {
+    cfg: ReclaimConfig,
+    last: Option<(Duration, u64)>,
+    alloc_rate: f64,
+    burst_rate: f64,
+    worker_rate: f64,
+    swapin_rate: f64,
+    k: f64,
+    period_start: Option<Duration>,
+    prev_turnaround: Option<f64>,
+    backoff_left: u32,
+}
+
+/// Weight of a new sample in an exponential average with half-life `half` after `dt`.
+fn ewma_weight(dt: Duration, half: Duration) -> f64 {
+    1.0 - (-dt.as_secs_f64() / half.as_secs_f64() * std::f64::consts::LN_2).exp()
+}
+
+impl ReclaimScheduler {
+    /// A scheduler with `cfg`. Errors: as [`ReclaimConfig::validate`].
+    pub fn new(cfg: ReclaimConfig) -> Result<Self, PolicyError> {
+        cfg.validate()?;
+        Ok(ReclaimScheduler {
+            worker_rate: cfg.initial_worker_rate,
+            k: cfg.low_multiplier_min,
+            cfg,
+            last: None,
+            alloc_rate: 0.0,
+            burst_rate: 0.0,
+            swapin_rate: 0.0,
+            period_start: None,
+            prev_turnaround: None,
+            backoff_left: 0,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &ReclaimConfig {
+        &self.cfg
+    }
+
+    /// Feeds one observation taken at `now` (a monotonic time since any fixed epoch;
+    /// it must not go backwards — an earlier `now` is treated as no time passing) and
+    /// returns the decision for the next tick.
+    pub fn step(&mut self, now: Duration, obs: &ReclaimObservation) -> ReclaimDecision {
+        let cfg = &self.cfg;
+        let dt = match self.last {
+            Some((t, _)) => now.saturating_sub(t),
+            None => Duration::ZERO,
+        };
+        // Gross allocation: usage growth plus what we took away meanwhile.
+        if let Some((_, prev_used)) = self.last {
+            if !dt.is_zero() {
+                let growth = obs.used_bytes as f64 - prev_used as f64 + obs.reclaimed_bytes as f64;
+                let inst = (growth / dt.as_secs_f64()).max(0.0);
+                let w = ewma_weight(dt, cfg.rate_half_life);
+                self.alloc_rate += w * (inst - self.alloc_rate);
+                // Fast attack, decay with the same half-life.
+                self.burst_rate = inst.max(self.burst_rate * (1.0 - w));
+                let swapin = obs.swapin_bytes as f64 / dt.as_secs_f64();
+                self.swapin_rate += w * (swapin - self.swapin_rate);
+            }
+        }
+        if !obs.worker_busy.is_zero() && obs.reclaimed_bytes > 0 {
+            let inst = obs.reclaimed_bytes as f64 / obs.worker_busy.as_secs_f64();
+            // Weighted by the busy time measured, so a long batch counts more.
+            let w = ewma_weight(obs.worker_busy, cfg.rate_half_life);
+            self.worker_rate += w * (inst - self.worker_rate);
+        }
+        self.last = Some((now, obs.used_bytes));
+
+        // Page turnaround by Little's law on the swapped population.
+        let turnaround = if self.swapin_rate > 4096.0 {
+            Some(obs.swapped_bytes as f64 / self.swapin_rate)
+        } else {
+            None
+        };
+        // Adapt k and the back-off once per period.
+        match self.period_start {
+            None => self.period_start = Some(now),
+            Some(start) if now.saturating_sub(start) >= cfg.adapt_period => {
+                self.period_start = Some(now);
+                let thrash = cfg.thrash_turnaround.as_secs_f64();
+                let fell = match (turnaround, self.prev_turnaround) {
+                    (Some(t), _) if t < thrash => true,
+                    (Some(t), Some(p)) => t < cfg.turnaround_drop_ratio * p,
+                    (Some(_), None) => false,
+                    (None, _) => false,
+                };
+                if fell {
+                    self.k = cfg.low_multiplier_min;
+                    self.backoff_left = cfg.backoff_periods;
+                } else {
+                    self.k = (self.k * cfg.low_growth).min(cfg.low_multiplier_max);
+                    self.backoff_left = self.backoff_left.saturating_sub(1);
+                }
+                self.prev_turnaround = turnaround;
+            }
+            Some(_) => {}
+        }
+
+        let batch_time = cfg.batch_bytes as f64 / self.worker_rate;
+        let tick = dt.as_secs_f64();
+        let limit = obs.limit_bytes as f64;
+        let max_low = cfg.max_low_ratio * limit;
+        let high = (self.burst_rate * (batch_time + tick))
+            .max(cfg.min_high_bytes as f64)
+            .min(max_low / cfg.low_multiplier_min);
+        let mut low = (self.k * high).min(max_low).max(high);
+        let backing_off = self.backoff_left > 0;
+        if backing_off {
+            low = high + (cfg.batch_bytes as f64).min(high);
+        }
+        let headroom = obs.limit_bytes.saturating_sub(obs.used_bytes);
+        let h = headroom as f64;
+
+        let swap_full = obs.swap_total_bytes > 0
+            && (obs.swap_free_bytes as f64)
+                < cfg.swap_stop_free_ratio * obs.swap_total_bytes as f64;
+        let (state, workers) = if swap_full {
+            (ReclaimState::SwapFull, 0)
+        } else if obs.reclaimable_bytes == 0 {
+            (ReclaimState::NothingToReclaim, 0)
+        } else if h >= low {
+            (ReclaimState::Idle, 0)
+        } else if h >= high {
+            let s = if backing_off {
+                ReclaimState::BackingOff
+            } else {
+                ReclaimState::Proactive
+            };
+            (s, 1)
+        } else {
+            let need = self.alloc_rate.max(0.0) + (high - h) / cfg.close_time.as_secs_f64();
+            let n = (need / self.worker_rate).ceil().max(1.0);
+            (ReclaimState::Urgent, (n as u32).min(cfg.max_workers))
+        };
+        let target_bytes = if workers == 0 {
+            0
+        } else {
+            ((low - h).max(0.0) as u64).min(obs.reclaimable_bytes)
+        };
+        ReclaimDecision {
+            workers,
+            target_bytes,
+            headroom_bytes: headroom,
+            low_mark_bytes: low as u64,
+            high_mark_bytes: high as u64,
+            low_multiplier: self.k,
+            alloc_rate: self.alloc_rate,
+            burst_rate: self.burst_rate,
+            worker_rate: self.worker_rate,
+            turnaround_s: turnaround,
+            state,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn obs(used: u64) -> ReclaimObservation {
+        ReclaimObservation {
+            limit_bytes: 4 * GIB,
+            used_bytes: used,
+            reclaimable_bytes: 2 * GIB,
+            swap_total_bytes: 8 * GIB,
+            swap_free_bytes: 8 * GIB,
+            ..Default::default()
+        }
+    }
+
+    fn sched() -> ReclaimScheduler {
+        ReclaimScheduler::new(ReclaimConfig {
+            max_workers: 4,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn idle_with_ample_headroom() {
+        let mut s = sched();
+        for i in 0..50 {
+            let d = s.step(ms(20 * i), &obs(GIB));
+            assert_eq!(d.workers, 0);
+            assert_eq!(d.state, ReclaimState::Idle);
+            assert_eq!(d.target_bytes, 0);
+        }
+    }
+
+    #[test]
+    fn marks_at_rest_are_the_floor_and_its_multiple() {
+        let mut s = sched();
+        let d = s.step(ms(0), &obs(GIB));
+        // No allocation yet: high = min_high = 32 MiB, low = 2 × high.
+        assert_eq!(d.high_mark_bytes, 32 * MIB);
+        assert_eq!(d.low_mark_bytes, 64 * MIB);
+    }
+
+    #[test]
+    fn proactive_band_gets_one_worker() {
+        let mut s = sched();
+        s.step(ms(0), &obs(4 * GIB - 50 * MIB));
+        let d = s.step(ms(20), &obs(4 * GIB - 50 * MIB));
+        // 50 MiB headroom: between high (32) and low (64).
+        assert_eq!(d.state, ReclaimState::Proactive);
+        assert_eq!(d.workers, 1);
+        assert_eq!(d.target_bytes, d.low_mark_bytes - d.headroom_bytes);
+    }
+
+    #[test]
+    fn urgent_deficit_scales_workers_with_rate_and_respects_budget() {
+        let mut s = sched();
+        // Allocation at 1 GiB/s for 0.5 s: 10 MiB... per 10 ms tick, from 3 GiB used.
+        let mut used = 3 * GIB;
+        let mut d = s.step(ms(0), &obs(used));
+        for i in 1..=50 {
+            used += 10 * MIB;
+            d = s.step(ms(10 * i), &obs(used.min(4 * GIB)));
+        }
+        // Burst 1000 MiB/s × (16 MiB / 256 MiB/s + 10 ms) ≈ 72 MiB high mark.
+        assert!(
+            d.high_mark_bytes > 60 * MIB && d.high_mark_bytes < 90 * MIB,
+            "{d:?}"
+        );
+        // Headroom is 3 GiB + 500 MiB used of 4 GiB: 524 MiB — still above low?
+        // low = min(2 × high, 10 % of 4 GiB = 409.6 MiB): idle.
+        assert_eq!(d.state, ReclaimState::Idle);
+        // Now the headroom collapses to 8 MiB while allocating at 1 GiB/s.
+        for i in 51..=60 {
+            used = 4 * GIB - 8 * MIB;
+            d = s.step(
+                ms(10 * i),
+                &ReclaimObservation {
+                    reclaimed_bytes: 10 * MIB,
+                    ..obs(used)
+                },
+            );
+        }
+        assert_eq!(d.state, ReclaimState::Urgent);
+        // Needs ≈ alloc (≥ 0.5 GiB/s) + deficit / 0.2 s at 256 MiB/s per worker: > 2
+        // workers, capped at the budget of 4.
+        assert!(d.workers >= 2, "{d:?}");
+        assert!(d.workers <= 4);
+        let mut tight = ReclaimScheduler::new(ReclaimConfig {
+            max_workers: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        tight.step(ms(0), &obs(4 * GIB - 8 * MIB));
+        let d = tight.step(ms(10), &obs(4 * GIB - MIB));
+        assert_eq!(d.state, ReclaimState::Urgent);
+        assert_eq!(d.workers, 1);
+    }
+
+    #[test]
+    fn worker_rate_is_measured() {
+        let mut s = sched();
+        s.step(ms(0), &obs(GIB));
+        // Workers reclaimed 64 MiB in 0.5 s of busy time: 128 MiB/s, usage unchanged.
+        let mut d = s.step(
+            ms(500),
+            &ReclaimObservation {
+                reclaimed_bytes: 64 * MIB,
+                worker_busy: ms(500),
+                ..obs(GIB)
+            },
+        );
+        assert!(d.worker_rate < 256.0 * MIB as f64);
+        for i in 2..40 {
+            d = s.step(
+                ms(500 * i),
+                &ReclaimObservation {
+                    reclaimed_bytes: 64 * MIB,
+                    worker_busy: ms(500),
+                    ..obs(GIB)
+                },
+            );
+        }
+        assert!(
+            (d.worker_rate - 128.0 * MIB as f64).abs() < MIB as f64,
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn low_multiplier_grows_while_turnaround_holds_and_resets_when_it_falls() {
+        // 70 MiB of headroom throughout, so usage itself never looks like a burst.
+        const USED: u64 = 4 * GIB - 70 * MIB;
+        let mut s = sched();
+        // Nothing refaults: turnaround infinite, k grows 2 → 2.5 → ... ≤ 16.
+        let mut d = s.step(ms(0), &obs(USED));
+        for i in 1..=20 {
+            d = s.step(Duration::from_secs(i), &obs(USED));
+        }
+        assert_eq!(d.low_multiplier, 16.0);
+        // Low is capped at 10 % of the limit.
+        assert!(d.low_mark_bytes as f64 <= 0.1 * (4 * GIB) as f64 + 1.0);
+        // Turnaround: 1 GiB swapped, refaulting at 8 MiB/s ≈ 128 s.
+        let mut t = 20;
+        for _ in 0..10 {
+            t += 1;
+            d = s.step(
+                Duration::from_secs(t),
+                &ReclaimObservation {
+                    swapin_bytes: 8 * MIB,
+                    swapped_bytes: GIB,
+                    ..obs(USED)
+                },
+            );
+        }
+        assert!(d.turnaround_s.unwrap() > 100.0);
+        assert_eq!(d.low_multiplier, 16.0);
+        // Thrash: swap-ins jump to 512 MiB/s with 1 GiB swapped: turnaround falls
+        // to ~2 s and below half the previous period's → back off, k resets.
+        let mut backed_off = false;
+        for _ in 0..6 {
+            t += 1;
+            d = s.step(
+                Duration::from_secs(t),
+                &ReclaimObservation {
+                    swapin_bytes: 512 * MIB,
+                    swapped_bytes: GIB,
+                    ..obs(USED)
+                },
+            );
+            if d.low_multiplier == 2.0 {
+                backed_off = true;
+                // Only the high mark is kept: low = high + one batch, so 70 MiB of
+                // headroom is now enough.
+                assert_eq!(d.low_mark_bytes, d.high_mark_bytes + 16 * MIB);
+                assert_eq!(d.state, ReclaimState::Idle, "{d:?}");
+                // With 40 MiB of headroom, between the marks: one worker.
+                t += 1;
+                d = s.step(
+                    Duration::from_secs(t),
+                    &ReclaimObservation {
+                        swapin_bytes: 512 * MIB,
+                        swapped_bytes: GIB,
+                        ..obs(4 * GIB - 40 * MIB)
+                    },
+                );
+                assert_eq!(d.state, ReclaimState::BackingOff, "{d:?}");
+                assert_eq!(d.workers, 1);
+                break;
+            }
+        }
+        assert!(backed_off, "{d:?}");
+    }
+
+    #[test]
+    fn backing_off_never_abandons_the_high_mark() {
+        let mut s = sched();
+        s.k = 2.0;
+        s.backoff_left = 3;
+        s.step(ms(0), &obs(GIB));
+        let d = s.step(ms(20), &obs(4 * GIB - MIB));
+        assert_eq!(d.state, ReclaimState::Urgent);
+        assert!(d.workers >= 1);
+    }
+
+    #[test]
+    fn swap_nearly_full_stops_reclaim() {
+        let mut s = sched();
+        s.step(ms(0), &obs(4 * GIB - MIB));
+        let d = s.step(
+            ms(20),
+            &ReclaimObservation {
+                swap_free_bytes: 100 * MIB,
+                ..obs(4 * GIB - MIB)
+            },
+        );
+        assert_eq!(d.state, ReclaimState::SwapFull);
+        assert_eq!(d.workers, 0);
+        // With no swap at all (file-only reclaim) there is no swap stop.
+        let d = s.step(
+            ms(40),
+            &ReclaimObservation {
+                swap_total_bytes: 0,
+                swap_free_bytes: 0,
+                ..obs(4 * GIB - MIB)
+            },
+        );
+        assert_eq!(d.state, ReclaimState::Urgent);
+    }
+
+    #[test]
+    fn nothing_to_reclaim_means_no_workers() {
+        let mut s = sched();
+        let d = s.step(
+            ms(0),
+            &ReclaimObservation {
+                reclaimable_bytes: 0,
+                ..obs(4 * GIB - MIB)
+            },
+        );
+        assert_eq!(d.state, ReclaimState::NothingToReclaim);
+        assert_eq!(d.workers, 0);
+    }
+
+    #[test]
+    fn target_never_exceeds_what_is_reclaimable() {
+        let mut s = sched();
+        let d = s.step(
+            ms(0),
+            &ReclaimObservation {
+                reclaimable_bytes: 5 * MIB,
+                ..obs(4 * GIB - MIB)
+            },
+        );
+        assert_eq!(d.target_bytes, 5 * MIB);
+    }
+
+    #[test]
+    fn time_going_backwards_is_no_time() {
+        let mut s = sched();
+        s.step(ms(1000), &obs(GIB));
+        let d = s.step(ms(500), &obs(2 * GIB));
+        assert!(d.alloc_rate == 0.0 && d.burst_rate == 0.0);
+    }
+
+    #[test]
+    fn invalid_configs_are_refused() {
+        for cfg in [
+            ReclaimConfig {
+                max_workers: 0,
+                ..Default::default()
+            },
+            ReclaimConfig {
+                batch_bytes: 0,
+                ..Default::default()
+            },
+            ReclaimConfig {
+                low_multiplier_min: 0.5,
+                ..Default::default()
+            },
+            ReclaimConfig {
+                low_multiplier_max: 1.5,
+                ..Default::default()
+            },
+            ReclaimConfig {
+                max_low_ratio: 1.0,
+                ..Default::default()
+            },
+            ReclaimConfig {
+                turnaround_drop_ratio: 0.0,
+                ..Default::default()
+            },
+            ReclaimConfig {
+                swap_stop_free_ratio: 1.0,
+                ..Default::default()
+            },
+            ReclaimConfig {
+                close_time: Duration::ZERO,
+                ..Default::default()
+            },
+            ReclaimConfig {
+                initial_worker_rate: f64::NAN,
+                ..Default::default()
+            },
+        ] {
+            assert!(ReclaimScheduler::new(cfg).is_err());
+        }
+    }
+}
