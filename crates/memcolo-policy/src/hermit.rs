@@ -132,14 +132,15 @@ impl ReclaimConfig {
         if self.batch_bytes == 0 {
             return Err(bad("batch_bytes", 0, "must be positive"));
         }
-        if !(self.low_multiplier_min >= 1.0) {
+        if self.low_multiplier_min.is_nan() || self.low_multiplier_min < 1.0 {
             return Err(bad(
                 "low_multiplier_min",
                 self.low_multiplier_min,
                 "must be >= 1",
             ));
         }
-        if !(self.low_multiplier_max >= self.low_multiplier_min)
+        if self.low_multiplier_max.is_nan()
+            || self.low_multiplier_max < self.low_multiplier_min
             || !self.low_multiplier_max.is_finite()
         {
             return Err(bad(
