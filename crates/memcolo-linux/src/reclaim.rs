@@ -10,6 +10,7 @@
 //! the file or may write it; pages shared with other processes are skipped by the
 //! kernel.
 
+use crate::cgroup::{CgroupVersion, Limit, MemoryCgroup};
 use crate::error::{Error, Result};
 use crate::pidfd::pidfd_open;
 use crate::procfs::{MapsEntry, ProcFs};
@@ -190,6 +191,160 @@ pub fn reclaim_process(
     })
 }
 
+/// What one reclaim batch achieved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BatchOutcome {
+    /// Bytes of memory freed from the target (RSS or cgroup usage before minus after;
+    /// 0 when the target grew meanwhile).
+    pub reclaimed_bytes: u64,
+    /// Bytes of address space advised (`process_madvise`) or requested (cgroup).
+    pub requested_bytes: u64,
+}
+
+/// Reclaims about `bytes` from memory cgroup `cg` on the calling thread, choosing
+/// pages by the kernel's own LRU of that group (so its coldest pages go first):
+///
+/// - cgroup v2: `memory.reclaim` (Linux 5.19+).
+/// - cgroup v1, which has no such file: lowers `memory.limit_in_bytes` to
+///   usage − `bytes`, which makes the kernel reclaim the difference from the group on
+///   this thread, then restores the previous limit. While the limit is lowered the
+///   group's own allocations reclaim from the group too (never from anyone else).
+///   The kernel answers `EBUSY` when it cannot get below the lowered limit; that is
+///   not an error here: whatever it reclaimed is reported.
+///
+/// Errors: the group vanished (not found); the previous limit could not be restored
+/// ([`Error::Io`] naming `memory.limit_in_bytes`: the caller must retry the restore,
+/// the group is left throttled until then).
+pub fn reclaim_cgroup(cg: &MemoryCgroup, bytes: u64) -> Result<BatchOutcome> {
+    let before = cg.read_usage_bytes()?;
+    match cg.version() {
+        CgroupVersion::V2 => match cg.reclaim(bytes) {
+            Ok(()) => {}
+            // EAGAIN: reclaimed less than asked.
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
+            Err(e) => return Err(e),
+        },
+        CgroupVersion::V1 => {
+            let previous = cg.read_limit()?;
+            let lowered = before.saturating_sub(bytes).max(PAGE);
+            let stepped = cg.write_limit(Limit::Bytes(lowered));
+            let restored = cg.write_limit(previous);
+            match stepped {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => {
+                    restored?;
+                    return Err(e);
+                }
+            }
+            restored?;
+        }
+    }
+    let after = cg.read_usage_bytes()?;
+    Ok(BatchOutcome {
+        reclaimed_bytes: before.saturating_sub(after),
+        requested_bytes: bytes,
+    })
+}
+
+const PAGE: u64 = 4096;
+
+/// A clock hand over one process's address space for batched `MADV_PAGEOUT`: each
+/// [`PageoutCursor::pageout`] advises the ranges after the hand in one
+/// `process_madvise` call over many ranges (the user-space analogue of Hermit's
+/// batched unmap, TLB shootdown and swap I/O), and moves the hand on, wrapping at the
+/// end. Without access bits from user space the hand cannot skip hot pages; use it
+/// where no cgroup of the target's own is available ([`reclaim_cgroup`] lets the
+/// kernel's LRU choose instead).
+#[derive(Debug)]
+pub struct PageoutCursor {
+    pid: Pid,
+    pidfd: std::os::fd::OwnedFd,
+    kind: VmaKind,
+    hand: u64,
+    page_size: u64,
+}
+
+impl PageoutCursor {
+    /// Opens a pidfd on `pid`. Errors: not found when it has exited.
+    pub fn open(pid: Pid, kind: VmaKind) -> Result<PageoutCursor> {
+        Ok(PageoutCursor {
+            pid,
+            pidfd: pidfd_open(pid)?,
+            kind,
+            hand: 0,
+            page_size: ProcFs::page_size(),
+        })
+    }
+
+    /// The target.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Pages out about `bytes` of the target's resident memory: advises up to `bytes`
+    /// of address space per call from the hand on, until RSS fell by `bytes` or the
+    /// hand went once around. Errors: the process exited (not found / `ESRCH`),
+    /// `EPERM` without `CAP_SYS_NICE` or ptrace access.
+    pub fn pageout(&mut self, procfs: &ProcFs, bytes: u64) -> Result<BatchOutcome> {
+        let rss = |p: &ProcFs| -> Result<u64> {
+            Ok(p.read_pid_stat(self.pid)?.rss_pages * self.page_size)
+        };
+        let start_rss = rss(procfs)?;
+        let vmas: Vec<Range<u64>> = procfs
+            .read_pid_maps(self.pid)?
+            .into_iter()
+            .filter(|v| selected(v, self.kind))
+            .map(|v| v.start..v.end)
+            .collect();
+        let total: u64 = vmas.iter().map(|r| r.end - r.start).sum();
+        let mut out = BatchOutcome::default();
+        let mut scanned = 0u64;
+        while scanned < total {
+            let ranges = ranges_after(&vmas, self.hand, bytes.max(PAGE));
+            let Some(last) = ranges.last() else { break };
+            let next_hand = last.end;
+            let len: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+            let (advised, _) =
+                process_madvise(self.pidfd.as_fd(), &ranges, ReclaimAdvice::Pageout)?;
+            out.requested_bytes += advised;
+            scanned += len;
+            self.hand = next_hand;
+            out.reclaimed_bytes = start_rss.saturating_sub(rss(procfs)?);
+            if out.reclaimed_bytes >= bytes {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Up to `budget` bytes of `vmas` (sorted, disjoint) starting at the first address at
+/// or after `hand`, wrapping to the lowest address; at most [`IOV_MAX`] ranges.
+fn ranges_after(vmas: &[Range<u64>], hand: u64, budget: u64) -> Vec<Range<u64>> {
+    let mut out = Vec::new();
+    if vmas.is_empty() {
+        return out;
+    }
+    let first = vmas.iter().position(|v| v.end > hand).unwrap_or(0);
+    let mut left = budget;
+    for i in 0..vmas.len() {
+        let v = &vmas[(first + i) % vmas.len()];
+        let start = if i == 0 && hand > v.start && hand < v.end {
+            hand
+        } else {
+            v.start
+        };
+        let len = (v.end - start).min(left);
+        out.push(start..start + len);
+        left -= len;
+        if left == 0 || out.len() == IOV_MAX {
+            break;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +375,29 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]\n";
         );
         assert_eq!(pick(VmaKind::File), vec![0x0040_0000, 0x7f00_0010_0000]);
         assert_eq!(pick(VmaKind::All).len(), 5);
+    }
+
+    #[test]
+    fn the_clock_hand_takes_ranges_in_order_and_wraps() {
+        let v = vec![0x1000..0x5000, 0x10000..0x12000, 0x20000..0x30000];
+        // From the start: the first VMA whole, then part of the second.
+        assert_eq!(
+            ranges_after(&v, 0, 0x5000),
+            vec![0x1000..0x5000, 0x10000..0x11000]
+        );
+        // From the middle of the second VMA.
+        assert_eq!(
+            ranges_after(&v, 0x11000, 0x3000),
+            vec![0x11000..0x12000, 0x20000..0x22000]
+        );
+        // Past the last VMA: wraps to the lowest.
+        assert_eq!(ranges_after(&v, 0x30000, 0x1000), vec![0x1000..0x2000]);
+        // A budget larger than everything visits each VMA once, from the hand on.
+        let all = ranges_after(&v, 0x2000, 1 << 40);
+        assert_eq!(
+            all,
+            vec![0x2000..0x5000, 0x10000..0x12000, 0x20000..0x30000]
+        );
+        assert!(ranges_after(&[], 0, 4096).is_empty());
     }
 }
