@@ -61,6 +61,7 @@ pub struct AgentConfig {
     pub m3: M3Section,
     pub hermes: HermesSection,
     pub events: EventsSection,
+    pub reclaim: ReclaimSection,
 }
 
 impl Default for AgentConfig {
@@ -77,6 +78,7 @@ impl Default for AgentConfig {
             m3: M3Section::default(),
             hermes: HermesSection::default(),
             events: EventsSection::default(),
+            reclaim: ReclaimSection::default(),
         }
     }
 }
@@ -184,6 +186,75 @@ impl Default for EventsSection {
     }
 }
 
+/// `[reclaim]`: feedback-directed asynchronous reclaim of BE memory (Hermit, NSDI'23),
+/// so that the scope keeps free headroom and LC processes never reclaim on their
+/// own allocation path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReclaimSection {
+    /// Run the reclaim scheduler and its workers. Default false.
+    pub enabled: bool,
+    /// Scheduler tick in milliseconds. Default 20.
+    pub tick_ms: u64,
+    /// CPU budget in workers. Default: the number of CPUs no LC process is confined
+    /// to (at least 1), so reclaim never takes an LC core.
+    pub max_workers: Option<u32>,
+    /// Bytes one worker reclaims per batch. Default 16 MiB.
+    pub batch_bytes: u64,
+    /// Floor of the high mark in bytes. Default 32 MiB.
+    pub min_high_bytes: u64,
+    /// Ceiling of the low mark as a share of the scope's memory. Default 0.10.
+    pub max_low_ratio: f64,
+    /// Stop while free swap is below this share of total swap. Default 0.05.
+    pub swap_stop_free_ratio: f64,
+    /// Nice value of the worker threads (0..=19). Default 10.
+    pub nice: i32,
+    /// `auto` (a target's own memory cgroup when it holds no LC process, else
+    /// `process_madvise` on the process), `cgroup` or `process`. Default `auto`.
+    pub mechanism: String,
+    /// Reclaim elastic processes' memory too (after BE). Default false.
+    pub include_elastic: bool,
+    /// Allow reclaiming LC processes' memory. Default false: never.
+    pub allow_lc: bool,
+    /// Extra BE memory cgroups (absolute paths) to reclaim from without registering
+    /// their processes.
+    pub cgroups: Vec<PathBuf>,
+}
+
+impl Default for ReclaimSection {
+    fn default() -> Self {
+        let p = memcolo_policy::hermit::ReclaimConfig::default();
+        ReclaimSection {
+            enabled: false,
+            tick_ms: 20,
+            max_workers: None,
+            batch_bytes: p.batch_bytes,
+            min_high_bytes: p.min_high_bytes,
+            max_low_ratio: p.max_low_ratio,
+            swap_stop_free_ratio: p.swap_stop_free_ratio,
+            nice: 10,
+            mechanism: "auto".into(),
+            include_elastic: false,
+            allow_lc: false,
+            cgroups: Vec::new(),
+        }
+    }
+}
+
+impl ReclaimSection {
+    /// The scheduler's configuration with a CPU budget of `workers`.
+    pub fn scheduler_config(&self, workers: u32) -> memcolo_policy::hermit::ReclaimConfig {
+        memcolo_policy::hermit::ReclaimConfig {
+            max_workers: workers.max(1),
+            batch_bytes: self.batch_bytes,
+            min_high_bytes: self.min_high_bytes,
+            max_low_ratio: self.max_low_ratio,
+            swap_stop_free_ratio: self.swap_stop_free_ratio,
+            ..Default::default()
+        }
+    }
+}
+
 impl AgentConfig {
     /// Loads `path`, or the default file when `path` is `None` (a missing default
     /// file means defaults).
@@ -248,6 +319,31 @@ impl AgentConfig {
                 "events.v1_pressure_level `{}` is not off, low, medium or critical",
                 self.events.v1_pressure_level
             ));
+        }
+        let r = &self.reclaim;
+        if r.tick_ms == 0 {
+            return bad("reclaim.tick_ms must be at least 1".into());
+        }
+        if !(0..=19).contains(&r.nice) {
+            return bad(format!("reclaim.nice {} is not in 0..=19", r.nice));
+        }
+        if !matches!(r.mechanism.as_str(), "auto" | "cgroup" | "process") {
+            return bad(format!(
+                "reclaim.mechanism `{}` is not auto, cgroup or process",
+                r.mechanism
+            ));
+        }
+        if let Some(p) = r.cgroups.iter().find(|p| !p.is_absolute()) {
+            return bad(format!(
+                "reclaim.cgroups entry {} is not absolute",
+                p.display()
+            ));
+        }
+        r.scheduler_config(r.max_workers.unwrap_or(1))
+            .validate()
+            .map_err(|e| ConfigError::Invalid(format!("reclaim: {e}")))?;
+        if r.max_workers == Some(0) {
+            return bad("reclaim.max_workers must be at least 1".into());
         }
         Ok(())
     }

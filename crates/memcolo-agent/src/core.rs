@@ -134,6 +134,10 @@ pub struct Core {
     kills: u64,
     dropped_notifications: u64,
     sense_error_logged: bool,
+    /// The asynchronous reclaim service, when `[reclaim] enabled`.
+    reclaim: Option<crate::reclaim::ReclaimLink>,
+    /// CPUs the agent confined itself to (None: not confined).
+    agent_cpus: Option<Vec<usize>>,
 }
 
 impl Core {
@@ -189,6 +193,8 @@ impl Core {
             kills: 0,
             dropped_notifications: 0,
             sense_error_logged: false,
+            reclaim: None,
+            agent_cpus: None,
             cfg,
         };
         let mut kept = 0;
@@ -495,6 +501,7 @@ impl Core {
         if self.cfg.hermes.enabled {
             self.advise(&sample, &procs);
         }
+        self.publish_reclaim_targets(&procs);
         self.update_poll_metrics(&sample);
         self.last_sample = Some(sample);
         // The registry is saved on every change; the adapted thresholds every 10 polls.
@@ -741,6 +748,30 @@ impl Core {
         }
     }
 
+    /// Connects the asynchronous reclaim service: every poll then hands it the
+    /// registered targets, the LC process trees and the CPUs it may use.
+    pub fn attach_reclaim(&mut self, link: crate::reclaim::ReclaimLink) {
+        self.reclaim = Some(link);
+        let procs = self.read_procs();
+        self.publish_reclaim_targets(&procs);
+    }
+
+    fn publish_reclaim_targets(&mut self, procs: &ProcTable) {
+        let Some(link) = &self.reclaim else { return };
+        let mut inputs = crate::reclaim::ReclaimInputs {
+            cpus: self.agent_cpus.clone(),
+            ..Default::default()
+        };
+        for e in self.registry.iter() {
+            if e.class == Class::Lc {
+                inputs.lc_pids.extend(procs.tree(e.pid));
+                inputs.lc_pids.insert(e.pid);
+            }
+            inputs.targets.push((e.pid, e.class));
+        }
+        link.publish(inputs);
+    }
+
     /// Confines the agent's thread to the CPUs no LC process is confined to, so that
     /// its own work (and the kernel work its `posix_fadvise` calls do) never
     /// competes with LC threads; all CPUs when LC processes may run anywhere.
@@ -786,6 +817,12 @@ impl Core {
                 let _ = mine.set(c);
             }
         }
+        let confined = !lc_cpus.is_empty() && n > 0;
+        self.agent_cpus = confined.then(|| {
+            (0..online)
+                .filter(|c| mine.is_set(*c).unwrap_or(false))
+                .collect()
+        });
         if own.as_ref() == Some(&mine) {
             return;
         }
@@ -918,6 +955,7 @@ impl Core {
                 "outstanding_notifications": self.outstanding.len(),
             },
             "processes": procs,
+            "reclaim": self.reclaim.as_ref().map(|r| r.status()),
         })
     }
 }

@@ -13,6 +13,7 @@ pub mod config;
 pub mod core;
 pub mod eventlog;
 pub mod metrics;
+pub mod reclaim;
 pub mod registry;
 pub mod server;
 
@@ -233,6 +234,11 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let poll = cfg.poll_interval();
     let min_gap = Duration::from_millis(cfg.events.min_gap_ms);
     let socket = cfg.socket.clone();
+    let reclaim = if cfg.reclaim.enabled {
+        Some(reclaim::ReclaimService::start(&cfg, metrics.clone())?)
+    } else {
+        None
+    };
     let mut core = Core::new(
         cfg,
         scope,
@@ -241,6 +247,10 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         metrics.clone(),
         events,
     )?;
+    let reclaim = reclaim.map(|(service, link)| {
+        core.attach_reclaim(link);
+        service
+    });
     tracing::info!(status = %core.status_json(), "memcolo agent started");
     let server_task = tokio::spawn(server::serve(listener, cmd_tx));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -278,6 +288,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     server_task.abort();
     if let Some(t) = metrics_task {
         t.abort();
+    }
+    if let Some(r) = reclaim {
+        r.stop();
     }
     core.shutdown();
     let _ = std::fs::remove_file(&socket);

@@ -5,7 +5,8 @@
 //! leaves no stale series behind.
 
 use prometheus::{
-    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// All metrics of one agent.
@@ -37,6 +38,21 @@ pub struct Metrics {
     pub pressure_events: IntCounterVec,
     /// `memcolo_errors_total{kind}`.
     pub errors: IntCounterVec,
+    /// `memcolo_reclaim_workers{kind}`: budget, desired, active (Hermit).
+    pub reclaim_workers: IntGaugeVec,
+    /// `memcolo_reclaim_marks_bytes{mark}`: headroom, low, high.
+    pub reclaim_marks: IntGaugeVec,
+    /// `memcolo_reclaim_rate_bytes_per_second{kind}`: alloc, worker, refault.
+    pub reclaim_rate: GaugeVec,
+    /// `memcolo_reclaim_page_turnaround_seconds`: mean time an evicted page stays out
+    /// (Little's law); +Inf while nothing refaults.
+    pub reclaim_turnaround: Gauge,
+    /// `memcolo_reclaim_bytes_total`: bytes memcolo's workers reclaimed.
+    pub reclaim_bytes: IntCounter,
+    /// `memcolo_reclaim_refault_bytes_total`: anonymous refaults (swap-ins) in the scope.
+    pub reclaim_refault_bytes: IntCounter,
+    /// `memcolo_reclaim_cpu_seconds_total`: CPU time of the reclaim workers.
+    pub reclaim_cpu_seconds: Gauge,
 }
 
 impl Metrics {
@@ -108,6 +124,51 @@ impl Metrics {
                 &["source"],
             ),
             errors: cv("memcolo_errors_total", "Errors by kind", &["kind"]),
+            reclaim_workers: gv(
+                "memcolo_reclaim_workers",
+                "Asynchronous reclaim workers: budget (CPU cap), desired (scheduler), active",
+                &["kind"],
+            ),
+            reclaim_marks: gv(
+                "memcolo_reclaim_marks_bytes",
+                "Free headroom of the scope and the reclaim scheduler's low and high marks",
+                &["mark"],
+            ),
+            reclaim_rate: {
+                let g = GaugeVec::new(
+                    Opts::new(
+                        "memcolo_reclaim_rate_bytes_per_second",
+                        "Allocation rate of the scope, one worker's reclaim throughput, refault rate",
+                    ),
+                    &["kind"],
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
+            reclaim_turnaround: {
+                let g = Gauge::new(
+                    "memcolo_reclaim_page_turnaround_seconds",
+                    "Mean time an evicted page stays out before it refaults (Little's law); +Inf while nothing refaults",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
+            reclaim_bytes: c("memcolo_reclaim_bytes_total", "Bytes reclaimed by memcolo's reclaim workers"),
+            reclaim_refault_bytes: c(
+                "memcolo_reclaim_refault_bytes_total",
+                "Anonymous pages refaulted (swapped in) in the scope, bytes",
+            ),
+            reclaim_cpu_seconds: {
+                let g = Gauge::new(
+                    "memcolo_reclaim_cpu_seconds_total",
+                    "CPU time spent by the reclaim workers",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
             registry,
         }
     }

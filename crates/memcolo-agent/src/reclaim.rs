@@ -1,0 +1,821 @@
+//! The agent's asynchronous reclaim (Hermit, NSDI'23): a controller thread that
+//! ticks every `reclaim.tick_ms`, senses the scope's headroom, allocation rate,
+//! swap-ins and swap, asks [`ReclaimScheduler`] how many workers to run, and a pool
+//! of low-priority worker threads that reclaim BE memory in batches until the scope
+//! is back above the low mark.
+//!
+//! Targets come from the core every poll: registered BE processes (and elastic ones
+//! when `include_elastic`, LC ones only when `allow_lc`), plus `reclaim.cgroups`.
+//! A target whose own memory cgroup holds no LC process is reclaimed through that
+//! cgroup (the kernel's LRU of the group picks the pages: v2 `memory.reclaim`, v1 a
+//! limit step — see [`memcolo_linux::reclaim::reclaim_cgroup`]); otherwise through
+//! batched `process_madvise(MADV_PAGEOUT)` over the process's address space.
+//!
+//! Faults: a target that exits, is refused (`EPERM`) or whose cgroup vanishes is
+//! dropped and logged once with the cause; swap nearly full stops all reclaim; a v1
+//! limit step that the agent did not live to undo is undone at the next start from
+//! the journal in `state_dir` (`reclaim-step-<worker>.json`).
+
+use crate::config::AgentConfig;
+use crate::metrics::Metrics;
+use memcolo_linux::cgroup::{CgroupVersion, Limit, MemoryCgroup};
+use memcolo_linux::procfs::ProcFs;
+use memcolo_linux::reclaim::{reclaim_cgroup, BatchOutcome, PageoutCursor, VmaKind};
+use memcolo_linux::scope::Scope;
+use memcolo_policy::hermit::{ReclaimDecision, ReclaimObservation, ReclaimScheduler};
+use memcolo_policy::{Class, Pid};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the core hands the reclaim service every poll.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReclaimInputs {
+    /// Registered processes (tree roots) whose memory may be reclaimed, with class.
+    pub targets: Vec<(Pid, Class)>,
+    /// Every process of every LC tree: their memory is never reclaimed (unless
+    /// allowed), and a cgroup holding one is never stepped.
+    pub lc_pids: BTreeSet<Pid>,
+    /// CPUs the agent may use (off the LC CPUs); `None`: any.
+    pub cpus: Option<Vec<usize>>,
+}
+
+/// One target of the worker pool.
+#[derive(Debug)]
+enum Mechanism {
+    Cgroup(MemoryCgroup),
+    Process(PageoutCursor),
+}
+
+#[derive(Debug)]
+struct Slot {
+    id: String,
+    mech: Mechanism,
+    class: Class,
+}
+
+impl Slot {
+    fn mechanism_name(&self) -> &'static str {
+        match self.mech {
+            Mechanism::Cgroup(_) => "cgroup",
+            Mechanism::Process(_) => "process_madvise",
+        }
+    }
+}
+
+/// The pool's shared state, under one mutex.
+#[derive(Debug, Default)]
+struct Pool {
+    desired: u32,
+    remaining: u64,
+    inflight: u64,
+    active: u32,
+    /// Available targets in round-robin order; a worker takes one out while it works.
+    slots: Vec<Option<Slot>>,
+    rr: usize,
+    /// Ids of targets dropped by workers (exited, refused); the controller forgets them.
+    dead: Vec<String>,
+    /// Since the controller last read them.
+    reclaimed: u64,
+    busy: Duration,
+    cpu: Duration,
+    batches: u64,
+    cpus: Option<Vec<usize>>,
+    cpus_gen: u64,
+}
+
+/// Reclaim's state for `memcolo status` and `memcolo top`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ReclaimStatus {
+    pub enabled: bool,
+    pub state: String,
+    pub workers_budget: u32,
+    pub workers_desired: u32,
+    pub workers_active: u32,
+    pub headroom_bytes: u64,
+    pub low_mark_bytes: u64,
+    pub high_mark_bytes: u64,
+    pub alloc_rate_bytes_per_s: f64,
+    pub worker_rate_bytes_per_s: f64,
+    pub turnaround_s: Option<f64>,
+    pub refault_bytes_per_s: f64,
+    pub reclaimed_bytes_total: u64,
+    pub cpu_seconds_total: f64,
+    pub cpu_seconds_per_gib: Option<f64>,
+    pub batches_total: u64,
+    pub errors_total: u64,
+    pub targets: Vec<TargetStatus>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TargetStatus {
+    pub id: String,
+    pub class: String,
+    pub mechanism: String,
+}
+
+struct Shared {
+    pool: Mutex<Pool>,
+    cv: Condvar,
+    stop: AtomicBool,
+    inputs: Mutex<Option<ReclaimInputs>>,
+    status: Mutex<ReclaimStatus>,
+    /// Causes already logged, so each is logged once.
+    logged: Mutex<HashSet<String>>,
+    errors: Mutex<u64>,
+}
+
+impl Shared {
+    fn log_once(&self, key: String, msg: impl FnOnce() -> String) {
+        *self.errors.lock().unwrap() += 1;
+        if self.logged.lock().unwrap().insert(key) {
+            tracing::warn!("{}", msg());
+        }
+    }
+}
+
+/// Handle to the running service; dropping it stops the threads.
+pub struct ReclaimService {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// The core's side: where it publishes targets and reads status.
+#[derive(Clone)]
+pub struct ReclaimLink {
+    shared: Arc<Shared>,
+}
+
+impl ReclaimLink {
+    /// Publishes the targets of this poll.
+    pub fn publish(&self, inputs: ReclaimInputs) {
+        *self.shared.inputs.lock().unwrap() = Some(inputs);
+    }
+
+    /// A snapshot of the service's state.
+    pub fn status(&self) -> ReclaimStatus {
+        self.shared.status.lock().unwrap().clone()
+    }
+}
+
+fn journal_path(state_dir: &Path, worker: usize) -> PathBuf {
+    state_dir.join(format!("reclaim-step-{worker}.json"))
+}
+
+#[derive(Serialize, Deserialize)]
+struct StepJournal {
+    cgroup: PathBuf,
+    limit: Option<u64>,
+}
+
+/// Undoes v1 limit steps left behind by an agent that died between lowering and
+/// restoring a limit. Returns how many were undone.
+pub fn recover_journal(state_dir: &Path) -> usize {
+    let mut undone = 0;
+    let Ok(dir) = std::fs::read_dir(state_dir) else {
+        return 0;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("reclaim-step-") && name.ends_with(".json")) {
+            continue;
+        }
+        let path = e.path();
+        match std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<StepJournal>(&b).ok())
+        {
+            Some(j) => match MemoryCgroup::open(&j.cgroup) {
+                Ok(cg) => {
+                    let limit = j.limit.map(Limit::Bytes).unwrap_or(Limit::Max);
+                    match cg.write_limit(limit) {
+                        Ok(()) => {
+                            tracing::warn!(cgroup = %j.cgroup.display(), ?limit, "restored a cgroup limit a previous agent left stepped down");
+                            undone += 1;
+                        }
+                        Err(err) => {
+                            tracing::error!(cgroup = %j.cgroup.display(), error = %err, "cannot restore a stepped-down cgroup limit")
+                        }
+                    }
+                }
+                Err(err) => {
+                    tracing::info!(cgroup = %j.cgroup.display(), error = %err, "stepped cgroup is gone")
+                }
+            },
+            None => tracing::warn!(path = %path.display(), "ignoring unreadable reclaim journal"),
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    undone
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
+        .unwrap_or_default()
+}
+
+fn set_cpus(cpus: &Option<Vec<usize>>) {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    let mut set = CpuSet::new();
+    match cpus {
+        Some(c) if !c.is_empty() => {
+            for &i in c {
+                let _ = set.set(i);
+            }
+        }
+        _ => {
+            for i in 0..CpuSet::count().min(1024) {
+                let _ = set.set(i);
+            }
+        }
+    }
+    let _ = sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+}
+
+impl ReclaimService {
+    /// Starts the controller and `budget` workers (default: the online CPUs; the
+    /// controller narrows the pool to the CPUs off LC cores as the core publishes
+    /// them). Undoes journaled v1 limit steps first.
+    pub fn start(
+        cfg: &AgentConfig,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<(ReclaimService, ReclaimLink)> {
+        let recovered = recover_journal(&cfg.state_dir);
+        if recovered > 0 {
+            tracing::warn!(recovered, "undid v1 limit steps from the reclaim journal");
+        }
+        let scope = Scope::parse(&cfg.scope, ProcFs::new(cfg.procfs.clone()))
+            .map_err(|e| anyhow::anyhow!("reclaim scope `{}`: {e}", cfg.scope))?;
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u32;
+        let threads_n = cfg.reclaim.max_workers.unwrap_or(online).max(1);
+        let shared = Arc::new(Shared {
+            pool: Mutex::new(Pool::default()),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+            inputs: Mutex::new(None),
+            status: Mutex::new(ReclaimStatus {
+                enabled: true,
+                state: "starting".into(),
+                ..Default::default()
+            }),
+            logged: Mutex::new(HashSet::new()),
+            errors: Mutex::new(0),
+        });
+        let mut threads = Vec::new();
+        for i in 0..threads_n as usize {
+            let sh = shared.clone();
+            let procfs = ProcFs::new(cfg.procfs.clone());
+            let nice = cfg.reclaim.nice;
+            let batch = cfg.reclaim.batch_bytes;
+            let journal = journal_path(&cfg.state_dir, i);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("memcolo-reclaim-{i}"))
+                    .spawn(move || worker(i as u32, sh, procfs, nice, batch, journal))?,
+            );
+        }
+        let sh = shared.clone();
+        let ctl = Controller::new(cfg, scope, threads_n, metrics)?;
+        threads.push(
+            std::thread::Builder::new()
+                .name("memcolo-reclaimctl".into())
+                .spawn(move || ctl.run(sh))?,
+        );
+        let link = ReclaimLink {
+            shared: shared.clone(),
+        };
+        Ok((ReclaimService { shared, threads }, link))
+    }
+
+    /// Stops and joins every thread.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.cv.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ReclaimService {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn worker(
+    idx: u32,
+    sh: Arc<Shared>,
+    procfs: ProcFs,
+    nice: i32,
+    batch_bytes: u64,
+    journal: PathBuf,
+) {
+    // Low priority: reclaim yields to every normal thread, LC ones first of all.
+    // SAFETY: setpriority takes no pointers; who = 0 is the calling thread on Linux.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    let mut cpus_gen = u64::MAX;
+    loop {
+        let (mut slot, batch, slot_idx) = {
+            let mut p = sh.pool.lock().unwrap();
+            loop {
+                if sh.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                if idx < p.desired && p.remaining > 0 && p.slots.iter().any(|s| s.is_some()) {
+                    break;
+                }
+                p = sh.cv.wait_timeout(p, Duration::from_millis(200)).unwrap().0;
+            }
+            if cpus_gen != p.cpus_gen {
+                cpus_gen = p.cpus_gen;
+                set_cpus(&p.cpus);
+            }
+            let n = p.slots.len();
+            let start = p.rr % n;
+            let i = (0..n)
+                .map(|k| (start + k) % n)
+                .find(|&i| p.slots[i].is_some())
+                .unwrap();
+            p.rr = i + 1;
+            let slot = p.slots[i].take().unwrap();
+            let batch = batch_bytes.min(p.remaining);
+            p.remaining -= batch;
+            p.inflight += batch;
+            p.active += 1;
+            (slot, batch, i)
+        };
+        let t0 = Instant::now();
+        let c0 = thread_cpu();
+        let result = run_batch(&mut slot, &procfs, batch, &journal);
+        let busy = t0.elapsed();
+        let cpu = thread_cpu().saturating_sub(c0);
+        let mut p = sh.pool.lock().unwrap();
+        p.inflight -= batch;
+        p.active -= 1;
+        p.busy += busy;
+        p.cpu += cpu;
+        p.batches += 1;
+        match result {
+            Ok(out) => {
+                p.reclaimed += out.reclaimed_bytes;
+                if slot_idx < p.slots.len() && p.slots[slot_idx].is_none() {
+                    p.slots[slot_idx] = Some(slot);
+                }
+            }
+            Err(e) => {
+                let cause = match e.raw_os_error() {
+                    _ if e.is_not_found() => "gone",
+                    Some(libc::EPERM) | Some(libc::EACCES) => "refused",
+                    _ => "failed",
+                };
+                let id = slot.id.clone();
+                sh.log_once(format!("{id}:{cause}"), || {
+                    format!("reclaim target {id} {cause}: {e}; dropping it")
+                });
+                p.dead.push(id);
+            }
+        }
+        drop(p);
+        sh.cv.notify_all();
+    }
+}
+
+fn run_batch(
+    slot: &mut Slot,
+    procfs: &ProcFs,
+    batch: u64,
+    journal: &Path,
+) -> memcolo_linux::Result<BatchOutcome> {
+    match &mut slot.mech {
+        Mechanism::Cgroup(cg) => {
+            if cg.version() == CgroupVersion::V1 {
+                // Journal the limit so a restart can undo a step we die in.
+                let limit = cg.read_limit()?.bytes();
+                let j = StepJournal {
+                    cgroup: cg.path().to_path_buf(),
+                    limit,
+                };
+                let _ = std::fs::write(journal, serde_json::to_vec(&j).unwrap_or_default());
+                let r = reclaim_cgroup(cg, batch);
+                if r.is_ok() {
+                    let _ = std::fs::remove_file(journal);
+                }
+                r
+            } else {
+                reclaim_cgroup(cg, batch)
+            }
+        }
+        Mechanism::Process(c) => c.pageout(procfs, batch),
+    }
+}
+
+/// The controller: senses, decides, and sizes the pool.
+struct Controller {
+    cfg: AgentConfig,
+    scope: Scope,
+    procfs: ProcFs,
+    sched: ReclaimScheduler,
+    budget_max: u32,
+    metrics: Arc<Metrics>,
+    page_size: u64,
+    last_refaults: Option<u64>,
+    last_refresh: Option<Instant>,
+    inputs: ReclaimInputs,
+    reclaimable: u64,
+    totals: Totals,
+    memory_mount: Option<PathBuf>,
+}
+
+#[derive(Default)]
+struct Totals {
+    reclaimed: u64,
+    cpu: Duration,
+    batches: u64,
+    refault_rate: f64,
+}
+
+impl Controller {
+    fn new(
+        cfg: &AgentConfig,
+        scope: Scope,
+        budget: u32,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Controller> {
+        let procfs = ProcFs::new(cfg.procfs.clone());
+        let memory_mount = memcolo_linux::cgroup::v1_memory_mount(&procfs)
+            .or_else(|_| memcolo_linux::cgroup::cgroup2_mount(&procfs))
+            .ok();
+        Ok(Controller {
+            sched: ReclaimScheduler::new(cfg.reclaim.scheduler_config(budget))
+                .map_err(|e| anyhow::anyhow!("reclaim: {e}"))?,
+            budget_max: budget,
+            cfg: cfg.clone(),
+            scope,
+            procfs,
+            metrics,
+            page_size: ProcFs::page_size(),
+            last_refaults: None,
+            last_refresh: None,
+            inputs: ReclaimInputs::default(),
+            reclaimable: 0,
+            totals: Totals::default(),
+            memory_mount,
+        })
+    }
+
+    fn run(mut self, sh: Arc<Shared>) {
+        let tick = Duration::from_millis(self.cfg.reclaim.tick_ms);
+        let epoch = Instant::now();
+        let mut next = Instant::now();
+        while !sh.stop.load(Ordering::SeqCst) {
+            self.tick(&sh, epoch.elapsed());
+            next += tick;
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            } else {
+                next = now;
+            }
+        }
+        let mut p = sh.pool.lock().unwrap();
+        p.desired = 0;
+        p.remaining = 0;
+    }
+
+    /// Memory cgroup of `pid`, when it is a real group (not the root).
+    fn cgroup_of(&self, pid: Pid) -> Option<MemoryCgroup> {
+        let lines = self.procfs.read_pid_cgroup(pid).ok()?;
+        let mount = self.memory_mount.as_ref()?;
+        let v1 = lines
+            .iter()
+            .find(|l| l.controllers.iter().any(|c| c == "memory"));
+        let line = v1.or_else(|| lines.iter().find(|l| l.hierarchy_id == 0))?;
+        let rel = line.path.trim_start_matches('/');
+        if rel.is_empty() {
+            return None;
+        }
+        MemoryCgroup::open(mount.join(rel)).ok()
+    }
+
+    /// Rebuilds the target slots from the latest inputs (once a second, or when the
+    /// core published new ones).
+    fn refresh(&mut self, sh: &Shared) {
+        let fresh = sh.inputs.lock().unwrap().take();
+        let due = self
+            .last_refresh
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        if fresh.is_none() && !due {
+            return;
+        }
+        if let Some(f) = fresh {
+            self.inputs = f;
+        }
+        self.last_refresh = Some(Instant::now());
+        let rc = &self.cfg.reclaim;
+        let scope_path = match &self.scope {
+            Scope::Cgroup(cg) => Some(cg.path().to_path_buf()),
+            Scope::Host(_) => None,
+        };
+        let lc_groups: Vec<PathBuf> = self
+            .inputs
+            .lc_pids
+            .iter()
+            .filter_map(|&p| self.cgroup_of(p).map(|c| c.path().to_path_buf()))
+            .collect();
+        // A group may be stepped when it is strictly inside the scope and holds no LC
+        // process (directly or in a child group).
+        let steppable = |path: &Path| -> bool {
+            let inside = scope_path
+                .as_ref()
+                .is_none_or(|s| path.starts_with(s) && path != s.as_path());
+            inside && (rc.allow_lc || !lc_groups.iter().any(|l| l.starts_with(path)))
+        };
+        let mut wanted: BTreeMap<String, (Class, Option<MemoryCgroup>, Option<Pid>)> =
+            BTreeMap::new();
+        let mut order: Vec<(Pid, Class)> = self.inputs.targets.clone();
+        // BE before elastic before LC.
+        order.sort_by_key(|&(_, c)| match c {
+            Class::Be => 0,
+            Class::Elastic => 1,
+            Class::Lc => 2,
+        });
+        for (pid, class) in order {
+            let allowed = match class {
+                Class::Be => true,
+                Class::Elastic => rc.include_elastic,
+                Class::Lc => rc.allow_lc,
+            };
+            if !allowed || (!rc.allow_lc && self.inputs.lc_pids.contains(&pid)) {
+                continue;
+            }
+            let cg = if rc.mechanism != "process" {
+                self.cgroup_of(pid).filter(|c| steppable(c.path()))
+            } else {
+                None
+            };
+            match cg {
+                Some(cg) => {
+                    wanted
+                        .entry(format!("cgroup:{}", cg.path().display()))
+                        .or_insert((class, Some(cg), None));
+                }
+                None if rc.mechanism == "cgroup" => {
+                    sh.log_once(format!("nocg:{pid}"), || {
+                        format!("reclaim: pid {pid} has no memory cgroup of its own without LC processes; mechanism = cgroup leaves it alone")
+                    });
+                }
+                None => {
+                    wanted.insert(format!("pid:{pid}"), (class, None, Some(pid)));
+                }
+            }
+        }
+        for path in &rc.cgroups {
+            match MemoryCgroup::open(path) {
+                Ok(cg) if steppable(cg.path()) => {
+                    wanted
+                        .entry(format!("cgroup:{}", path.display()))
+                        .or_insert((Class::Be, Some(cg), None));
+                }
+                Ok(_) => sh.log_once(format!("cgunsafe:{}", path.display()), || {
+                    format!("reclaim: cgroup {} holds an LC process or is not inside the scope; not reclaiming it", path.display())
+                }),
+                Err(e) => sh.log_once(format!("cgmissing:{}", path.display()), || {
+                    format!("reclaim: cgroup {}: {e}", path.display())
+                }),
+            }
+        }
+        // Reconcile with the pool: keep slots (and their clock hands) of targets still
+        // wanted, add new ones, drop the rest and the dead.
+        let mut p = sh.pool.lock().unwrap();
+        let dead: Vec<String> = std::mem::take(&mut p.dead);
+        let mut have: BTreeSet<String> = BTreeSet::new();
+        let mut busy = 0;
+        for s in p.slots.iter_mut() {
+            match s {
+                Some(slot) if wanted.contains_key(&slot.id) => {
+                    have.insert(slot.id.clone());
+                }
+                Some(_) => *s = None,
+                None => busy += 1,
+            }
+        }
+        // Busy slots are out with a worker; they come back to their index. Only
+        // compact when none is out.
+        if busy == 0 {
+            p.slots.retain(|s| s.is_some());
+        }
+        let mut reclaimable = 0u64;
+        for (id, (class, cg, pid)) in wanted {
+            if let Some(cg) = &cg {
+                reclaimable += cg.read_usage_bytes().unwrap_or(0);
+            } else if let Some(pid) = pid {
+                reclaimable += self
+                    .procfs
+                    .read_pid_stat(pid)
+                    .map(|s| s.rss_pages * self.page_size)
+                    .unwrap_or(0);
+            }
+            if have.contains(&id) || dead.contains(&id) {
+                continue;
+            }
+            let mech = match (cg, pid) {
+                (Some(cg), _) => Mechanism::Cgroup(cg),
+                (None, Some(pid)) => match PageoutCursor::open(pid, VmaKind::All) {
+                    Ok(c) => Mechanism::Process(c),
+                    Err(e) => {
+                        sh.log_once(format!("{id}:open"), || format!("reclaim target {id}: {e}"));
+                        continue;
+                    }
+                },
+                (None, None) => continue,
+            };
+            p.slots.push(Some(Slot { id, mech, class }));
+        }
+        self.reclaimable = reclaimable;
+        if p.cpus != self.inputs.cpus {
+            p.cpus = self.inputs.cpus.clone();
+            p.cpus_gen += 1;
+        }
+        let targets: Vec<TargetStatus> = p
+            .slots
+            .iter()
+            .flatten()
+            .map(|s| TargetStatus {
+                id: s.id.clone(),
+                class: s.class.to_string(),
+                mechanism: s.mechanism_name().into(),
+            })
+            .collect();
+        drop(p);
+        sh.status.lock().unwrap().targets = targets;
+    }
+
+    fn observe(&mut self) -> memcolo_linux::Result<ReclaimObservation> {
+        let mi = self.procfs.read_meminfo()?;
+        let (limit, used, swapped, refaults) = match &self.scope {
+            Scope::Cgroup(cg) => {
+                let limit = cg
+                    .read_effective_limit()?
+                    .bytes()
+                    .unwrap_or(mi.mem_total_bytes)
+                    .min(mi.mem_total_bytes);
+                let stat = cg.read_memory_stat()?;
+                let key = match cg.version() {
+                    CgroupVersion::V1 => "total_workingset_refault_anon",
+                    CgroupVersion::V2 => "workingset_refault_anon",
+                };
+                (
+                    limit,
+                    cg.read_usage_bytes()?,
+                    stat.swap_bytes,
+                    stat.raw.get(key).copied().unwrap_or(0),
+                )
+            }
+            Scope::Host(_) => {
+                let vm = self.procfs.read_vmstat()?;
+                (
+                    mi.mem_total_bytes,
+                    mi.mem_total_bytes.saturating_sub(mi.mem_free_bytes),
+                    mi.swap_total_bytes.saturating_sub(mi.swap_free_bytes),
+                    vm.get("workingset_refault_anon").copied().unwrap_or(0),
+                )
+            }
+        };
+        let swapin = match self.last_refaults {
+            Some(prev) => refaults.saturating_sub(prev) * self.page_size,
+            None => 0,
+        };
+        self.last_refaults = Some(refaults);
+        Ok(ReclaimObservation {
+            limit_bytes: limit,
+            used_bytes: used,
+            swapin_bytes: swapin,
+            swapped_bytes: swapped,
+            swap_total_bytes: mi.swap_total_bytes,
+            swap_free_bytes: mi.swap_free_bytes,
+            reclaimable_bytes: self.reclaimable,
+            ..Default::default()
+        })
+    }
+
+    fn tick(&mut self, sh: &Shared, now: Duration) {
+        self.refresh(sh);
+        let mut obs = match self.observe() {
+            Ok(o) => o,
+            Err(e) => {
+                sh.log_once(format!("sense:{e}"), || {
+                    format!("reclaim: cannot sense the scope: {e}")
+                });
+                return;
+            }
+        };
+        let (budget, active) = {
+            let mut p = sh.pool.lock().unwrap();
+            obs.reclaimed_bytes = std::mem::take(&mut p.reclaimed);
+            obs.worker_busy = std::mem::take(&mut p.busy);
+            self.totals.cpu += std::mem::take(&mut p.cpu);
+            self.totals.batches += std::mem::take(&mut p.batches);
+            let budget = match (&p.cpus, self.cfg.reclaim.max_workers) {
+                (_, Some(n)) => n,
+                (Some(c), None) => (c.len() as u32).clamp(1, self.budget_max),
+                (None, None) => self.budget_max,
+            };
+            (budget, p.active)
+        };
+        self.totals.reclaimed += obs.reclaimed_bytes;
+        self.reclaimable = self.reclaimable.saturating_sub(obs.reclaimed_bytes);
+        obs.reclaimable_bytes = self.reclaimable;
+        let d = self.sched.step(now, &obs);
+        let desired = d.workers.min(budget);
+        {
+            let mut p = sh.pool.lock().unwrap();
+            p.desired = desired;
+            p.remaining = d.target_bytes.saturating_sub(p.inflight);
+        }
+        if desired > 0 {
+            sh.cv.notify_all();
+        }
+        let dt = self.cfg.reclaim.tick_ms as f64 / 1000.0;
+        let w = 1.0 - (-dt / 1.0f64).exp();
+        self.totals.refault_rate += w * (obs.swapin_bytes as f64 / dt - self.totals.refault_rate);
+        self.publish(sh, &d, budget, desired, active, obs.swapin_bytes);
+    }
+
+    fn publish(
+        &self,
+        sh: &Shared,
+        d: &ReclaimDecision,
+        budget: u32,
+        desired: u32,
+        active: u32,
+        swapin: u64,
+    ) {
+        let m = &self.metrics;
+        m.reclaim_workers
+            .with_label_values(&["desired"])
+            .set(desired as i64);
+        m.reclaim_workers
+            .with_label_values(&["active"])
+            .set(active as i64);
+        m.reclaim_workers
+            .with_label_values(&["budget"])
+            .set(budget as i64);
+        m.reclaim_marks
+            .with_label_values(&["headroom"])
+            .set(d.headroom_bytes as i64);
+        m.reclaim_marks
+            .with_label_values(&["low"])
+            .set(d.low_mark_bytes as i64);
+        m.reclaim_marks
+            .with_label_values(&["high"])
+            .set(d.high_mark_bytes as i64);
+        m.reclaim_rate
+            .with_label_values(&["alloc"])
+            .set(d.alloc_rate);
+        m.reclaim_rate
+            .with_label_values(&["worker"])
+            .set(d.worker_rate);
+        m.reclaim_rate
+            .with_label_values(&["refault"])
+            .set(self.totals.refault_rate);
+        m.reclaim_turnaround
+            .set(d.turnaround_s.unwrap_or(f64::INFINITY));
+        m.reclaim_refault_bytes.inc_by(swapin);
+        let total = self.totals.reclaimed;
+        let prev = m.reclaim_bytes.get();
+        if total > prev {
+            m.reclaim_bytes.inc_by(total - prev);
+        }
+        m.reclaim_cpu_seconds.set(self.totals.cpu.as_secs_f64());
+        let gib = total as f64 / (1u64 << 30) as f64;
+        let mut st = sh.status.lock().unwrap();
+        st.state = d.state.as_str().into();
+        st.workers_budget = budget;
+        st.workers_desired = desired;
+        st.workers_active = active;
+        st.headroom_bytes = d.headroom_bytes;
+        st.low_mark_bytes = d.low_mark_bytes;
+        st.high_mark_bytes = d.high_mark_bytes;
+        st.alloc_rate_bytes_per_s = d.alloc_rate;
+        st.worker_rate_bytes_per_s = d.worker_rate;
+        st.turnaround_s = d.turnaround_s;
+        st.refault_bytes_per_s = self.totals.refault_rate;
+        st.reclaimed_bytes_total = total;
+        st.cpu_seconds_total = self.totals.cpu.as_secs_f64();
+        st.cpu_seconds_per_gib = (gib > 0.0).then(|| self.totals.cpu.as_secs_f64() / gib);
+        st.batches_total = self.totals.batches;
+        st.errors_total = *sh.errors.lock().unwrap();
+    }
+}
