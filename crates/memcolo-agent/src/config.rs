@@ -219,6 +219,9 @@ pub struct ReclaimSection {
     /// Extra BE memory cgroups (absolute paths) to reclaim from without registering
     /// their processes.
     pub cgroups: Vec<PathBuf>,
+    /// Replace the adaptive marks by one fixed low mark (bytes) and a single worker:
+    /// the kswapd / Fastswap design, for comparison. Default unset.
+    pub fixed_low_bytes: Option<u64>,
 }
 
 impl Default for ReclaimSection {
@@ -237,6 +240,7 @@ impl Default for ReclaimSection {
             include_elastic: false,
             allow_lc: false,
             cgroups: Vec::new(),
+            fixed_low_bytes: None,
         }
     }
 }
@@ -250,6 +254,7 @@ impl ReclaimSection {
             min_high_bytes: self.min_high_bytes,
             max_low_ratio: self.max_low_ratio,
             swap_stop_free_ratio: self.swap_stop_free_ratio,
+            fixed_low_bytes: self.fixed_low_bytes,
             ..Default::default()
         }
     }

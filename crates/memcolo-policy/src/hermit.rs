@@ -92,6 +92,10 @@ pub struct ReclaimConfig {
     /// Worker throughput assumed before the first measurement, bytes/s. Default
     /// 256 MiB/s.
     pub initial_worker_rate: f64,
+    /// The kswapd / Fastswap design instead of feedback, for comparison: one worker
+    /// whenever headroom is below this fixed low mark (bytes), no adaptation, no
+    /// back-off. `None` (default): Hermit's adaptive scheduling.
+    pub fixed_low_bytes: Option<u64>,
 }
 
 impl Default for ReclaimConfig {
@@ -112,6 +116,7 @@ impl Default for ReclaimConfig {
             backoff_periods: 3,
             swap_stop_free_ratio: 0.05,
             initial_worker_rate: 256.0 * (1 << 20) as f64,
+            fixed_low_bytes: None,
         }
     }
 }
@@ -387,13 +392,19 @@ impl ReclaimScheduler {
         let tick = dt.as_secs_f64();
         let limit = obs.limit_bytes as f64;
         let max_low = cfg.max_low_ratio * limit;
-        let high = (self.burst_rate * (batch_time + tick))
+        let mut high = (self.burst_rate * (batch_time + tick))
             .max(cfg.min_high_bytes as f64)
             .min(max_low / cfg.low_multiplier_min);
         let mut low = (self.k * high).min(max_low).max(high);
-        let backing_off = self.backoff_left > 0;
+        let mut backing_off = self.backoff_left > 0;
         if backing_off {
             low = high + (cfg.batch_bytes as f64).min(high);
+        }
+        if let Some(fixed) = cfg.fixed_low_bytes {
+            // kswapd-like: a constant mark, one worker, reclaim back up to the mark.
+            high = fixed as f64;
+            low = fixed as f64;
+            backing_off = false;
         }
         let headroom = obs.limit_bytes.saturating_sub(obs.used_bytes);
         let h = headroom as f64;
@@ -417,7 +428,8 @@ impl ReclaimScheduler {
         } else {
             let need = self.alloc_rate.max(0.0) + (high - h) / cfg.close_time.as_secs_f64();
             let n = (need / self.worker_rate).ceil().max(1.0);
-            (ReclaimState::Urgent, (n as u32).min(cfg.max_workers))
+            let n = if cfg.fixed_low_bytes.is_some() { 1 } else { n as u32 };
+            (ReclaimState::Urgent, n.min(cfg.max_workers))
         };
         let target_bytes = if workers == 0 {
             0
@@ -754,5 +766,23 @@ mod tests {
         ] {
             assert!(ReclaimScheduler::new(cfg).is_err());
         }
+    }
+
+    #[test]
+    fn fixed_mark_baseline_uses_one_worker_at_a_constant_mark() {
+        let mut s = ReclaimScheduler::new(ReclaimConfig {
+            max_workers: 4,
+            fixed_low_bytes: Some(64 * MIB),
+            ..Default::default()
+        })
+        .unwrap();
+        s.step(ms(0), &obs(3 * GIB));
+        // A 1 GiB/s burst does not move the mark, and a deep deficit gets one worker.
+        let d = s.step(ms(100), &obs(4 * GIB - MIB));
+        assert_eq!((d.low_mark_bytes, d.high_mark_bytes), (64 * MIB, 64 * MIB));
+        assert_eq!(d.workers, 1);
+        assert_eq!(d.target_bytes, 63 * MIB);
+        let d = s.step(ms(200), &obs(4 * GIB - 65 * MIB));
+        assert_eq!(d.workers, 0);
     }
 }
