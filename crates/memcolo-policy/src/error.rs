@@ -32,4 +32,24 @@ pub enum PolicyError {
         /// The refused top of memory, bytes.
         top_bytes: u64,
     },
+    /// A process the policy does not manage (MaxMem: never registered, or exited).
+    #[error("process {pid} is not managed by this policy")]
+    UnknownProcess {
+        /// The process id.
+        pid: crate::types::Pid,
+    },
+    /// A process registered twice (MaxMem).
+    #[error("process {pid} is already managed by this policy")]
+    AlreadyManaged {
+        /// The process id.
+        pid: crate::types::Pid,
+    },
+    /// A page of a managed process that the policy does not know (MaxMem).
+    #[error("page {page} of process {pid} is not managed by this policy")]
+    UnknownPage {
+        /// The process id.
+        pid: crate::types::Pid,
+        /// The page, in the caller's page units.
+        page: u64,
+    },
 }

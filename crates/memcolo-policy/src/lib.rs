@@ -17,11 +17,15 @@
 //!   files to drop from the page cache, largest resident first.
 //! - [`hermit`]: Hermit's feedback-directed asynchronous reclaim (NSDI'23): when to
 //!   reclaim, with how many workers, and when to back off.
+//! - [`maxmem`]: MaxMem's tiered-memory QoS (MaxMem §3.1–§3.2): per-process target
+//!   fast-memory miss ratios, proportional reallocation of the fast tier, hotness bins
+//!   with cooling, a migration cap per epoch.
 
 pub mod error;
 pub mod hermes;
 pub mod hermit;
 pub mod m3;
+pub mod maxmem;
 pub mod types;
 
 pub use error::PolicyError;
