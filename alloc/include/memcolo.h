@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-#define MEMCOLO_STATS_VERSION 1
+#define MEMCOLO_STATS_VERSION 2 /* 2: agent link counters appended */
 
 /* A snapshot of the allocator's telemetry. All sizes in bytes, times in microseconds. */
 typedef struct memcolo_stats_s {
@@ -65,6 +65,12 @@ typedef struct memcolo_stats_s {
   uint64_t large_allocs;           /* allocations above the largest size class */
   uint64_t os_mmap_calls;          /* mmap calls for heap memory */
   uint64_t threads_active;         /* thread caches alive */
+  /* agent link (version 2) */
+  uint32_t agent_registered;       /* 1 while registered with the memcolo agent */
+  uint32_t reserved0;
+  uint64_t agent_registrations;    /* successful registrations (1 + reconnections) */
+  uint64_t agent_notifications;    /* low/high/top notifications answered */
+  uint64_t agent_released_bytes;   /* released to the OS on the agent's notifications */
 } memcolo_stats_t;
 
 /* Fills *out with a consistent snapshot; returns 0, or -1 if out is NULL. */
@@ -80,18 +86,37 @@ typedef enum memcolo_level_e {
   MEMCOLO_LEVEL_TOP = 2   /* as high, and drop the reservation */
 } memcolo_level_t;
 
-/* Releases up to target_bytes (0 = as much as possible) of free memory to the OS, as
- * demanded by memory pressure at `level`; ignores the skip-subrelease interval Delta.
- * Returns the bytes released. */
+/* Releases free memory to the OS as demanded by memory pressure at `level` (what the
+ * agent's notifications do; M3 §4): LOW releases the caches of free huge pages and freed
+ * regions beyond the reservation target; HIGH also empties the central caches and
+ * subreleases free 4 KiB pages of partially used huge pages up to target_bytes (0 = as
+ * much as possible); TOP also drops the Hermes reservation for MEMCOLO_TOP_HOLD_S
+ * seconds and releases everything free. Ignores the skip-subrelease interval Delta.
+ * Returns the bytes released; an unknown level releases nothing. */
 size_t memcolo_release(memcolo_level_t level, size_t target_bytes);
+
+/* An application's own reclamation layer above the allocator (M3 §3-4): called on the
+ * agent thread for each notification, before the allocator releases its free memory,
+ * with the level and the agent's target in bytes; returns the bytes the application
+ * freed (informational). It may call free() and malloc(). NULL removes it. */
+typedef size_t (*memcolo_pressure_fn)(memcolo_level_t level, size_t target_bytes, void *arg);
+void memcolo_on_pressure(memcolo_pressure_fn fn, void *arg);
 
 /* Turns Hermes reservation on (1) or off (0) at run time; returns the previous state.
  * Starts the management thread when needed. */
 int memcolo_set_reservation(int on);
 
-/* The allow-rate gate (M3 §4.2): the bytes per second of growth the agent currently
- * allows this process (0 = unlimited). Applications that can defer growth poll it. */
-uint64_t memcolo_allow_rate_bytes_per_s(void);
+/* The allow-rate gate (M3 §4.2), fed by the agent's high and top notifications with
+ * the same formula as the SDKs: rate = min(time since the last high/top notification /
+ * (epoch x NUM_epochs), 1), where the epoch is the time the allocator took to handle
+ * that notification and NUM_epochs = MEMCOLO_NUM_EPOCHS (default 5); 0 between the
+ * receipt of a notification and the end of its handling; 1 when none came.
+ * memcolo_allow_rate returns the rate in [0, 1]. memcolo_allow_admit implements the
+ * protocol for an application's own alloc(): it returns 1 for every floor(1/rate)-th
+ * call (always 1 at rate 1, never at rate 0), and 0 when the application should evict
+ * before it grows. Neither ever blocks; malloc itself is never gated. */
+double memcolo_allow_rate(void);
+int memcolo_allow_admit(void);
 
 #ifdef __cplusplus
 }

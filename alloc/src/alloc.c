@@ -275,7 +275,7 @@ MC_EXPORT int MC_NAME(malloc_trim)(size_t pad) {
   mc_central_drain();
   mc_pool_drain();
   pthread_mutex_lock(&mc_heap.lock);
-  size_t done = mc_heap_release_locked(0, false);
+  size_t done = mc_heap_release_locked(0, false, 0);
   pthread_mutex_unlock(&mc_heap.lock);
   return done > 0;
 }

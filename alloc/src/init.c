@@ -2,6 +2,7 @@
  * nothing, so the dynamic loader and libpthread may call malloc at any time), fork
  * safety (pthread_atfork takes every allocator lock around fork), and the library
  * constructor that starts the Hermes management thread for class lc. */
+#include <signal.h>
 #include <stdlib.h>
 #include <sched.h>
 #include <sys/random.h>
@@ -33,6 +34,22 @@ static void mc_atfork_child(void) {
   mc_central_reinit_locks();
   mc_reserve_after_fork_child();
   mc_tcache_flush_all_for_fork_child();
+  mc_agent_after_fork_child();
+}
+
+bool mc_thread_start(void *(*fn)(void *), size_t stack_bytes) {
+  pthread_attr_t attr;
+  pthread_t t;
+  sigset_t all, old;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, stack_bytes);
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits the full mask */
+  int rc = pthread_create(&t, &attr, fn, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  return rc == 0;
 }
 
 void mc_init(void) {

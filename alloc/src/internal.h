@@ -134,6 +134,8 @@ typedef enum {
   MC_OPT_STATS,               /* report at exit */
   MC_OPT_VERBOSE,             /* warnings */
   MC_OPT_AGENT,               /* talk to the agent when a class is set */
+  MC_OPT_NUM_EPOCHS,          /* allow-rate gate: NUM_epochs (M3 §4.2) */
+  MC_OPT_TOP_HOLD_S,          /* seconds without reservation after a `top` notification */
   MC_OPT__COUNT
 } mc_option_t;
 
@@ -196,7 +198,11 @@ bool mc_heap_region_resize(mc_span_t *s, size_t new_pages); /* mremap; locks */
 void mc_heap_free(mc_span_t *s);                   /* locks */
 bool mc_heap_try_grow(mc_span_t *s, size_t new_pages); /* in place; locks */
 void mc_heap_shrink(mc_span_t *s, size_t new_pages);   /* in place; locks */
-size_t mc_heap_release_locked(size_t bytes, bool cache_only); /* returns bytes released */
+/* Releases up to `bytes` (0 = all) of free memory: cached regions, then backed free huge
+ * pages of the cache while more than protect_cache_bytes of them remain (the
+ * reservation), then, unless cache_only, free pages of partially used huge pages
+ * (subrelease). Returns the bytes released. */
+size_t mc_heap_release_locked(size_t bytes, bool cache_only, size_t protect_cache_bytes);
 size_t mc_heap_backed_free_bytes(void);
 bool mc_heap_prefault_one_hugepage(void);          /* reservation: one more backed hp */
 void mc_heap_stats_locked(memcolo_stats_t *st);
@@ -213,6 +219,7 @@ void mc_release_test_reset_locked(void);
 void mc_central_drain(void);
 void mc_tcache_flush_self(void);
 uint64_t mc_now_us(void);
+uint64_t mc_now_ns(void);
 
 /* ---------------------------------------------------------------- central.c */
 void mc_central_init(void);
@@ -258,11 +265,26 @@ void mc_reserve_lock(void);
 void mc_reserve_unlock(void);
 void mc_reserve_after_fork_child(void);
 size_t mc_pool_drain(void);
+void mc_reserve_suspend(uint64_t hold_ms);  /* off now, back on after hold_ms (top) */
+bool mc_reserve_suspended(void);
 
 /* ---------------------------------------------------------------- agent.c (M3 link) */
-void mc_agent_start(void);
-void mc_agent_poll(void);            /* from the management thread; never blocks */
-extern uint64_t mc_allow_rate;
+void mc_agent_start(void);                 /* background link to the agent, once */
+void mc_agent_after_fork_child(void);
+size_t mc_agent_release(memcolo_level_t level, size_t target_bytes);
+const char *mc_agent_socket_path(void);
+void mc_agent_stats(memcolo_stats_t *st);
+/* allow-rate gate (M3 §4.2), clock passed in for tests */
+void mc_gate_reset(void);
+void mc_gate_signal_received(uint64_t now_ns);
+void mc_gate_signal_handled(uint64_t now_ns);
+double mc_gate_rate_at(uint64_t now_ns);
+int mc_gate_admit_at(uint64_t now_ns);
+
+/* ---------------------------------------------------------------- stats.c */
+void mc_agent_stats_publish(bool force);   /* the stats file for `memcolo alloc-stats` */
+void mc_agent_stats_unpublish(void);
+void mc_agent_stats_after_fork_child(void);
 
 /* ---------------------------------------------------------------- init.c */
 extern volatile int mc_initialized;
@@ -270,6 +292,8 @@ void mc_init(void);
 static inline void mc_ensure_init(void) { if (mc_unlikely(!mc_initialized)) mc_init(); }
 void mc_lock_all(void);
 void mc_unlock_all(void);
+/* a detached internal thread with every signal blocked; false if it could not start */
+bool mc_thread_start(void *(*fn)(void *), size_t stack_bytes);
 
 /* spans of a class's objects are at most this many bytes per object index */
 static inline void *mc_span_obj(const mc_span_t *s, uint32_t i) {

@@ -24,6 +24,8 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
   [MC_OPT_STATS] = {"STATS", 0, "1 = telemetry report on stderr at exit"},
   [MC_OPT_VERBOSE] = {"VERBOSE", 1, "1 = warnings on stderr"},
   [MC_OPT_AGENT] = {"AGENT", 1, "1 = register with the agent when a class is set"},
+  [MC_OPT_NUM_EPOCHS] = {"NUM_EPOCHS", 5, "allow-rate gate: epochs until the rate is back at 1"},
+  [MC_OPT_TOP_HOLD_S] = {"TOP_HOLD_S", 10, "s without reservation after a top notification"},
 };
 
 long mc_options_cache[MC_OPT__COUNT];

@@ -439,7 +439,8 @@ static size_t subrelease_hp(mc_hugepage_t *hp, size_t want_pages) {
   return done;
 }
 
-size_t mc_heap_release_locked(size_t bytes, bool cache_only) {
+size_t mc_heap_release_locked(size_t bytes, bool cache_only, size_t protect_cache_bytes) {
+  size_t protect_hp = (protect_cache_bytes + MC_HUGE_SIZE - 1) / MC_HUGE_SIZE;
   size_t want = (bytes + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT, done = 0;
   if (bytes == 0) want = SIZE_MAX;
   while (done < want && mc_heap.region_cache) {
@@ -453,7 +454,7 @@ size_t mc_heap_release_locked(size_t bytes, bool cache_only) {
     mc_os_unmap((void *)r->start, (size_t)r->pages << MC_PAGE_SHIFT);
     mc_meta_span_free(r);
   }
-  while (done < want && mc_heap.cache_backed.head) {
+  while (done < want && mc_heap.cache_backed.head && mc_heap.cache_backed_n > protect_hp) {
     mc_hugepage_t *hp = mc_heap.cache_backed.head;
     cache_remove(hp);
     size_t backed = MC_HP_PAGES - hp->released_pages;

@@ -37,6 +37,12 @@ uint64_t mc_now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+uint64_t mc_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 uint64_t mc_now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -148,7 +154,7 @@ void mc_release_tick_locked(uint64_t now_ms, size_t protect_bytes) {
     ep->skipped_pending += skipped;
     ep->decision_used = mc_heap.used_pages;
   }
-  size_t done = doit ? mc_heap_release_locked(doit << MC_PAGE_SHIFT, false) : 0;
+  size_t done = doit ? mc_heap_release_locked(doit << MC_PAGE_SHIFT, false, protect_bytes) : 0;
   /* skipped or done, the budget of this period is spent */
   (void)done;
   mc_release_carry_bytes = 0;

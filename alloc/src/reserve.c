@@ -9,8 +9,8 @@
  *   3. Algorithm 2: keeps a segregated pool of pre-faulted large blocks (>= 128 KiB,
  *      bucket = MIN(size / 128 KiB, 8), formula (1)) at RSV_FACTOR x large demand in
  *      blocks of the recent average large request, trimming above TRIM_THR;
- *   4. once a second: the periodic release (release.c) sparing the reservation, and the
- *      agent link (agent.c).
+ *   4. once a second: the periodic release (release.c) sparing the reservation.
+ * A `top` notification (agent.c) suspends the reservation for MEMCOLO_TOP_HOLD_S.
  * Pre-faulting uses MADV_POPULATE_WRITE (mlock with MEMCOLO_MLOCK=1), outside every
  * lock. Large requests take a pooled block (best fit in their bucket, then the next
  * buckets, then the largest block grown in place) or fall back to the page heap. */
@@ -28,7 +28,7 @@ static mc_span_t *mc_pool[MC_POOL_BUCKETS + 1];
 static size_t mc_pool_total_bytes;
 static uint64_t mc_pool_hits, mc_pool_misses, mc_prefaulted_bytes;
 static size_t mc_rsv_target_bytes, mc_pool_target_bytes;
-static pthread_t mc_reserve_thread;
+static uint64_t mc_resume_at_ms; /* nonzero: suspended by `top` until then */
 
 static inline unsigned pool_bucket(size_t bytes) {
   size_t b = bytes / MC_POOL_MIN_BYTES;
@@ -109,6 +109,13 @@ bool mc_pool_free(mc_span_t *s) {
 
 static void pool_push(mc_span_t *s) {
   pthread_mutex_lock(&mc_pool_lock);
+  if (!mc_reserve_on) {
+    /* turned off while this block was being pre-faulted: the pool stays empty */
+    pthread_mutex_unlock(&mc_pool_lock);
+    s->kind = MC_SPAN_LARGE;
+    mc_heap_free(s);
+    return;
+  }
   s->pooled = 1;
   unsigned b = pool_bucket((size_t)s->pages << MC_PAGE_SHIFT);
   s->next = mc_pool[b];
@@ -151,6 +158,11 @@ static void *mc_reserve_main(void *arg) {
   uint64_t last_second_ms = mc_now_ms(), large_idle_intervals = 1u << 30;
   struct timespec ts = {.tv_sec = (time_t)(interval_us / 1000000u), .tv_nsec = (long)(interval_us % 1000000u) * 1000};
   while (mc_reserve_thread_running) {
+    uint64_t resume = __atomic_load_n(&mc_resume_at_ms, __ATOMIC_ACQUIRE);
+    if (resume != 0 && mc_now_ms() >= resume &&
+        __atomic_compare_exchange_n(&mc_resume_at_ms, &resume, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      mc_reserve_on = 1; /* the hold after a `top` notification is over */
+    }
     if (!mc_reserve_on) { nanosleep(&ts, NULL); goto periodic; }
     size_t small = __atomic_exchange_n(&mc_demand_small_bytes, 0, __ATOMIC_RELAXED);
     size_t large = __atomic_exchange_n(&mc_demand_large_bytes, 0, __ATOMIC_RELAXED);
@@ -168,7 +180,7 @@ static void *mc_reserve_main(void *arg) {
     __atomic_store_n(&mc_rsv_target_bytes, rsv, __ATOMIC_RELAXED);
     size_t trim_thr = (size_t)(trim_factor * (double)rsv);
     int guard = 64, progress = 0;
-    while (mc_heap_backed_free_bytes() < rsv && guard-- > 0) {
+    while (mc_reserve_on && mc_heap_backed_free_bytes() < rsv && guard-- > 0) {
       if (!mc_heap_prefault_one_hugepage()) break;
       progress = 1;
       __atomic_fetch_add(&mc_prefaulted_bytes, MC_HUGE_SIZE, __ATOMIC_RELAXED);
@@ -176,7 +188,7 @@ static void *mc_reserve_main(void *arg) {
     size_t fb = mc_heap_backed_free_bytes();
     if (fb > trim_thr + MC_HUGE_SIZE) {
       pthread_mutex_lock(&mc_heap.lock);
-      mc_heap_release_locked(fb - trim_thr, true);
+      mc_heap_release_locked(fb - trim_thr, true, trim_thr);
       pthread_mutex_unlock(&mc_heap.lock);
     }
     /* Algorithm 2: the pool of large blocks */
@@ -186,7 +198,7 @@ static void *mc_reserve_main(void *arg) {
     size_t block_pages = (size_t)(avg_large_bytes + (double)MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
     if (block_pages > 0 && block_pages <= MC_REGION_PAGES && ((block_pages << MC_PAGE_SHIFT) >= MC_POOL_MIN_BYTES)) {
       guard = 256;
-      while (__atomic_load_n(&mc_pool_total_bytes, __ATOMIC_RELAXED) < pool_target && guard-- > 0) {
+      while (mc_reserve_on && __atomic_load_n(&mc_pool_total_bytes, __ATOMIC_RELAXED) < pool_target && guard-- > 0) {
         mc_span_t *s = mc_heap_alloc(block_pages, MC_SPAN_LARGE, true);
         if (s == NULL) break;
         mc_pagemap_set(s->start, NULL);
@@ -209,7 +221,6 @@ static void *mc_reserve_main(void *arg) {
       pthread_mutex_lock(&mc_heap.lock);
       mc_release_tick_locked(now, mc_reserve_target_bytes() + mc_pool_total_bytes);
       pthread_mutex_unlock(&mc_heap.lock);
-      mc_agent_poll();
     }
   }
   return NULL;
@@ -219,22 +230,29 @@ void mc_reserve_start(void) {
   mc_ensure_init();
   mc_reserve_on = 1;
   if (__atomic_exchange_n(&mc_reserve_thread_running, 1, __ATOMIC_ACQ_REL)) return;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256 << 10);
-  if (pthread_create(&mc_reserve_thread, &attr, mc_reserve_main, NULL) != 0) {
+  if (!mc_thread_start(mc_reserve_main, 256 << 10)) {
     mc_reserve_thread_running = 0;
     mc_reserve_on = 0;
     mc_warn("could not start the reservation thread; running without reservation");
   }
-  pthread_attr_destroy(&attr);
 }
+
+/* `top` (M3 §5.1): the reservation goes, its pooled blocks return to the page heap, and
+ * the management thread turns it back on hold_ms after the last such call. */
+void mc_reserve_suspend(uint64_t hold_ms) {
+  if (!mc_reserve_on && __atomic_load_n(&mc_resume_at_ms, __ATOMIC_ACQUIRE) == 0) return;
+  __atomic_store_n(&mc_resume_at_ms, mc_now_ms() + (hold_ms ? hold_ms : 1), __ATOMIC_RELEASE);
+  mc_reserve_on = 0;
+  mc_pool_drain();
+}
+
+bool mc_reserve_suspended(void) { return __atomic_load_n(&mc_resume_at_ms, __ATOMIC_ACQUIRE) != 0; }
 
 void mc_reserve_after_fork_child(void) {
   /* the management thread does not exist in the child */
   mc_reserve_thread_running = 0;
   mc_reserve_on = 0;
+  mc_resume_at_ms = 0;
   pthread_mutex_init(&mc_pool_lock, NULL);
 }
 
@@ -249,6 +267,7 @@ void mc_reserve_stats(memcolo_stats_t *st) {
 
 MC_EXPORT int memcolo_set_reservation(int on) {
   int prev = mc_reserve_on;
+  __atomic_store_n(&mc_resume_at_ms, 0, __ATOMIC_RELEASE);
   if (on) mc_reserve_start();
   else { mc_reserve_on = 0; mc_pool_drain(); }
   return prev;

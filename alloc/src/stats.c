@@ -19,8 +19,13 @@ MC_EXPORT int memcolo_stats(memcolo_stats_t *out) {
   out->malloc_calls_slow = __atomic_load_n(&mc_stat_slow_calls, __ATOMIC_RELAXED);
   out->large_allocs = __atomic_load_n(&mc_stat_large_allocs, __ATOMIC_RELAXED);
   out->threads_active = mc_tcache_count();
+  mc_agent_stats(out);
   return 0;
 }
+
+void mc_agent_stats_publish(bool force) { (void)force; }
+void mc_agent_stats_unpublish(void) {}
+void mc_agent_stats_after_fork_child(void) {}
 
 static void line(int fd, const char *name, uint64_t v, const char *unit) {
   char buf[128], *b = buf;
@@ -63,6 +68,9 @@ MC_EXPORT void memcolo_stats_print(int fd) {
   line(fd, "  large_allocs", st.large_allocs, NULL);
   line(fd, "  os_mmap_calls", st.os_mmap_calls, NULL);
   line(fd, "  threads", st.threads_active, NULL);
+  line(fd, "  agent_registered", st.agent_registered, NULL);
+  line(fd, "  agent_notifications", st.agent_notifications, NULL);
+  line(fd, "  agent_released", st.agent_released_bytes >> 10, "KiB");
 }
 
 __attribute__((destructor)) static void mc_stats_at_exit(void) {

@@ -1,6 +1,7 @@
 #!/bin/sh
 # run.sh BUILD — runs every test program of every build (release, debug with invariant
-# checks, ASan+UBSan) and the real-program preload checks; prints the total as its last
+# checks, ASan+UBSan), the real-program preload checks and the test against the real
+# agent (agent_real.sh); prints the total as its last
 # line, "N passed, N failed", and exits non-zero on any failure.
 B=${1:-build}
 HERE=$(dirname "$0")
@@ -31,6 +32,7 @@ for v in rel dbg; do
   run_prog "$v/test_stress" "$B/$v/test_stress"
   run_prog "$v/test_errors" "$B/$v/test_errors"
   run_prog "$v/test_reserve" MEMCOLO_CLASS=lc "$B/$v/test_reserve"
+  run_prog "$v/test_agent" "$B/$v/test_agent"
 done
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 run_prog "san/test_unit" "$B/san/test_unit"
@@ -42,5 +44,10 @@ for lib in "$B/libmemcolo.so" "$B/libmemcolo-debug.so"; do
   [ -n "$(echo "$res" | grep '^FAIL')" ] && echo "$res" | grep -v '^PASS' | head -40
   add "$(echo "$res" | grep -c '^PASS')" "$(echo "$res" | grep -c '^FAIL')"
 done
+# the library against the real agent (skips where it cannot run: not root, no cgroup v1)
+res=$(sh "$HERE/agent_real.sh" "$B" 2>&1)
+echo "$res" | grep -E "^(PASS|FAIL|SKIP)"
+[ -n "$(echo "$res" | grep '^FAIL')" ] && echo "$res" | grep -v -E '^(PASS|SKIP)' | head -40
+add "$(echo "$res" | grep -c '^PASS')" "$(echo "$res" | grep -c '^FAIL')"
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

@@ -122,7 +122,7 @@ TEST(test_subrelease_breaks_and_heals) {
   for (int i = 0; i < 8; i += 2) mc_heap_free(s[i]);
   pthread_mutex_lock(&mc_heap.lock);
   size_t broken0 = mc_heap.hugepages_broken, sub0 = mc_heap.subreleased_pages;
-  size_t got = mc_heap_release_locked(0, false);
+  size_t got = mc_heap_release_locked(0, false, 0);
   size_t broken1 = mc_heap.hugepages_broken, sub1 = mc_heap.subreleased_pages;
   bool ok = mc_heap_check_locked();
   pthread_mutex_unlock(&mc_heap.lock);
@@ -154,7 +154,7 @@ TEST(test_release_cache_only) {
   mc_heap_free(t);
   pthread_mutex_lock(&mc_heap.lock);
   size_t sub0 = mc_heap.subreleased_pages;
-  size_t got = mc_heap_release_locked(0, true);
+  size_t got = mc_heap_release_locked(0, true, 0);
   size_t sub1 = mc_heap.subreleased_pages;
   pthread_mutex_unlock(&mc_heap.lock);
   CHECK(sub1 == sub0); /* the cache only: no huge page broken */
@@ -167,7 +167,7 @@ TEST(test_skip_subrelease_and_tracker) {
   uint64_t t = 1000000;
   mc_fake_now_ms = t;
   pthread_mutex_lock(&mc_heap.lock);
-  mc_heap_release_locked(0, false);
+  mc_heap_release_locked(0, false, 0);
   mc_release_test_reset_locked();
   mc_release_on_heap_change_locked(t);
   pthread_mutex_unlock(&mc_heap.lock);
@@ -245,7 +245,7 @@ TEST(test_realized_fragmentation) {
   CHECK(st.realized_fragmentation_bytes <= st.average_fragmentation_bytes);
   /* one moment with no free memory makes the realized fragmentation zero */
   pthread_mutex_lock(&mc_heap.lock);
-  mc_heap_release_locked(0, false);
+  mc_heap_release_locked(0, false, 0);
   pthread_mutex_unlock(&mc_heap.lock);
   memcolo_stats(&st);
   CHECK(st.realized_fragmentation_bytes == 0);
