@@ -1,0 +1,280 @@
+//! The memory server (`memcolo memserver`): keeps pages for far-memory tiers on other
+//! machines (or on this one) and serves them over TCP with the protocol of
+//! [`crate::wire`].
+//!
+//! Pages are held by a [`SlowTier`] backend (a [`crate::compressed::CompressedStore`]
+//! in `memcolo memserver`). The server checks the CRC-32 of every page it receives
+//! before storing it, and answers a store only once the backend holds the page, so a
+//! client that got `ok` may drop its copy. A load answers the page with its CRC-32,
+//! which the client checks again: corruption at rest is caught by the backend,
+//! corruption in transit by the client.
+//!
+//! One thread per connection; a connection serves pipelined requests in order and
+//! flushes its answers whenever no request is waiting in its buffer. The server keeps
+//! its pages in memory only: if it is killed, its pages are gone, and clients get
+//! [`TierError::Unreachable`] (while it is down) or [`TierError::NotFound`] (from a
+//! restarted, empty server), never zeros.
+
+use crate::wire::{self, Op, Request, Response, Status};
+use crate::{checksum, SlowTier, TierError};
+use std::collections::HashMap;
+use std::io::{self, BufReader, BufWriter, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+struct Shared {
+    stop: AtomicBool,
+    conns: Mutex<HashMap<u64, TcpStream>>,
+    next_conn: AtomicU64,
+}
+
+/// A bound memory server; [`MemServer::run`] serves until stopped.
+pub struct MemServer {
+    listener: TcpListener,
+    backend: Arc<dyn SlowTier>,
+    shared: Arc<Shared>,
+}
+
+/// A memory server running on its own thread; dropping the handle stops it.
+pub struct MemServerHandle {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl MemServer {
+    /// Binds `addr` (e.g. `0.0.0.0:7070`, or port 0 for any free port) with `backend`
+    /// holding the pages.
+    ///
+    /// # Errors
+    /// The bind's I/O error.
+    pub fn bind(addr: impl ToSocketAddrs, backend: Arc<dyn SlowTier>) -> io::Result<Self> {
+        Ok(MemServer {
+            listener: TcpListener::bind(addr)?,
+            backend,
+            shared: Arc::new(Shared {
+                stop: AtomicBool::new(false),
+                conns: Mutex::new(HashMap::new()),
+                next_conn: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The address the server listens on.
+    ///
+    /// # Errors
+    /// The socket's I/O error.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts and serves connections until the server is stopped (through its
+    /// [`MemServerHandle`]); each connection gets a thread.
+    ///
+    /// # Errors
+    /// An I/O error of the listening socket.
+    pub fn run(self) -> io::Result<()> {
+        for stream in self.listener.incoming() {
+            if self.shared.stop.load(Ordering::Acquire) {
+                break;
+            }
+            let stream = match stream {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "memserver: accept failed");
+                    continue;
+                }
+            };
+            let id = self.shared.next_conn.fetch_add(1, Ordering::Relaxed);
+            if let Ok(clone) = stream.try_clone() {
+                lock(&self.shared.conns).insert(id, clone);
+            }
+            let backend = self.backend.clone();
+            let shared = self.shared.clone();
+            std::thread::Builder::new()
+                .name(format!("memserver-conn-{id}"))
+                .spawn(move || {
+                    let peer = stream.peer_addr().ok();
+                    if let Err(e) = serve_conn(stream, &*backend) {
+                        if !shared.stop.load(Ordering::Acquire) {
+                            tracing::debug!(?peer, error = %e, "memserver: connection closed");
+                        }
+                    }
+                    lock(&shared.conns).remove(&id);
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Runs the server on a new thread.
+    ///
+    /// # Errors
+    /// The socket's or the thread spawn's I/O error.
+    pub fn spawn(self) -> io::Result<MemServerHandle> {
+        let addr = self.local_addr()?;
+        let shared = self.shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("memserver".into())
+            .spawn(move || self.run())?;
+        Ok(MemServerHandle {
+            addr,
+            shared,
+            thread: Some(thread),
+        })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl MemServerHandle {
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the server as if it had been killed: stops accepting, and shuts every
+    /// open connection down, so clients see resets and refused connections.
+    pub fn stop(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for (_, c) in lock(&self.shared.conns).drain() {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        // Wake the accept loop so it sees the flag and drops the listener.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MemServerHandle {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop_now();
+        }
+    }
+}
+
+fn serve_conn(stream: TcpStream, backend: &dyn SlowTier) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    let mut r = BufReader::new(stream.try_clone()?);
+    let mut w = BufWriter::new(stream);
+    let mut page = vec![0u8; backend.page_bytes()];
+    while let Some(req) = wire::read_request(&mut r)? {
+        let resp = handle(&req, backend, &mut page);
+        wire::write_response(&mut w, &resp)?;
+        if r.buffer().is_empty() {
+            w.flush()?;
+        }
+    }
+    w.flush()
+}
+
+fn reply(id: u64, status: Status, payload: Vec<u8>) -> Response {
+    Response {
+        status,
+        id,
+        crc: checksum(&payload),
+        payload,
+    }
+}
+
+fn error_reply(id: u64, e: &TierError) -> Response {
+    match e {
+        TierError::NotFound { .. } => reply(id, Status::NotFound, e.to_string().into_bytes()),
+        TierError::Corrupt {
+            expected, actual, ..
+        } => {
+            let mut p = expected.to_le_bytes().to_vec();
+            p.extend_from_slice(&actual.to_le_bytes());
+            reply(id, Status::Corrupt, p)
+        }
+        TierError::Full {
+            capacity_bytes,
+            used_bytes,
+        } => {
+            let mut p = capacity_bytes.to_le_bytes().to_vec();
+            p.extend_from_slice(&used_bytes.to_le_bytes());
+            reply(id, Status::Full, p)
+        }
+        TierError::WrongSize { .. } => reply(id, Status::BadRequest, e.to_string().into_bytes()),
+        _ => reply(id, Status::Internal, e.to_string().into_bytes()),
+    }
+}
+
+fn handle(req: &Request, backend: &dyn SlowTier, page: &mut [u8]) -> Response {
+    let id = req.id;
+    match req.op {
+        Op::Hello => {
+            let ours = backend.page_bytes() as u32;
+            let theirs = req
+                .payload
+                .get(..4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+            if theirs == Some(ours) {
+                reply(id, Status::Ok, ours.to_le_bytes().to_vec())
+            } else {
+                reply(
+                    id,
+                    Status::BadRequest,
+                    format!("page size mismatch: server stores pages of {ours} bytes, client sent {theirs:?}")
+                        .into_bytes(),
+                )
+            }
+        }
+        Op::Store => {
+            let actual = checksum(&req.payload);
+            if actual != req.crc {
+                // Damaged in transit: refuse, so the client keeps its copy and retries.
+                let mut p = req.crc.to_le_bytes().to_vec();
+                p.extend_from_slice(&actual.to_le_bytes());
+                return reply(id, Status::Corrupt, p);
+            }
+            match backend.store(req.key, &req.payload) {
+                Ok(()) => reply(id, Status::Ok, Vec::new()),
+                Err(e) => error_reply(id, &e),
+            }
+        }
+        Op::Load => match backend.load(req.key, page) {
+            Ok(()) => Response {
+                status: Status::Ok,
+                id,
+                crc: checksum(page),
+                payload: page.to_vec(),
+            },
+            Err(e) => error_reply(id, &e),
+        },
+        Op::Remove => match backend.remove(req.key) {
+            Ok(had) => reply(id, Status::Ok, vec![had as u8]),
+            Err(e) => error_reply(id, &e),
+        },
+        Op::RemoveRegion => match backend.remove_region(req.key.region) {
+            Ok(n) => reply(id, Status::Ok, n.to_le_bytes().to_vec()),
+            Err(e) => error_reply(id, &e),
+        },
+        Op::Stats => {
+            let s = backend.stats();
+            let p: Vec<u8> = [
+                s.pages,
+                s.stored_bytes,
+                s.stores,
+                s.loads,
+                s.corrupt,
+                s.retries,
+            ]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+            reply(id, Status::Ok, p)
+        }
+    }
+}
