@@ -571,7 +571,6 @@ static void *ag_main(void *arg) {
       __atomic_store_n(&ag_registered, 0, __ATOMIC_RELEASE);
       __atomic_store_n(&ag_fd, -1, __ATOMIC_RELEASE);
       close(fd);
-      mc_agent_stats_unpublish();
       /* a registration that lived: the agent restarted, come back soon */
       if (was_registered) backoff = AG_BACKOFF_MIN_MS;
       else backoff = AG_BACKOFF_MAX_MS; /* refused or closed at once: do not hammer it */

@@ -1,6 +1,7 @@
 //! `memcolo`: the command-line front end — the agent daemon, its clients (`status`,
-//! `top`, `register`, `unregister`, `run`) and the benchmarks (`bench`).
+//! `top`, `register`, `unregister`, `run`, `alloc-stats`) and the benchmarks (`bench`).
 
+mod alloc_stats;
 mod client;
 mod run;
 mod status;
@@ -81,6 +82,9 @@ enum Cmd {
     },
     /// Start a command registered with a class, optionally in a child cgroup of the agent's scope.
     Run(run::RunArgs),
+    /// Allocator telemetry of a registered process running libmemcolo: huge page coverage,
+    /// realized fragmentation, skipped subreleases, reservation hits and misses, releases.
+    AllocStats(alloc_stats::AllocStatsArgs),
     /// Benchmarks on real services; results under bench/results/<date>-<host>/.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -228,6 +232,7 @@ fn main() -> std::process::ExitCode {
             })
         }
         Cmd::Run(a) => return run::run(a),
+        Cmd::AllocStats(a) => alloc_stats::run(&a),
         Cmd::Bench(b) => {
             let exe = std::env::current_exe().expect("path of the running memcolo binary");
             match b {
