@@ -207,8 +207,11 @@ pub struct ReclaimSection {
     pub max_low_ratio: f64,
     /// Stop while free swap is below this share of total swap. Default 0.05.
     pub swap_stop_free_ratio: f64,
-    /// Nice value of the worker threads (0..=19). Default 10.
-    pub nice: i32,
+    /// Nice value of the worker threads (0..=19). Default: 0 while the agent is
+    /// confined off the LC processes' CPUs (reclaim then competes only with BE work,
+    /// which causes the pressure and must not starve it), 10 otherwise (LC threads
+    /// may share the CPU: reclaim yields to them).
+    pub nice: Option<i32>,
     /// `auto` (a target's own memory cgroup when it holds no LC process, else
     /// `process_madvise` on the process), `cgroup` or `process`. Default `auto`.
     pub mechanism: String,
@@ -235,7 +238,7 @@ impl Default for ReclaimSection {
             min_high_bytes: p.min_high_bytes,
             max_low_ratio: p.max_low_ratio,
             swap_stop_free_ratio: p.swap_stop_free_ratio,
-            nice: 10,
+            nice: None,
             mechanism: "auto".into(),
             include_elastic: false,
             allow_lc: false,
@@ -329,8 +332,8 @@ impl AgentConfig {
         if r.tick_ms == 0 {
             return bad("reclaim.tick_ms must be at least 1".into());
         }
-        if !(0..=19).contains(&r.nice) {
-            return bad(format!("reclaim.nice {} is not in 0..=19", r.nice));
+        if let Some(n) = r.nice.filter(|n| !(0..=19).contains(n)) {
+            return bad(format!("reclaim.nice {n} is not in 0..=19"));
         }
         if !matches!(r.mechanism.as_str(), "auto" | "cgroup" | "process") {
             return bad(format!(

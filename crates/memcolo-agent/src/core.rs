@@ -826,6 +826,18 @@ impl Core {
         if own.as_ref() == Some(&mine) {
             return;
         }
+        // Every thread of the agent (runtime workers, reclaim threads), not only this
+        // one: sched_setaffinity acts on one thread.
+        let tids: Vec<i32> = std::fs::read_dir("/proc/self/task")
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for tid in tids {
+            let _ = sched_setaffinity(nix::unistd::Pid::from_raw(tid), &mine);
+        }
         match sched_setaffinity(nix::unistd::Pid::from_raw(0), &mine) {
             Ok(()) => {
                 let cpus: Vec<usize> = (0..online)

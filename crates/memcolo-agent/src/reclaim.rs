@@ -314,17 +314,27 @@ impl Drop for ReclaimService {
     }
 }
 
+/// Sets the calling thread's nice value.
+fn set_nice(nice: i32) {
+    // SAFETY: setpriority takes no pointers; who = 0 is the calling thread on Linux.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+}
+
+/// The workers' nice value: the configured one, else 0 while confined off LC CPUs
+/// and 10 when LC threads may share the CPU.
+fn effective_nice(configured: Option<i32>, cpus: &Option<Vec<usize>>) -> i32 {
+    configured.unwrap_or(if cpus.is_some() { 0 } else { 10 })
+}
+
 fn worker(
     idx: u32,
     sh: Arc<Shared>,
     procfs: ProcFs,
-    nice: i32,
+    nice: Option<i32>,
     batch_bytes: u64,
     journal: PathBuf,
 ) {
-    // Low priority: reclaim yields to every normal thread, LC ones first of all.
-    // SAFETY: setpriority takes no pointers; who = 0 is the calling thread on Linux.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    set_nice(effective_nice(nice, &None));
     let mut cpus_gen = u64::MAX;
     loop {
         let (mut slot, batch, slot_idx) = {
@@ -341,6 +351,7 @@ fn worker(
             if cpus_gen != p.cpus_gen {
                 cpus_gen = p.cpus_gen;
                 set_cpus(&p.cpus);
+                set_nice(effective_nice(nice, &p.cpus));
             }
             let n = p.slots.len();
             let start = p.rr % n;
@@ -436,6 +447,7 @@ struct Controller {
     reclaimable: u64,
     totals: Totals,
     memory_mount: Option<PathBuf>,
+    cpus_applied: Option<Option<Vec<usize>>>,
 }
 
 #[derive(Default)]
@@ -472,6 +484,7 @@ impl Controller {
             reclaimable: 0,
             totals: Totals::default(),
             memory_mount,
+            cpus_applied: None,
         })
     }
 
@@ -712,6 +725,10 @@ impl Controller {
 
     fn tick(&mut self, sh: &Shared, now: Duration) {
         self.refresh(sh);
+        if self.cpus_applied.as_ref() != Some(&self.inputs.cpus) {
+            set_cpus(&self.inputs.cpus);
+            self.cpus_applied = Some(self.inputs.cpus.clone());
+        }
         let mut obs = match self.observe() {
             Ok(o) => o,
             Err(e) => {

@@ -151,6 +151,25 @@ pub fn register(socket: &Path, pid: i32, class: Class, name: &str) -> Result<()>
     }
 }
 
+/// Asks the agent at `socket` for its state (`memcolo status --json`), with a short
+/// timeout so a sampler never stalls on a busy agent.
+pub fn status(socket: &Path) -> Result<serde_json::Value> {
+    let io = |e| BenchError::io(socket, e);
+    let mut s = UnixStream::connect(socket).map_err(io)?;
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .map_err(io)?;
+    s.write_all(encode(&Request::Status).as_bytes())
+        .map_err(io)?;
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).map_err(io)?;
+    match decode_reply(&line) {
+        Ok(Reply::Status { status }) => Ok(status),
+        other => Err(BenchError::Process(format!(
+            "unexpected agent reply to status: {other:?}"
+        ))),
+    }
+}
+
 /// Counts kill actions in the text of an agent event log (JSON lines): objects whose
 /// `kind`, `type`, `event` or `action` field contains `kill`. Lines that are not JSON
 /// are skipped.

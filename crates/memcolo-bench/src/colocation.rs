@@ -38,14 +38,80 @@ pub enum Mode {
     Kernel,
     /// `memcolo agent` managing the node, Redis registered as LC, the jobs as BE.
     Agent,
+    /// The kernel alone with raised watermarks (`vm.watermark_scale_factor` = 1000,
+    /// `vm.min_free_kbytes` = 2 % of RAM; restored after the run). Host-level kswapd
+    /// watermarks: they do not apply to a memory cgroup's limit.
+    Watermarks,
+    /// `memcolo agent` with asynchronous reclaim in the kswapd / Fastswap design: one
+    /// worker that starts at a fixed mark (M3 kills and Hermes advice off).
+    Fixed,
+    /// `memcolo agent` with Hermit's adaptive asynchronous reclaim (M3 kills and
+    /// Hermes advice off, so the comparison isolates reclaim).
+    Reclaim,
 }
 
 impl Mode {
-    /// `kernel` or `agent`.
+    /// The mode's name in results.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Kernel => "kernel",
             Mode::Agent => "agent",
+            Mode::Watermarks => "watermarks",
+            Mode::Fixed => "fixed",
+            Mode::Reclaim => "reclaim",
+        }
+    }
+
+    /// Whether the run starts `memcolo agent`.
+    pub fn uses_agent(self) -> bool {
+        matches!(self, Mode::Agent | Mode::Fixed | Mode::Reclaim)
+    }
+
+    /// The agent configuration (TOML) of the mode, beyond the command line.
+    fn agent_config(self, node_bytes: u64, extra: &[String]) -> Option<String> {
+        let mut base =
+            "[hermes]\nenabled = false\n[m3]\nkill_after_s = 86400\n[reclaim]\nenabled = true\n"
+                .to_string();
+        for line in extra {
+            base.push_str(line);
+            base.push('\n');
+        }
+        match self {
+            Mode::Reclaim => Some(base),
+            Mode::Fixed => Some(format!(
+                "{base}max_workers = 1\nfixed_low_bytes = {}\n",
+                (node_bytes / 100).max(32 << 20)
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Sets sysctls for a run and restores them on drop.
+struct SysctlGuard(Vec<(PathBuf, String)>);
+
+impl SysctlGuard {
+    fn set(values: &[(&str, String)]) -> Result<SysctlGuard> {
+        let mut g = SysctlGuard(Vec::new());
+        for (name, v) in values {
+            let path = PathBuf::from("/proc/sys").join(name.replace('.', "/"));
+            let old = std::fs::read_to_string(&path)
+                .map_err(|e| BenchError::io(&path, e))?
+                .trim()
+                .to_string();
+            std::fs::write(&path, v).map_err(|e| BenchError::io(&path, e))?;
+            g.0.push((path, old));
+        }
+        Ok(g)
+    }
+}
+
+impl Drop for SysctlGuard {
+    fn drop(&mut self) {
+        for (p, old) in self.0.drain(..).rev() {
+            if let Err(e) = std::fs::write(&p, &old) {
+                eprintln!("warning: cannot restore {} to {old}: {e}", p.display());
+            }
         }
     }
 }
@@ -131,6 +197,10 @@ pub struct ColocationArgs {
     /// Skip the PNG plots.
     #[arg(long)]
     pub no_plot: bool,
+    /// Extra `key = value` line for the agent's `[reclaim]` section in the fixed and
+    /// reclaim modes (repeat for several), e.g. `--reclaim-set "nice = 0"`.
+    #[arg(long = "reclaim-set")]
+    pub reclaim_set: Vec<String>,
 }
 
 /// [`ColocationArgs`] with defaults applied and checked.
@@ -265,7 +335,7 @@ pub fn run(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
         Path::new("stress-ng"),
         Path::new("dd"),
     ];
-    if s.modes.contains(&Mode::Agent) {
+    if s.modes.iter().any(|m| m.uses_agent()) {
         tools.push(memcolo_exe);
     }
     for t in tools {
@@ -433,6 +503,23 @@ pub fn run(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// `memcolo bench reclaim`: [`run`] with the asynchronous-reclaim comparison as the
+/// defaults (modes kernel, watermarks, fixed, reclaim; levels 0, 100, 125, 150 %;
+/// output `bench/results/<date>-<host>/reclaim`). Options given explicitly win.
+pub fn run_reclaim(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
+    let mut a = args.clone();
+    if a.modes == [Mode::Kernel, Mode::Agent] {
+        a.modes = vec![Mode::Kernel, Mode::Watermarks, Mode::Fixed, Mode::Reclaim];
+    }
+    if a.levels == [0, 50, 75, 100, 125, 150] {
+        a.levels = vec![0, 100, 125, 150];
+    }
+    if a.out.is_none() {
+        a.out = Some(default_out_dir("reclaim"));
+    }
+    run(&a, memcolo_exe)
+}
+
 fn which(p: &Path) -> anyhow::Result<()> {
     if p.components().count() > 1 {
         if p.exists() {
@@ -486,6 +573,7 @@ struct Samples {
     swap_max: u64,
     /// pid -> (first rchar, last rchar) of BE processes.
     rchar: HashMap<i32, (u64, u64)>,
+    timeline: Vec<TimelineRow>,
 }
 
 impl Sweep<'_> {
@@ -517,11 +605,26 @@ impl Sweep<'_> {
             node: &mut self.node,
         };
 
-        let event_log = s.out.join(format!("events-{level}.jsonl"));
+        let event_log = s.out.join(format!("events-{tag}.jsonl"));
         let mut agent = None;
-        if mode == Mode::Agent {
+        let _sysctl = if mode == Mode::Watermarks {
+            let kib = mem_total_bytes() / 1024 / 50;
+            Some(SysctlGuard::set(&[
+                ("vm.watermark_scale_factor", "1000".to_string()),
+                ("vm.min_free_kbytes", kib.to_string()),
+            ])?)
+        } else {
+            None
+        };
+        if mode.uses_agent() {
             let _ = std::fs::remove_file(&event_log);
-            let extra = self.args.agent_args.clone();
+            let mut extra = self.args.agent_args.clone();
+            if let Some(toml) = mode.agent_config(s.node_bytes, &self.args.reclaim_set) {
+                let path = self.work_dir.join(format!("agent-{tag}.toml"));
+                std::fs::write(&path, toml).map_err(|e| BenchError::io(&path, e))?;
+                extra.push("--config".into());
+                extra.push(path.display().to_string());
+            }
             let spec = AgentSpec {
                 exe: self.exe,
                 scope_cgroup: &node_path,
@@ -635,20 +738,41 @@ impl Sweep<'_> {
             ..base_spec
         };
         let sampling = AtomicBool::new(true);
+        let agent_socket = agent.as_ref().map(|a| a.socket().to_path_buf());
         let node_ref: &ScratchNode = groups.node;
         let zram = &self.zram;
         let (load, samples) = std::thread::scope(|sc| {
             let sampler = sc.spawn(|| {
                 let mut smp = Samples::default();
+                let t_start = Instant::now();
                 while sampling.load(Ordering::Relaxed) {
+                    let mut row = TimelineRow {
+                        t_s: t_start.elapsed().as_secs_f64(),
+                        ..Default::default()
+                    };
                     if let Ok(u) = node_ref.usage_bytes() {
                         smp.n += 1;
                         smp.usage_sum += u as f64;
                         smp.usage_max = smp.usage_max.max(u);
+                        row.usage_bytes = u;
+                        row.headroom_bytes = s.node_bytes.saturating_sub(u);
                     }
                     if let Some(z) = zram {
-                        smp.swap_max = smp.swap_max.max(z.used_bytes());
+                        let used = z.used_bytes();
+                        smp.swap_max = smp.swap_max.max(used);
+                        row.swap_bytes = used;
                     }
+                    if let Some(sock) = &agent_socket {
+                        if let Ok(st) = crate::agent::status(sock) {
+                            let r = &st["reclaim"];
+                            row.workers_desired = r["workers_desired"].as_u64();
+                            row.workers_active = r["workers_active"].as_u64();
+                            row.low_mark_bytes = r["low_mark_bytes"].as_u64();
+                            row.high_mark_bytes = r["high_mark_bytes"].as_u64();
+                            row.reclaim_state = r["state"].as_str().map(String::from);
+                        }
+                    }
+                    smp.timeline.push(row);
                     for pid in read_procs(&be).unwrap_or_default() {
                         if let Ok(r) = process::read_rchar(pid) {
                             smp.rchar.entry(pid).or_insert((r, r)).1 = r;
@@ -679,6 +803,17 @@ impl Sweep<'_> {
             .unwrap_or(0);
         let redis_alive = redis.check_alive();
 
+        let reclaim_totals = agent
+            .as_ref()
+            .and_then(|a| crate::agent::status(a.socket()).ok())
+            .and_then(|st| {
+                let r = &st["reclaim"];
+                Some((
+                    r["reclaimed_bytes_total"].as_u64()?,
+                    r["cpu_seconds_total"].as_f64()?,
+                ))
+            });
+        write_timelines(&s.out, &tag, &samples.timeline, &load.per_sec_us)?;
         progress(t0, &format!("{label}: teardown"));
         let work = jobs.stop(Duration::from_secs(5))?;
         let agent_kills = match agent.take() {
@@ -732,6 +867,11 @@ impl Sweep<'_> {
             loadavg_1m: loadavg,
             steal_pct,
             cpu_busy_pct,
+            reclaim_bytes: reclaim_totals.map(|t| t.0),
+            reclaim_cpu_s: reclaim_totals.map(|t| t.1),
+            reclaim_cpu_s_per_gib: reclaim_totals
+                .filter(|t| t.0 > 0)
+                .map(|t| t.1 / (t.0 as f64 / (1u64 << 30) as f64)),
             ..Default::default()
         };
         if let Some(e) = &load.first_error {
@@ -746,6 +886,56 @@ impl Sweep<'_> {
             hist_us: Some(load.hist_us),
         })
     }
+}
+
+/// One 250 ms sample of the measured phase.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+struct TimelineRow {
+    t_s: f64,
+    usage_bytes: u64,
+    headroom_bytes: u64,
+    swap_bytes: u64,
+    workers_desired: Option<u64>,
+    workers_active: Option<u64>,
+    low_mark_bytes: Option<u64>,
+    high_mark_bytes: Option<u64>,
+    reclaim_state: Option<String>,
+}
+
+/// `timeline-<tag>.csv` (node memory, reclaim workers and marks every 250 ms) and
+/// `latency-<tag>.csv` (per-second p50/p99/p99.9/max of requests due in that second).
+fn write_timelines(
+    out: &Path,
+    tag: &str,
+    rows: &[TimelineRow],
+    per_sec: &[hdrhistogram::Histogram<u64>],
+) -> Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r)
+            .map_err(|e| BenchError::Process(format!("timeline csv: {e}")))?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| BenchError::Process(format!("timeline csv: {e}")))?;
+    let p = out.join(format!("timeline-{tag}.csv"));
+    std::fs::write(&p, bytes).map_err(|e| BenchError::io(&p, e))?;
+    let mut text = String::from("second,requests,p50_us,p99_us,p999_us,max_us\n");
+    for (i, h) in per_sec.iter().enumerate() {
+        if h.is_empty() {
+            continue;
+        }
+        text.push_str(&format!(
+            "{i},{},{},{},{},{}\n",
+            h.len(),
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.value_at_quantile(0.999),
+            h.max()
+        ));
+    }
+    let p = out.join(format!("latency-{tag}.csv"));
+    std::fs::write(&p, text).map_err(|e| BenchError::io(&p, e))
 }
 
 fn write_results(

@@ -115,6 +115,9 @@ pub struct LoadSpec {
 pub struct LoadResult {
     /// Latency from due time to completion, µs, of every answered or timed-out request.
     pub hist_us: Histogram<u64>,
+    /// The same, one histogram per second of the schedule (by due time), for
+    /// latency timelines.
+    pub per_sec_us: Vec<Histogram<u64>>,
     /// Requests due in the schedule.
     pub scheduled: u64,
     /// Answered without error.
@@ -170,7 +173,11 @@ pub fn run_open_loop(
             "load generator needs a connection, a positive rate and a preloaded key".into(),
         ));
     }
-    let hist = Arc::new(Mutex::new(new_histogram()));
+    let secs = spec.duration.as_secs() as usize + 1;
+    let hist = Arc::new(Mutex::new((
+        new_histogram(),
+        (0..secs).map(|_| new_histogram()).collect::<Vec<_>>(),
+    )));
     let shared = Arc::new(Shared::default());
     let n = request_count(spec.rate_per_s, spec.duration);
     let handle = rt.handle().clone();
@@ -233,10 +240,14 @@ pub fn run_open_loop(
                     let res = tokio::time::timeout(timeout, fut).await;
                     let done = Instant::now();
                     let lat_us = done.saturating_duration_since(due).as_micros() as u64;
-                    hist.lock()
-                        .expect("histogram lock")
-                        .record(lat_us.clamp(1, HIST_MAX_US))
-                        .expect("value within bounds");
+                    {
+                        let mut h = hist.lock().expect("histogram lock");
+                        let v = lat_us.clamp(1, HIST_MAX_US);
+                        h.0.record(v).expect("value within bounds");
+                        let sec = due.saturating_duration_since(start).as_secs() as usize;
+                        let last = h.1.len() - 1;
+                        h.1[sec.min(last)].record(v).expect("value within bounds");
+                    }
                     let err = match res {
                         Ok(Ok(())) => None,
                         Ok(Err(e)) => Some(e.to_string()),
@@ -270,10 +281,11 @@ pub fn run_open_loop(
     if interrupted {
         return Err(BenchError::Interrupted);
     }
-    let hist_us = hist.lock().expect("histogram lock").clone();
+    let (hist_us, per_sec_us) = hist.lock().expect("histogram lock").clone();
     let first_error = shared.first_error.lock().expect("error lock").clone();
     Ok(LoadResult {
         hist_us,
+        per_sec_us,
         scheduled: n,
         ok: shared.ok.load(Ordering::Relaxed),
         errors: shared.errors.load(Ordering::Relaxed) + shared.in_flight.load(Ordering::Relaxed),

@@ -75,6 +75,12 @@ pub struct RunRecord {
     /// Share of CPU time the machine was busy (not idle/iowait) during the measured
     /// phase, percent: the benchmark's own processes plus anything else running.
     pub cpu_busy_pct: f64,
+    /// Bytes the agent's reclaim workers reclaimed over the run (reclaim modes).
+    pub reclaim_bytes: Option<u64>,
+    /// CPU seconds the agent's reclaim workers spent over the run.
+    pub reclaim_cpu_s: Option<f64>,
+    /// Reclaim CPU seconds per GiB reclaimed.
+    pub reclaim_cpu_s_per_gib: Option<f64>,
 }
 
 /// A run's record and its latency histogram (µs).

@@ -95,6 +95,10 @@ enum BenchCmd {
     /// Redis (LC) under an open-loop load beside batch jobs (BE) at 0-150 % memory pressure,
     /// with the kernel alone and with the agent (Hermes §5.1, §5.3).
     Colocation(Box<memcolo_bench::colocation::ColocationArgs>),
+    /// Asynchronous reclaim (Hermit): the colocation bench with the kernel alone, raised
+    /// watermarks, one fixed-mark worker and memcolo's adaptive reclaim (default modes
+    /// kernel,watermarks,fixed,reclaim; levels 0,100,125,150; results in .../reclaim).
+    Reclaim(Box<memcolo_bench::colocation::ColocationArgs>),
     /// The agent's own CPU and RSS with many registered processes.
     AgentCost(memcolo_bench::agent_cost::AgentCostArgs),
 }
@@ -237,6 +241,7 @@ fn main() -> std::process::ExitCode {
             let exe = std::env::current_exe().expect("path of the running memcolo binary");
             match b {
                 BenchCmd::Colocation(a) => memcolo_bench::colocation::run(&a, &exe),
+                BenchCmd::Reclaim(a) => memcolo_bench::colocation::run_reclaim(&a, &exe),
                 BenchCmd::AgentCost(a) => memcolo_bench::agent_cost::run(&a, &exe),
             }
         }
