@@ -79,6 +79,8 @@ struct Pool {
     rr: usize,
     /// Ids of targets dropped by workers (exited, refused); the controller forgets them.
     dead: Vec<String>,
+    /// Ids of targets out with a worker right now.
+    out: BTreeSet<String>,
     /// Since the controller last read them.
     reclaimed: u64,
     busy: Duration,
@@ -361,6 +363,7 @@ fn worker(
                 .unwrap();
             p.rr = i + 1;
             let slot = p.slots[i].take().unwrap();
+            p.out.insert(slot.id.clone());
             let batch = batch_bytes.min(p.remaining);
             p.remaining -= batch;
             p.inflight += batch;
@@ -375,6 +378,7 @@ fn worker(
         let mut p = sh.pool.lock().unwrap();
         p.inflight -= batch;
         p.active -= 1;
+        p.out.remove(&slot.id);
         p.busy += busy;
         p.cpu += cpu;
         p.batches += 1;
@@ -613,7 +617,7 @@ impl Controller {
         // wanted, add new ones, drop the rest and the dead.
         let mut p = sh.pool.lock().unwrap();
         let dead: Vec<String> = std::mem::take(&mut p.dead);
-        let mut have: BTreeSet<String> = BTreeSet::new();
+        let mut have: BTreeSet<String> = p.out.clone();
         let mut busy = 0;
         for s in p.slots.iter_mut() {
             match s {

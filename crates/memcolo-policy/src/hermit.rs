@@ -428,7 +428,11 @@ impl ReclaimScheduler {
         } else {
             let need = self.alloc_rate.max(0.0) + (high - h) / cfg.close_time.as_secs_f64();
             let n = (need / self.worker_rate).ceil().max(1.0);
-            let n = if cfg.fixed_low_bytes.is_some() { 1 } else { n as u32 };
+            let n = if cfg.fixed_low_bytes.is_some() {
+                1
+            } else {
+                n as u32
+            };
             (ReclaimState::Urgent, n.min(cfg.max_workers))
         };
         let target_bytes = if workers == 0 {

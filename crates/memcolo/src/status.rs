@@ -22,6 +22,13 @@ pub fn mib(v: &Value) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// Bytes per second as MiB/s with one decimal.
+fn rate_mib(v: &Value) -> String {
+    v.as_f64()
+        .map(|b| format!("{:.1}", b / (1u64 << 20) as f64))
+        .unwrap_or_else(|| "-".into())
+}
+
 /// The status as text lines (shared with `memcolo top`).
 pub fn render(s: &Value) -> Vec<String> {
     let m = &s["memory"];
@@ -58,12 +65,60 @@ pub fn render(s: &Value) -> Vec<String> {
             c["outstanding_notifications"],
             c["dropped_notifications"]
         ),
+    ];
+    let r = &s["reclaim"];
+    if r.is_object() {
+        out.push(format!(
+            "reclaim {}: workers {}/{} (budget {})  headroom {}  low {}  high {} MiB  alloc {} MiB/s  refault {} MiB/s  turnaround {}",
+            r["state"].as_str().unwrap_or("?"),
+            r["workers_active"],
+            r["workers_desired"],
+            r["workers_budget"],
+            mib(&r["headroom_bytes"]),
+            mib(&r["low_mark_bytes"]),
+            mib(&r["high_mark_bytes"]),
+            rate_mib(&r["alloc_rate_bytes_per_s"]),
+            rate_mib(&r["refault_bytes_per_s"]),
+            r["turnaround_s"]
+                .as_f64()
+                .map(|t| format!("{t:.1} s"))
+                .unwrap_or_else(|| "inf".into()),
+        ));
+        out.push(format!(
+            "reclaimed {} MiB in {} batches, {:.2} CPU s ({} CPU s/GiB), {} errors, targets: {}",
+            mib(&r["reclaimed_bytes_total"]),
+            r["batches_total"],
+            r["cpu_seconds_total"].as_f64().unwrap_or(0.0),
+            r["cpu_seconds_per_gib"]
+                .as_f64()
+                .map(|v| format!("{v:.2}"))
+                .unwrap_or_else(|| "-".into()),
+            r["errors_total"],
+            r["targets"]
+                .as_array()
+                .map(|t| {
+                    t.iter()
+                        .map(|x| {
+                            format!(
+                                "{} ({})",
+                                x["id"].as_str().unwrap_or("?"),
+                                x["mechanism"].as_str().unwrap_or("?")
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| "none".into()),
+        ));
+    }
+    out.extend([
         String::new(),
         format!(
             "{:>8} {:<8} {:<20} {:>10} {:>6} {:>8} {:>12} {:>12}",
             "PID", "CLASS", "NAME", "RSS MiB", "DESC", "SIGNALS", "RECLAIMED", "EXPECTED"
         ),
-    ];
+    ]);
     for p in s["processes"].as_array().into_iter().flatten() {
         out.push(format!(
             "{:>8} {:<8} {:<20} {:>10} {:>6} {:>8} {:>12} {:>12}",
