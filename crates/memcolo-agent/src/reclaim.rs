@@ -840,3 +840,70 @@ impl Controller {
         st.errors_total = *sh.errors.lock().unwrap();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake v1 group: the files `MemoryCgroup::open` and `write_limit` touch.
+    fn fake_group(dir: &Path, limit: &str) -> PathBuf {
+        let g = dir.join("be");
+        std::fs::create_dir_all(&g).unwrap();
+        std::fs::write(g.join("memory.usage_in_bytes"), "4096\n").unwrap();
+        std::fs::write(g.join("memory.limit_in_bytes"), limit).unwrap();
+        g
+    }
+
+    #[test]
+    fn a_journaled_limit_step_is_undone_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        // The agent died with the group stepped down to 1 MiB from 512 MiB.
+        let g = fake_group(dir.path(), "1048576\n");
+        let j = StepJournal {
+            cgroup: g.clone(),
+            limit: Some(512 << 20),
+        };
+        std::fs::write(journal_path(&state, 0), serde_json::to_vec(&j).unwrap()).unwrap();
+        // And from an unlimited group, on worker 1.
+        let g2 = dir.path().join("be2");
+        std::fs::create_dir_all(&g2).unwrap();
+        std::fs::write(g2.join("memory.usage_in_bytes"), "4096\n").unwrap();
+        std::fs::write(g2.join("memory.limit_in_bytes"), "1048576\n").unwrap();
+        let j2 = StepJournal {
+            cgroup: g2.clone(),
+            limit: None,
+        };
+        std::fs::write(journal_path(&state, 1), serde_json::to_vec(&j2).unwrap()).unwrap();
+        // A garbage journal is dropped, and a vanished group is no error.
+        std::fs::write(state.join("reclaim-step-2.json"), "{not json").unwrap();
+        let gone = StepJournal {
+            cgroup: dir.path().join("removed"),
+            limit: Some(1),
+        };
+        std::fs::write(journal_path(&state, 3), serde_json::to_vec(&gone).unwrap()).unwrap();
+
+        assert_eq!(recover_journal(&state), 2);
+        assert_eq!(
+            std::fs::read_to_string(g.join("memory.limit_in_bytes")).unwrap(),
+            (512u64 << 20).to_string()
+        );
+        assert_eq!(
+            std::fs::read_to_string(g2.join("memory.limit_in_bytes")).unwrap(),
+            "-1"
+        );
+        // Every journal is consumed: a second start has nothing to undo.
+        assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
+        assert_eq!(recover_journal(&state), 0);
+        // No state dir at all: nothing to do.
+        assert_eq!(recover_journal(&dir.path().join("missing")), 0);
+    }
+
+    #[test]
+    fn workers_yield_only_when_they_may_share_an_lc_cpu() {
+        assert_eq!(effective_nice(None, &Some(vec![1])), 0);
+        assert_eq!(effective_nice(None, &None), 10);
+        assert_eq!(effective_nice(Some(5), &Some(vec![1])), 5);
+    }
+}
