@@ -18,17 +18,34 @@
 //! - **no silent zeros**: a load that cannot return the stored bytes returns an error
 //!   ([`TierError`]); a remote backend retries within a documented bound first.
 //!
+//! The tier manager ([`manager::TierManager`]) moves the pages of a managed region
+//! between local memory and a slow tier through userfaultfd ([`uffd`]): it resolves
+//! missing faults from the slow tier, evicts cold pages in batches under write
+//! protection, and samples resident pages to estimate fast-tier accesses without PEBS
+//! ([`sampler`]). The MaxMem policy ([`memcolo_policy::maxmem`]) decides which pages
+//! go where ([`placement`]).
+//!
 //! Modules:
 //! - [`error`]: the error type, [`TierError`].
 //! - [`compressed`]: the compressed in-memory store.
 //! - [`remote`]: the memory-server client.
 //! - [`memserver`]: the memory server.
 //! - [`wire`]: the memory server's wire protocol (documentation of the frames).
+//! - [`uffd`]: userfaultfd(2) ioctls.
+//! - [`region`]: managed regions and how a manager reads and drops their pages.
+//! - [`manager`]: the tier manager of one region.
+//! - [`sampler`]: the fast-tier access estimator.
+//! - [`placement`]: the MaxMem policy as a manager's placement.
 
 pub mod compressed;
 pub mod error;
+pub mod manager;
 pub mod memserver;
+pub mod placement;
+pub mod region;
 pub mod remote;
+pub mod sampler;
+pub mod uffd;
 pub mod wire;
 
 pub use error::TierError;

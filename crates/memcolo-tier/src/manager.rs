@@ -1,0 +1,1269 @@
+//! The tier manager of one managed region (MaxMem §3.3, on far memory): a fault
+//! thread that fills pages, eviction workers that move cold pages to the slow tier
+//! in batches, and the access sampler of [`crate::sampler`].
+//!
+//! # Page states
+//!
+//! | state | mapped | content |
+//! |---|---|---|
+//! | untouched | no | never written: zeros |
+//! | resident | yes | the page |
+//! | evicting | yes, write-protected | being stored |
+//! | dropping | being dropped, write-protected | stored, confirmed |
+//! | stored | no | the slow tier (with a CRC-32 kept here too) |
+//! | loading | no | the slow tier, being brought in |
+//! | sample-drop | yes, write-protected | being copied aside for sampling |
+//! | sample-dropping | being dropped, write-protected | copied aside |
+//! | sampled | no | a copy here (the sampler's stash) |
+//! | lost | no | gone: the slow tier failed; the process must be stopped |
+//!
+//! # Faults (the fault thread)
+//!
+//! A missing fault on an untouched page maps zero pages (`UFFDIO_ZEROPAGE`, with
+//! [`TierConfig::zero_fill_ahead`] untouched pages after it in one call); on a stored
+//! page it loads the page from the slow tier, checks the CRC-32 kept when it was
+//! stored, and maps it (`UFFDIO_COPY`), counting one slow access; on a sampled page it
+//! maps the stashed copy and counts a sample hit. The slow-tier copy of a page
+//! brought back is dropped before the page can be evicted again. A load that fails (the memory server
+//! stayed unreachable past its retry bound, the page is corrupt or missing) marks the
+//! page lost and the manager fatal ([`TierManager::fatal`]): the faulting thread is
+//! never woken, so it never sees zeros or stale bytes, and the owner must stop the
+//! process with the reason given. A missing fault on a page believed mapped (the
+//! application dropped it itself) maps a zero page, as the kernel would. A missing
+//! fault on a page being dropped is left waiting, like a write-protect fault on a
+//! page being evicted or sampled: the worker wakes it when it unprotects, after the
+//! drop, and the retry finds the page stored (MaxMem §3.3). Any other write-protect
+//! fault is a stale protection and is lifted at once. (A page is marked stored only
+//! once it is really gone from memory: a stale fault message for a page still mapped
+//! must never be served from the slow tier and the copy dropped.) While a remove
+//! event is unread the kernel refuses map and protect ioctls with `EAGAIN`; the fault
+//! thread then wakes the faulting thread, which retries once the event is handled,
+//! and the workers retry briefly.
+//!
+//! # Eviction (the workers)
+//!
+//! Victims are queued ([`TierManager::evict`], and by the [`Placement`] on every
+//! fault that has no room), so faults never wait for eviction. A worker takes up to
+//! [`TierConfig::evict_batch`] queued pages and, for contiguous runs of them:
+//! write-protects → copies the pages out → stores them in the slow tier in one batch
+//! and waits for the confirmation → marks them stored → drops them from memory →
+//! unprotects and wakes any writer that faulted meanwhile (it retries and faults the
+//! page back in). A page leaves local memory only after the slow tier confirmed it; a
+//! failed store unprotects the pages and leaves them resident.
+//!
+//! # Application frees
+//!
+//! With [`TierConfig::track_remove`] (needs the `EVENT_REMOVE` feature on the
+//! userfaultfd), an `madvise(MADV_DONTNEED)` by the application makes the pages
+//! untouched again (they read as zeros, as the kernel promises) and drops their
+//! slow-tier copies; the manager's own drops are told apart.
+//!
+//! # Shutdown
+//!
+//! [`TierManager::stop`] brings every stored and sampled page back and unregisters
+//! the region. If a page cannot be brought back, the userfaultfd is left open and
+//! registered, so the process blocks on that page instead of reading zeros.
+
+use crate::region::{RegionMemory, PAGE};
+use crate::sampler::{choose, Rng, WindowEstimate};
+use crate::uffd::{Event, Uffd};
+use crate::{checksum, PageKey, SlowTier, TierError};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// Where the policy places pages; the manager asks it on every fault.
+pub trait Placement: Send {
+    /// Region page `page` was just mapped by a fault. Returns a region page to evict
+    /// in exchange, if the process has no fast memory left for it.
+    fn fault_in(&mut self, page: usize) -> Option<usize>;
+    /// An eviction asked for `page` did not happen; it is still resident.
+    fn evict_failed(&mut self, page: usize);
+    /// The application freed `page`.
+    fn freed(&mut self, page: usize);
+}
+
+/// A placement that never asks for evictions (the owner evicts explicitly).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoPlacement;
+
+impl Placement for NoPlacement {
+    fn fault_in(&mut self, _page: usize) -> Option<usize> {
+        None
+    }
+    fn evict_failed(&mut self, _page: usize) {}
+    fn freed(&mut self, _page: usize) {}
+}
+
+/// Settings of one tier manager.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TierConfig {
+    /// The region's id in the slow tier ([`PageKey::region`]); unique per backend.
+    pub region_id: u64,
+    /// Pages per eviction batch (64).
+    pub evict_batch: usize,
+    /// Eviction worker threads (1).
+    pub evict_workers: usize,
+    /// Untouched pages zero-filled per missing fault, the faulting one included (1).
+    pub zero_fill_ahead: usize,
+    /// Resident pages sampled per window (64).
+    pub sample_pages: usize,
+    /// Seed of the sampler's random choices.
+    pub seed: u64,
+    /// Handle `UFFD_EVENT_REMOVE` (the userfaultfd must have the feature).
+    pub track_remove: bool,
+}
+
+impl TierConfig {
+    /// Defaults for region `region_id`.
+    pub fn new(region_id: u64) -> Self {
+        TierConfig {
+            region_id,
+            evict_batch: 64,
+            evict_workers: 1,
+            zero_fill_ahead: 1,
+            sample_pages: 64,
+            seed: 0x5EED ^ region_id,
+            track_remove: false,
+        }
+    }
+}
+
+/// Counters of a tier manager since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ManagerStats {
+    /// Pages mapped now (sampled pages included).
+    pub resident_pages: u64,
+    /// Pages in the slow tier now.
+    pub stored_pages: u64,
+    /// Missing faults on untouched pages (zero fill).
+    pub zero_faults: u64,
+    /// Missing faults on stored pages (slow-tier accesses).
+    pub slow_faults: u64,
+    /// Missing faults on sampled pages (sample hits).
+    pub sample_hits: u64,
+    /// Write-protect faults.
+    pub wp_faults: u64,
+    /// Missing faults on pages already mapped or being loaded.
+    pub spurious_faults: u64,
+    /// Pages evicted (stored, then dropped).
+    pub evictions: u64,
+    /// Eviction batches run.
+    pub evict_batches: u64,
+    /// Pages whose eviction failed (still resident).
+    pub evict_failures: u64,
+    /// Pages brought in ahead of a fault.
+    pub prefetches: u64,
+    /// Sampling windows completed.
+    pub sample_windows: u64,
+    /// Pages lost (the process must be stopped).
+    pub lost_pages: u64,
+    /// Pages the application freed (`MADV_DONTNEED`).
+    pub freed_pages: u64,
+}
+
+/// Accesses of one policy epoch, region pages numbered from 0.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EpochAccesses {
+    /// Estimated fast-tier page touches (sum of the windows' `Ĥ`).
+    pub fast: f64,
+    /// Slow-tier page touches (faults on stored pages), exact.
+    pub slow: u64,
+    /// Samples per page: sample hits and slow faults.
+    pub pages: Vec<(usize, u32)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    Untouched,
+    Resident,
+    Evicting,
+    Dropping,
+    Stored,
+    Loading,
+    SampleDrop,
+    SampleDropping,
+    Sampled,
+    Lost,
+}
+
+struct Window {
+    sampled: Vec<usize>,
+    resident: u64,
+    hits: u64,
+}
+
+struct Table {
+    st: Vec<St>,
+    crc: Vec<u32>,
+    resident: u64,
+    stored: u64,
+    stash: HashMap<usize, Box<[u8]>>,
+    window: Option<Window>,
+}
+
+#[derive(Default)]
+struct Epoch {
+    fast: f64,
+    slow: u64,
+    pages: BTreeMap<usize, u32>,
+}
+
+#[derive(Default)]
+struct Counters {
+    zero_faults: AtomicU64,
+    slow_faults: AtomicU64,
+    sample_hits: AtomicU64,
+    wp_faults: AtomicU64,
+    spurious: AtomicU64,
+    evictions: AtomicU64,
+    evict_batches: AtomicU64,
+    evict_failures: AtomicU64,
+    prefetches: AtomicU64,
+    sample_windows: AtomicU64,
+    lost: AtomicU64,
+    freed: AtomicU64,
+}
+
+struct Queue {
+    pages: VecDeque<usize>,
+    in_flight: usize,
+}
+
+struct Inner {
+    uffd: Uffd,
+    mem: Box<dyn RegionMemory>,
+    tier: Arc<dyn SlowTier>,
+    cfg: TierConfig,
+    base: u64,
+    pages: usize,
+    table: Mutex<Table>,
+    queue: Mutex<Queue>,
+    queue_cv: Condvar,
+    idle_cv: Condvar,
+    placement: Mutex<Box<dyn Placement>>,
+    epoch: Mutex<Epoch>,
+    rng: Mutex<Rng>,
+    own_drops: Mutex<Vec<(u64, u64)>>,
+    stop: AtomicBool,
+    wake_fd: OwnedFd,
+    fatal: Mutex<Option<String>>,
+    last_error: Mutex<Option<String>>,
+    n: Counters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn is_eagain(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EAGAIN)
+}
+
+/// Runs a userfaultfd range ioctl from a thread other than the fault thread,
+/// retrying while the kernel answers `EAGAIN`: a non-cooperative event (a remove)
+/// is pending and the fault thread has not read it yet. Gives up after about 1 s.
+fn retry_eagain<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut tries = 0;
+    loop {
+        match op() {
+            Err(e) if is_eagain(&e) && tries < 10_000 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Contiguous runs `(first, count)` of sorted page indices.
+fn runs(sorted: &[usize]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &p in sorted {
+        match out.last_mut() {
+            Some((first, count)) if *first + *count == p => *count += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
+}
+
+/// The tier manager of one region; see the module documentation.
+pub struct TierManager {
+    inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+    stopped: bool,
+}
+
+impl TierManager {
+    /// Starts managing the region reached through `mem`, registered with `uffd` in
+    /// MISSING and WP modes, with `tier` as its slow tier. Every page starts
+    /// untouched: the region must not have been populated.
+    ///
+    /// # Errors
+    /// Creating the wake-up eventfd or a thread.
+    pub fn start(
+        uffd: Uffd,
+        mem: Box<dyn RegionMemory>,
+        tier: Arc<dyn SlowTier>,
+        placement: Box<dyn Placement>,
+        cfg: TierConfig,
+    ) -> io::Result<Self> {
+        assert_eq!(
+            tier.page_bytes(),
+            PAGE,
+            "the slow tier must store {PAGE}-byte pages"
+        );
+        // SAFETY: creating a new eventfd.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel returned a new descriptor that nothing else owns.
+        let wake_fd = unsafe { OwnedFd::from_raw_fd(efd) };
+        let pages = mem.pages();
+        let inner = Arc::new(Inner {
+            base: mem.base(),
+            pages,
+            uffd,
+            mem,
+            tier,
+            table: Mutex::new(Table {
+                st: vec![St::Untouched; pages],
+                crc: vec![0; pages],
+                resident: 0,
+                stored: 0,
+                stash: HashMap::new(),
+                window: None,
+            }),
+            queue: Mutex::new(Queue {
+                pages: VecDeque::new(),
+                in_flight: 0,
+            }),
+            queue_cv: Condvar::new(),
+            idle_cv: Condvar::new(),
+            placement: Mutex::new(placement),
+            epoch: Mutex::new(Epoch::default()),
+            rng: Mutex::new(Rng::new(cfg.seed)),
+            own_drops: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            wake_fd,
+            fatal: Mutex::new(None),
+            last_error: Mutex::new(None),
+            n: Counters::default(),
+            cfg,
+        });
+        let mut threads = Vec::new();
+        let i = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("tier-fault-{}", inner.cfg.region_id))
+                .spawn(move || i.fault_loop())?,
+        );
+        for w in 0..inner.cfg.evict_workers.max(1) {
+            let i = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("tier-evict-{}-{w}", inner.cfg.region_id))
+                    .spawn(move || i.evict_loop())?,
+            );
+        }
+        Ok(TierManager {
+            inner,
+            threads,
+            stopped: false,
+        })
+    }
+
+    /// Pages of the region.
+    pub fn pages(&self) -> usize {
+        self.inner.pages
+    }
+
+    /// Queues region pages for eviction (MaxMem demotions, or victims chosen by the
+    /// owner); returns at once.
+    pub fn evict(&self, pages: &[usize]) {
+        self.inner.enqueue(pages);
+    }
+
+    /// Waits until the eviction queue is empty and no batch is in flight.
+    pub fn wait_evictions(&self) {
+        let mut q = lock(&self.inner.queue);
+        while !q.pages.is_empty() || q.in_flight > 0 {
+            q = self
+                .inner
+                .idle_cv
+                .wait(q)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Brings stored pages in ahead of their faults (MaxMem promotions). Pages not
+    /// stored are skipped. A failed load leaves the page stored (its fault will try
+    /// again) and is returned.
+    ///
+    /// # Errors
+    /// The first load's error.
+    pub fn prefetch(&self, pages: &[usize]) -> Result<(), TierError> {
+        let mut first_err = None;
+        let mut buf = vec![0u8; PAGE];
+        for &p in pages {
+            if let Err(e) = self.inner.prefetch_one(p, &mut buf) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Starts a sampling window: samples up to [`TierConfig::sample_pages`] resident
+    /// pages (see [`crate::sampler`]). Ends the previous window first if one is
+    /// open. Returns the pages sampled.
+    pub fn sample_begin(&self) -> Vec<usize> {
+        self.inner.sample_begin()
+    }
+
+    /// Ends the sampling window: puts back the sampled pages that were not touched
+    /// and adds the window's estimate to the epoch's fast accesses.
+    pub fn sample_end(&self) -> WindowEstimate {
+        self.inner.sample_end()
+    }
+
+    /// The accesses since the last call (one policy epoch), and resets them.
+    pub fn take_epoch(&self) -> EpochAccesses {
+        let mut e = lock(&self.inner.epoch);
+        let e = std::mem::take(&mut *e);
+        EpochAccesses {
+            fast: e.fast,
+            slow: e.slow,
+            pages: e.pages.into_iter().collect(),
+        }
+    }
+
+    /// Why the process must be stopped, once a page could not be brought back.
+    pub fn fatal(&self) -> Option<String> {
+        lock(&self.inner.fatal).clone()
+    }
+
+    /// The last non-fatal error (a failed eviction or prefetch), for logs.
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.inner.last_error).clone()
+    }
+
+    /// Pages in a transient state (evicting, dropping, loading, being sampled, lost),
+    /// with their state, for diagnosing a stuck region.
+    pub fn transient_pages(&self) -> Vec<(usize, String)> {
+        let t = lock(&self.inner.table);
+        t.st.iter()
+            .enumerate()
+            .filter(|(_, s)| !matches!(s, St::Untouched | St::Resident | St::Stored | St::Sampled))
+            .map(|(i, s)| (i, format!("{s:?}")))
+            .collect()
+    }
+
+    /// Counters since start.
+    pub fn stats(&self) -> ManagerStats {
+        let t = lock(&self.inner.table);
+        let n = &self.inner.n;
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ManagerStats {
+            resident_pages: t.resident,
+            stored_pages: t.stored,
+            zero_faults: g(&n.zero_faults),
+            slow_faults: g(&n.slow_faults),
+            sample_hits: g(&n.sample_hits),
+            wp_faults: g(&n.wp_faults),
+            spurious_faults: g(&n.spurious),
+            evictions: g(&n.evictions),
+            evict_batches: g(&n.evict_batches),
+            evict_failures: g(&n.evict_failures),
+            prefetches: g(&n.prefetches),
+            sample_windows: g(&n.sample_windows),
+            lost_pages: g(&n.lost),
+            freed_pages: g(&n.freed),
+        }
+    }
+
+    /// Stops the threads, brings every stored and sampled page back, and unregisters
+    /// the region: the application then owns plain memory again.
+    ///
+    /// # Errors
+    /// If a page could not be brought back (or the manager was fatal): the
+    /// userfaultfd is then left open and registered, so the process blocks on the
+    /// missing pages rather than reading zeros.
+    pub fn stop(mut self) -> Result<(), String> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<(), String> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stopped = true;
+        self.inner.stop.store(true, Ordering::Release);
+        self.inner.queue_cv.notify_all();
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to our eventfd wakes the fault thread's poll.
+        unsafe {
+            libc::write(
+                std::os::fd::AsRawFd::as_raw_fd(&self.inner.wake_fd),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let result = self.inner.restore_all();
+        match &result {
+            Ok(()) => {
+                let len = (self.inner.pages * PAGE) as u64;
+                if let Err(e) = self.inner.uffd.unregister(self.inner.base, len) {
+                    tracing::warn!(error = %e, "tier: unregistering the region failed");
+                }
+            }
+            Err(why) => {
+                tracing::error!(reason = %why, "tier: pages could not be brought back; the region stays registered");
+                // Keep the userfaultfd (and its registration) alive for the life of
+                // the process.
+                let fd = self.inner.uffd.as_fd().try_clone_to_owned();
+                if let Ok(fd) = fd {
+                    std::mem::forget(fd);
+                }
+            }
+        }
+        result
+    }
+}
+
+impl Drop for TierManager {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}
+
+impl Inner {
+    fn addr(&self, page: usize) -> u64 {
+        self.base + (page * PAGE) as u64
+    }
+
+    fn key(&self, page: usize) -> PageKey {
+        PageKey::new(self.cfg.region_id, page as u64)
+    }
+
+    fn enqueue(&self, pages: &[usize]) {
+        if pages.is_empty() {
+            return;
+        }
+        let mut q = lock(&self.queue);
+        q.pages
+            .extend(pages.iter().copied().filter(|&p| p < self.pages));
+        drop(q);
+        self.queue_cv.notify_one();
+    }
+
+    fn set_fatal(&self, why: String) {
+        tracing::error!(region = self.cfg.region_id, reason = %why, "tier: process must be stopped");
+        lock(&self.fatal).get_or_insert(why);
+    }
+
+    fn note_error(&self, why: String) {
+        tracing::warn!(region = self.cfg.region_id, error = %why, "tier");
+        *lock(&self.last_error) = Some(why);
+    }
+
+    fn record_sample(&self, page: usize, slow: bool) {
+        let mut e = lock(&self.epoch);
+        if slow {
+            e.slow += 1;
+        }
+        *e.pages.entry(page).or_default() += 1;
+    }
+
+    /// Asks the placement about newly mapped pages and queues the victims.
+    fn placed(&self, pages: std::ops::Range<usize>) {
+        let mut victims = Vec::new();
+        {
+            let mut pl = lock(&self.placement);
+            for p in pages {
+                if let Some(v) = pl.fault_in(p) {
+                    victims.push(v);
+                }
+            }
+        }
+        self.enqueue(&victims);
+    }
+
+    fn fault_loop(&self) {
+        let mut buf = vec![0u8; PAGE];
+        while !self.stop.load(Ordering::Acquire) {
+            match self.uffd.poll(Some(self.wake_fd.as_fd()), 500) {
+                Ok((true, _)) => {}
+                Ok(_) => continue,
+                Err(e) => {
+                    self.set_fatal(format!("poll on the userfaultfd failed: {e}"));
+                    return;
+                }
+            }
+            let events = match self.uffd.read_events() {
+                Ok(v) => v,
+                Err(e) => {
+                    self.set_fatal(format!("reading the userfaultfd failed: {e}"));
+                    return;
+                }
+            };
+            for ev in events {
+                match ev {
+                    Event::PageFault { address, write, wp } => {
+                        self.on_fault(address, write, wp, &mut buf)
+                    }
+                    Event::Remove { start, end } if self.cfg.track_remove => {
+                        self.on_remove(start, end)
+                    }
+                    other => tracing::debug!(?other, "tier: event ignored"),
+                }
+            }
+        }
+    }
+
+    fn on_fault(&self, address: u64, _write: bool, wp: bool, buf: &mut [u8]) {
+        let page_addr = address & !(PAGE as u64 - 1);
+        if page_addr < self.base || page_addr >= self.addr(self.pages) {
+            let _ = self.uffd.wake(page_addr, PAGE as u64);
+            return;
+        }
+        let i = ((page_addr - self.base) as usize) / PAGE;
+        if wp {
+            self.n.wp_faults.fetch_add(1, Ordering::Relaxed);
+            let st = lock(&self.table).st[i];
+            if matches!(
+                st,
+                St::Evicting | St::Dropping | St::SampleDrop | St::SampleDropping
+            ) {
+                return; // The worker unprotects and wakes it.
+            }
+            match self.uffd.writeprotect(page_addr, PAGE as u64, false, false) {
+                Ok(()) => {}
+                Err(e) if is_eagain(&e) => {
+                    let _ = self.uffd.wake(page_addr, PAGE as u64);
+                }
+                Err(e) => self.note_error(format!("unprotecting page {i}: {e}")),
+            }
+            return;
+        }
+        let mut t = lock(&self.table);
+        match t.st[i] {
+            St::Untouched => {
+                let mut end = i + 1;
+                let limit = (i + self.cfg.zero_fill_ahead.max(1)).min(self.pages);
+                while end < limit && t.st[end] == St::Untouched {
+                    end += 1;
+                }
+                let len = ((end - i) * PAGE) as u64;
+                match self.uffd.zeropage(page_addr, len) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                        let _ = self.uffd.wake(page_addr, len);
+                    }
+                    Err(e) if is_eagain(&e) => {
+                        // A remove event is pending: retry the access after it.
+                        drop(t);
+                        let _ = self.uffd.wake(page_addr, PAGE as u64);
+                        return;
+                    }
+                    Err(e) => {
+                        drop(t);
+                        self.note_error(format!("zero-filling page {i}: {e}"));
+                        return;
+                    }
+                }
+                for s in &mut t.st[i..end] {
+                    *s = St::Resident;
+                }
+                t.resident += (end - i) as u64;
+                self.n.zero_faults.fetch_add(1, Ordering::Relaxed);
+                drop(t);
+                self.placed(i..end);
+            }
+            St::Stored => {
+                t.st[i] = St::Loading;
+                let crc = t.crc[i];
+                drop(t);
+                match self.load_checked(i, crc, buf) {
+                    Ok(()) => {
+                        let mut t = lock(&self.table);
+                        if t.st[i] != St::Loading {
+                            // Freed meanwhile: the retry zero-fills it.
+                            drop(t);
+                            let _ = self.uffd.wake(page_addr, PAGE as u64);
+                            return;
+                        }
+                        if let Err(e) = self.uffd.copy(page_addr, buf, false) {
+                            if e.raw_os_error() != Some(libc::EEXIST) {
+                                t.st[i] = St::Stored;
+                                drop(t);
+                                if is_eagain(&e) {
+                                    // A remove event is pending: retry after it.
+                                    let _ = self.uffd.wake(page_addr, PAGE as u64);
+                                } else {
+                                    self.note_error(format!("mapping page {i}: {e}"));
+                                }
+                                return;
+                            }
+                        }
+                        drop(t);
+                        // The thread runs again; drop the slow-tier copy while the page
+                        // is still `loading`, so no eviction can store it anew first.
+                        self.drop_copy(i);
+                        let mut t = lock(&self.table);
+                        if t.st[i] == St::Loading {
+                            t.st[i] = St::Resident;
+                            t.resident += 1;
+                            t.stored -= 1;
+                        }
+                        drop(t);
+                        self.n.slow_faults.fetch_add(1, Ordering::Relaxed);
+                        self.record_sample(i, true);
+                        self.placed(i..i + 1);
+                    }
+                    Err(e) => {
+                        let mut t = lock(&self.table);
+                        t.st[i] = St::Lost;
+                        drop(t);
+                        self.n.lost.fetch_add(1, Ordering::Relaxed);
+                        self.set_fatal(format!(
+                            "page {i} of region {} (address {page_addr:#x}) cannot be brought back from the {} tier: {e}",
+                            self.cfg.region_id,
+                            self.tier.name()
+                        ));
+                        // The faulting thread stays blocked: never zeros, never stale.
+                    }
+                }
+            }
+            St::Sampled => {
+                let data = t.stash.remove(&i).expect("stashed sampled page");
+                match self.uffd.copy(page_addr, &data, false) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) => {
+                        t.stash.insert(i, data);
+                        drop(t);
+                        if is_eagain(&e) {
+                            let _ = self.uffd.wake(page_addr, PAGE as u64);
+                        } else {
+                            self.note_error(format!("restoring sampled page {i}: {e}"));
+                        }
+                        return;
+                    }
+                }
+                t.st[i] = St::Resident;
+                if let Some(w) = t.window.as_mut() {
+                    w.hits += 1;
+                }
+                drop(t);
+                self.n.sample_hits.fetch_add(1, Ordering::Relaxed);
+                self.record_sample(i, false);
+            }
+            St::Resident | St::Evicting | St::SampleDrop => {
+                // Believed mapped: either mapped since the fault was raised (the zero
+                // fill finds it and just wakes), or dropped by the application itself,
+                // which then reads zeros as the kernel promises.
+                drop(t);
+                self.n.spurious.fetch_add(1, Ordering::Relaxed);
+                match self.uffd.zeropage(page_addr, PAGE as u64) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) || is_eagain(&e) => {
+                        let _ = self.uffd.wake(page_addr, PAGE as u64);
+                    }
+                    Err(e) => self.note_error(format!("page {i}: {e}")),
+                }
+            }
+            St::Loading | St::Dropping | St::SampleDropping => {
+                // A prefetch is bringing it in (its copy wakes the thread), or a
+                // worker is dropping it (its unprotect wakes the thread, which then
+                // finds it stored or sampled).
+                self.n.spurious.fetch_add(1, Ordering::Relaxed);
+            }
+            St::Lost => {}
+        }
+    }
+
+    /// Drops the slow-tier copy of a page just mapped (still `loading`).
+    fn drop_copy(&self, i: usize) {
+        if let Err(e) = self.tier.remove(self.key(i)) {
+            // A stale copy costs slow-tier space only: the next eviction overwrites it.
+            tracing::debug!(page = i, error = %e, "tier: dropping a slow-tier copy");
+        }
+    }
+
+    fn load_checked(&self, i: usize, crc: u32, buf: &mut [u8]) -> Result<(), TierError> {
+        self.tier.load(self.key(i), buf)?;
+        let actual = checksum(buf);
+        if actual != crc {
+            return Err(TierError::Corrupt {
+                key: self.key(i),
+                expected: crc,
+                actual,
+            });
+        }
+        Ok(())
+    }
+
+    fn on_remove(&self, start: u64, end: u64) {
+        {
+            // Our own drop: consume its record (the kernel lets `madvise` return as
+            // soon as the event is read, so the dropping worker cannot remove it).
+            let mut own = lock(&self.own_drops);
+            if let Some(k) = own.iter().position(|&(s, e)| s <= start && end <= e) {
+                own.swap_remove(k);
+                return;
+            }
+        }
+        let lo = start.max(self.base);
+        let hi = end.min(self.addr(self.pages));
+        if lo >= hi {
+            return;
+        }
+        let first = ((lo - self.base) as usize) / PAGE;
+        let last = ((hi - self.base) as usize).div_ceil(PAGE);
+        let mut dropped_stored = Vec::new();
+        let mut freed = Vec::new();
+        {
+            let mut t = lock(&self.table);
+            for i in first..last {
+                match t.st[i] {
+                    St::Untouched | St::Lost => continue,
+                    St::Stored | St::Dropping => {
+                        t.stored -= 1;
+                        dropped_stored.push(i);
+                    }
+                    St::Sampled | St::SampleDropping => {
+                        t.stash.remove(&i);
+                        t.resident -= 1;
+                    }
+                    St::Resident | St::Evicting | St::SampleDrop => t.resident -= 1,
+                    St::Loading => t.stored -= 1,
+                }
+                t.st[i] = St::Untouched;
+                freed.push(i);
+            }
+        }
+        for i in dropped_stored {
+            let _ = self.tier.remove(self.key(i));
+        }
+        self.n
+            .freed
+            .fetch_add(freed.len() as u64, Ordering::Relaxed);
+        let mut pl = lock(&self.placement);
+        for i in freed {
+            pl.freed(i);
+        }
+    }
+
+    fn prefetch_one(&self, i: usize, buf: &mut [u8]) -> Result<(), TierError> {
+        let crc = {
+            let mut t = lock(&self.table);
+            if i >= self.pages || t.st[i] != St::Stored {
+                return Ok(());
+            }
+            t.st[i] = St::Loading;
+            t.crc[i]
+        };
+        let r = self.load_checked(i, crc, buf);
+        let mut t = lock(&self.table);
+        if t.st[i] != St::Loading {
+            return Ok(()); // Freed meanwhile.
+        }
+        if let Err(e) = r {
+            t.st[i] = St::Stored;
+            drop(t);
+            self.note_error(format!("prefetching page {i}: {e}"));
+            return Err(e);
+        }
+        match self.uffd.copy(self.addr(i), buf, false) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(e) => {
+                // (`EAGAIN`: a remove event is pending; the page's fault brings it.)
+                t.st[i] = St::Stored;
+                drop(t);
+                self.note_error(format!("mapping prefetched page {i}: {e}"));
+                return Ok(());
+            }
+        }
+        drop(t);
+        self.drop_copy(i);
+        let mut t = lock(&self.table);
+        if t.st[i] == St::Loading {
+            t.st[i] = St::Resident;
+            t.resident += 1;
+            t.stored -= 1;
+        }
+        self.n.prefetches.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn evict_loop(&self) {
+        loop {
+            let batch: Vec<usize> = {
+                let mut q = lock(&self.queue);
+                while q.pages.is_empty() && !self.stop.load(Ordering::Acquire) {
+                    q = self.queue_cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+                if self.stop.load(Ordering::Acquire) {
+                    q.pages.clear();
+                    self.idle_cv.notify_all();
+                    return;
+                }
+                let n = q.pages.len().min(self.cfg.evict_batch.max(1));
+                q.in_flight += 1;
+                q.pages.drain(..n).collect()
+            };
+            self.evict_batch(batch);
+            let mut q = lock(&self.queue);
+            q.in_flight -= 1;
+            if q.pages.is_empty() && q.in_flight == 0 {
+                self.idle_cv.notify_all();
+            }
+        }
+    }
+
+    /// Protects, unprotects (and wakes) every run.
+    fn protect_runs(&self, rs: &[(usize, usize)], protect: bool) -> io::Result<()> {
+        for &(first, count) in rs {
+            let (addr, len) = (self.addr(first), (count * PAGE) as u64);
+            retry_eagain(|| self.uffd.writeprotect(addr, len, protect, false))?;
+        }
+        Ok(())
+    }
+
+    /// Drops every run, telling the remove-event handler which drops are ours (it
+    /// consumes the record when the event arrives).
+    fn drop_runs(&self, rs: &[(usize, usize)]) -> io::Result<()> {
+        let tracked = self.cfg.track_remove && self.mem.drop_raises_remove_event();
+        for &(first, count) in rs {
+            let span = (self.addr(first), self.addr(first + count));
+            if tracked {
+                lock(&self.own_drops).push(span);
+            }
+            if let Err(e) = self.mem.drop_pages(first, count) {
+                if tracked {
+                    let mut own = lock(&self.own_drops);
+                    if let Some(k) = own.iter().position(|&s| s == span) {
+                        own.swap_remove(k);
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn evict_batch(&self, mut pages: Vec<usize>) {
+        pages.sort_unstable();
+        pages.dedup();
+        // 1. Claim the pages that are resident; tell the placement about the others
+        //    that it believes will leave but cannot.
+        let mut claimed = Vec::with_capacity(pages.len());
+        let mut refused = Vec::new();
+        {
+            let mut t = lock(&self.table);
+            for p in pages {
+                match t.st[p] {
+                    St::Resident => {
+                        t.st[p] = St::Evicting;
+                        claimed.push(p);
+                    }
+                    St::Sampled | St::SampleDrop | St::SampleDropping | St::Loading => {
+                        refused.push(p)
+                    }
+                    // Leaving already (queued twice), gone, or freed.
+                    St::Evicting | St::Dropping | St::Untouched | St::Stored | St::Lost => {}
+                }
+            }
+        }
+        if !refused.is_empty() {
+            let mut pl = lock(&self.placement);
+            for &p in &refused {
+                pl.evict_failed(p);
+            }
+        }
+        if claimed.is_empty() {
+            return;
+        }
+        self.n.evict_batches.fetch_add(1, Ordering::Relaxed);
+        let rs = runs(&claimed);
+        let fail = |why: String, unprotect: bool| {
+            if unprotect {
+                let _ = self.protect_runs(&rs, false);
+            }
+            let mut t = lock(&self.table);
+            for &p in &claimed {
+                if t.st[p] == St::Evicting {
+                    t.st[p] = St::Resident;
+                }
+            }
+            drop(t);
+            self.n
+                .evict_failures
+                .fetch_add(claimed.len() as u64, Ordering::Relaxed);
+            let mut pl = lock(&self.placement);
+            for &p in &claimed {
+                pl.evict_failed(p);
+            }
+            drop(pl);
+            self.note_error(why);
+        };
+        // 2. Write-protect: writers now wait for us.
+        if let Err(e) = self.protect_runs(&rs, true) {
+            fail(
+                format!("write-protecting {} pages: {e}", claimed.len()),
+                true,
+            );
+            return;
+        }
+        // 3. Copy out.
+        let mut data = vec![0u8; claimed.len() * PAGE];
+        for (k, &p) in claimed.iter().enumerate() {
+            if let Err(e) = self.mem.read_page(p, &mut data[k * PAGE..(k + 1) * PAGE]) {
+                fail(format!("reading page {p}: {e}"), true);
+                return;
+            }
+        }
+        // 4. Store, and wait for the slow tier's confirmation.
+        let batch: Vec<(PageKey, &[u8])> = claimed
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| (self.key(p), &data[k * PAGE..(k + 1) * PAGE]))
+            .collect();
+        if let Err(e) = self.tier.store_batch(&batch) {
+            fail(format!("storing {} pages: {e}", claimed.len()), true);
+            return;
+        }
+        // 5. Confirmed: the slow tier holds them.
+        {
+            let mut t = lock(&self.table);
+            for (k, &p) in claimed.iter().enumerate() {
+                if t.st[p] == St::Evicting {
+                    t.crc[p] = checksum(&data[k * PAGE..(k + 1) * PAGE]);
+                    t.st[p] = St::Dropping;
+                    t.resident -= 1;
+                    t.stored += 1;
+                }
+            }
+        }
+        // 6. Drop from memory; only then are they stored.
+        let dropped = self.drop_runs(&rs);
+        {
+            let mut t = lock(&self.table);
+            for &p in &claimed {
+                if t.st[p] == St::Dropping {
+                    if dropped.is_ok() {
+                        t.st[p] = St::Stored;
+                    } else {
+                        // Still mapped: keep it resident (the copy is harmless).
+                        t.st[p] = St::Resident;
+                        t.resident += 1;
+                        t.stored -= 1;
+                    }
+                }
+            }
+        }
+        if let Err(e) = dropped {
+            let _ = self.protect_runs(&rs, false);
+            self.note_error(format!("dropping evicted pages: {e}"));
+            return;
+        }
+        // 7. Unprotect and wake writers, and faults left waiting on the drop: they
+        //    find the pages stored and fault them back in.
+        if let Err(e) = self.protect_runs(&rs, false) {
+            self.note_error(format!("unprotecting evicted pages: {e}"));
+        }
+        self.n
+            .evictions
+            .fetch_add(claimed.len() as u64, Ordering::Relaxed);
+    }
+
+    fn sample_begin(&self) -> Vec<usize> {
+        if lock(&self.table).window.is_some() {
+            self.sample_end();
+        }
+        let (sampled, resident) = {
+            let mut t = lock(&self.table);
+            let resident_pages: Vec<usize> = (0..self.pages)
+                .filter(|&p| t.st[p] == St::Resident)
+                .collect();
+            let chosen = choose(&mut lock(&self.rng), &resident_pages, self.cfg.sample_pages);
+            for &p in &chosen {
+                t.st[p] = St::SampleDrop;
+            }
+            (chosen, t.resident)
+        };
+        let rs = runs(&sampled);
+        let mut ok = self.protect_runs(&rs, true).is_ok();
+        let mut copies = Vec::with_capacity(sampled.len());
+        if ok {
+            for &p in &sampled {
+                let mut b = vec![0u8; PAGE].into_boxed_slice();
+                if self.mem.read_page(p, &mut b).is_err() {
+                    ok = false;
+                    break;
+                }
+                copies.push(b);
+            }
+        }
+        if ok {
+            let mut t = lock(&self.table);
+            for (&p, b) in sampled.iter().zip(copies) {
+                if t.st[p] == St::SampleDrop {
+                    t.stash.insert(p, b);
+                    t.st[p] = St::SampleDropping;
+                }
+            }
+            drop(t);
+            let dropped = self.drop_runs(&rs);
+            let mut t = lock(&self.table);
+            for &p in &sampled {
+                if t.st[p] == St::SampleDropping {
+                    if dropped.is_ok() {
+                        t.st[p] = St::Sampled;
+                    } else {
+                        // Still mapped: nothing to sample.
+                        t.stash.remove(&p);
+                        t.st[p] = St::Resident;
+                    }
+                }
+            }
+            drop(t);
+            if let Err(e) = dropped {
+                self.note_error(format!("sampling: dropping pages: {e}"));
+                ok = false;
+            }
+        } else {
+            let mut t = lock(&self.table);
+            for &p in &sampled {
+                if t.st[p] == St::SampleDrop {
+                    t.st[p] = St::Resident;
+                }
+            }
+        }
+        let _ = self.protect_runs(&rs, false);
+        let mut t = lock(&self.table);
+        t.window = Some(Window {
+            sampled: if ok { sampled.clone() } else { Vec::new() },
+            resident,
+            hits: 0,
+        });
+        if ok {
+            sampled
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn sample_end(&self) -> WindowEstimate {
+        let mut t = lock(&self.table);
+        let Some(w) = t.window.take() else {
+            return WindowEstimate::default();
+        };
+        for &p in &w.sampled {
+            if t.st[p] != St::Sampled {
+                continue;
+            }
+            let data = t.stash.remove(&p).expect("stashed sampled page");
+            match self.uffd.copy(self.addr(p), &data, false) {
+                Ok(_) => t.st[p] = St::Resident,
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => t.st[p] = St::Resident,
+                Err(e) => {
+                    // Leave it sampled: its fault will put it back.
+                    t.stash.insert(p, data);
+                    tracing::debug!(page = p, error = %e, "tier: putting a sampled page back");
+                }
+            }
+        }
+        drop(t);
+        let est = WindowEstimate {
+            resident: w.resident,
+            sampled: w.sampled.len() as u64,
+            hits: w.hits,
+        };
+        lock(&self.epoch).fast += est.estimate();
+        self.n.sample_windows.fetch_add(1, Ordering::Relaxed);
+        est
+    }
+
+    /// Reads pending events after the fault thread stopped: remove events are
+    /// handled (a pending one makes every map ioctl fail with `EAGAIN`); faults are
+    /// left waiting, for the copy of their page or the unregistration to wake them.
+    fn pump_events(&self) {
+        if let Ok(events) = self.uffd.read_events() {
+            for ev in events {
+                if let Event::Remove { start, end } = ev {
+                    if self.cfg.track_remove {
+                        self.on_remove(start, end);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Maps `data` at page `p` from the stopping thread, pumping events while the
+    /// kernel answers `EAGAIN`.
+    fn restore_copy(&self, p: usize, data: &[u8]) -> io::Result<()> {
+        for _ in 0..10_000 {
+            match self.uffd.copy(self.addr(p), data, false) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Ok(()),
+                Err(e) if is_eagain(&e) => {
+                    self.pump_events();
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::from_raw_os_error(libc::EAGAIN))
+    }
+
+    fn restore_all(&self) -> Result<(), String> {
+        if let Some(why) = lock(&self.fatal).clone() {
+            return Err(why);
+        }
+        self.pump_events();
+        let mut buf = vec![0u8; PAGE];
+        for p in 0..self.pages {
+            let st = lock(&self.table).st[p];
+            match st {
+                St::Sampled => {
+                    let Some(data) = lock(&self.table).stash.remove(&p) else {
+                        continue;
+                    };
+                    self.restore_copy(p, &data)
+                        .map_err(|e| format!("putting sampled page {p} back: {e}"))?;
+                    let mut t = lock(&self.table);
+                    if t.st[p] == St::Sampled {
+                        t.st[p] = St::Resident;
+                    }
+                }
+                St::Stored => {
+                    let crc = lock(&self.table).crc[p];
+                    self.load_checked(p, crc, &mut buf)
+                        .map_err(|e| format!("bringing page {p} back: {e}"))?;
+                    self.restore_copy(p, &buf)
+                        .map_err(|e| format!("mapping page {p} back: {e}"))?;
+                    let mut t = lock(&self.table);
+                    if t.st[p] == St::Stored {
+                        t.st[p] = St::Resident;
+                        t.stored -= 1;
+                        t.resident += 1;
+                    }
+                }
+                St::Lost => return Err(format!("page {p} was lost")),
+                _ => {}
+            }
+        }
+        let _ = self.tier.remove_region(self.cfg.region_id);
+        Ok(())
+    }
+}

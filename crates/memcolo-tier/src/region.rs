@@ -1,0 +1,324 @@
+//! Managed regions: the memory a tier manager fills and evicts, and how it reaches it.
+//!
+//! The tier manager resolves faults through the region's userfaultfd, which works
+//! from any process. Reading a page out and dropping it from memory depend on how the
+//! region is backed, behind [`RegionMemory`]:
+//!
+//! - [`LocalAnon`]: private anonymous memory of the manager's own process (a manager
+//!   thread beside the application's threads). A page is read through its address and
+//!   dropped with `madvise(MADV_DONTNEED)`.
+//! - [`SharedFile`]: a memfd mapped `MAP_SHARED` by the application and mapped again
+//!   by the manager, which may be another process (the agent, which received the memfd
+//!   and the userfaultfd over `SCM_RIGHTS`). A page is read through the manager's own
+//!   mapping and dropped with `fallocate(FALLOC_FL_PUNCH_HOLE)`, which unmaps it from
+//!   every process; `madvise` cannot reach another process's mappings.
+//!
+//! Either way the page is write-protected through the userfaultfd while it is read
+//! and dropped, so no write is lost in between (MaxMem §3.3).
+//!
+//! [`AnonRegion`] and [`MemfdRegion`] create such regions in this process (for
+//! in-process management and for tests).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// The page size of managed regions: the base page, 4 KiB.
+pub const PAGE: usize = 4096;
+
+/// How a tier manager reads and drops the pages of one region.
+pub trait RegionMemory: Send + Sync {
+    /// A short name for logs (`anon`, `memfd`).
+    fn kind(&self) -> &'static str;
+    /// Start of the region in the process its userfaultfd belongs to (page aligned).
+    fn base(&self) -> u64;
+    /// Pages in the region.
+    fn pages(&self) -> usize;
+    /// Copies page `index` into `out` (`PAGE` bytes). The caller guarantees the page is
+    /// mapped and write-protected (or the process is stopped), so nothing writes it
+    /// meanwhile.
+    ///
+    /// # Errors
+    /// The system call's error for backings that read through one.
+    fn read_page(&self, index: usize, out: &mut [u8]) -> io::Result<()>;
+    /// Drops pages `[first, first + count)` from memory, so that the next access to
+    /// each faults as missing.
+    ///
+    /// # Errors
+    /// `madvise(2)` or `fallocate(2)`'s error.
+    fn drop_pages(&self, first: usize, count: usize) -> io::Result<()>;
+    /// Whether [`RegionMemory::drop_pages`] raises a `UFFD_EVENT_REMOVE` on a
+    /// userfaultfd that asked for remove events (`madvise` does, `fallocate` does
+    /// not).
+    fn drop_raises_remove_event(&self) -> bool;
+}
+
+fn mmap(len: usize, prot: i32, flags: i32, fd: i32) -> io::Result<usize> {
+    // SAFETY: asking the kernel for a new mapping; no existing memory is touched.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(p as usize)
+    }
+}
+
+/// Private anonymous memory of this process (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+pub struct LocalAnon {
+    base: usize,
+    pages: usize,
+}
+
+impl LocalAnon {
+    /// The pages `[base, base + pages × PAGE)` of this process, which must stay mapped
+    /// while a manager uses them.
+    pub fn new(base: usize, pages: usize) -> Self {
+        LocalAnon { base, pages }
+    }
+}
+
+impl RegionMemory for LocalAnon {
+    fn kind(&self) -> &'static str {
+        "anon"
+    }
+    fn base(&self) -> u64 {
+        self.base as u64
+    }
+    fn pages(&self) -> usize {
+        self.pages
+    }
+    fn read_page(&self, index: usize, out: &mut [u8]) -> io::Result<()> {
+        assert!(index < self.pages && out.len() == PAGE);
+        // SAFETY: the page is mapped (caller's guarantee) and inside the region; no
+        // thread writes it while it is write-protected.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.base + index * PAGE) as *const u8,
+                out.as_mut_ptr(),
+                PAGE,
+            )
+        };
+        Ok(())
+    }
+    fn drop_pages(&self, first: usize, count: usize) -> io::Result<()> {
+        assert!(first + count <= self.pages);
+        // SAFETY: dropping pages of the region; their content was saved by the caller.
+        let r = unsafe {
+            libc::madvise(
+                (self.base + first * PAGE) as *mut libc::c_void,
+                count * PAGE,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+    fn drop_raises_remove_event(&self) -> bool {
+        true
+    }
+}
+
+/// A memfd-backed region, reached through the manager's own mapping of the memfd
+/// (see the module documentation). Unmaps its view when dropped.
+#[derive(Debug)]
+pub struct SharedFile {
+    fd: OwnedFd,
+    view: usize,
+    base: u64,
+    pages: usize,
+}
+
+impl SharedFile {
+    /// Maps the memfd `fd` (`pages` pages long) in this process; `base` is where the
+    /// application mapped it (the address its userfaultfd registered).
+    ///
+    /// # Errors
+    /// `mmap(2)`'s error.
+    pub fn new(fd: OwnedFd, base: u64, pages: usize) -> io::Result<Self> {
+        let view = mmap(
+            pages * PAGE,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+        )?;
+        Ok(SharedFile {
+            fd,
+            view,
+            base,
+            pages,
+        })
+    }
+}
+
+impl RegionMemory for SharedFile {
+    fn kind(&self) -> &'static str {
+        "memfd"
+    }
+    fn base(&self) -> u64 {
+        self.base
+    }
+    fn pages(&self) -> usize {
+        self.pages
+    }
+    fn read_page(&self, index: usize, out: &mut [u8]) -> io::Result<()> {
+        assert!(index < self.pages && out.len() == PAGE);
+        // SAFETY: the page is in the page cache (mapped in the application, caller's
+        // guarantee), so reading it through our view does not allocate a page; the
+        // application cannot write it while it is write-protected.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.view + index * PAGE) as *const u8,
+                out.as_mut_ptr(),
+                PAGE,
+            )
+        };
+        Ok(())
+    }
+    fn drop_pages(&self, first: usize, count: usize) -> io::Result<()> {
+        assert!(first + count <= self.pages);
+        // SAFETY: punching a hole in our memfd; the content was saved by the caller.
+        let r = unsafe {
+            libc::fallocate(
+                self.fd.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                (first * PAGE) as i64,
+                (count * PAGE) as i64,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+    fn drop_raises_remove_event(&self) -> bool {
+        false
+    }
+}
+
+impl Drop for SharedFile {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the view this struct mapped.
+        unsafe { libc::munmap(self.view as *mut libc::c_void, self.pages * PAGE) };
+    }
+}
+
+/// A private anonymous mapping owned by this process, to manage in-process. Unmapped
+/// when dropped (after its manager has stopped).
+#[derive(Debug)]
+pub struct AnonRegion {
+    base: usize,
+    pages: usize,
+}
+
+impl AnonRegion {
+    /// Maps `pages` pages of private anonymous memory (not populated).
+    ///
+    /// # Errors
+    /// `mmap(2)`'s error.
+    pub fn new(pages: usize) -> io::Result<Self> {
+        let base = mmap(
+            pages * PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+        )?;
+        Ok(AnonRegion { base, pages })
+    }
+    /// Start address.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base as *mut u8
+    }
+    /// Length, bytes.
+    pub fn len(&self) -> usize {
+        self.pages * PAGE
+    }
+    /// Whether the region has no pages.
+    pub fn is_empty(&self) -> bool {
+        self.pages == 0
+    }
+    /// Pages.
+    pub fn pages(&self) -> usize {
+        self.pages
+    }
+    /// How a manager in this process reaches it.
+    pub fn memory(&self) -> LocalAnon {
+        LocalAnon::new(self.base, self.pages)
+    }
+}
+
+impl Drop for AnonRegion {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping this struct made.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len()) };
+    }
+}
+
+/// A memfd mapped `MAP_SHARED` in this process, as libmemcolo backs a managed region
+/// whose manager runs in another process. Unmapped when dropped.
+#[derive(Debug)]
+pub struct MemfdRegion {
+    fd: OwnedFd,
+    base: usize,
+    pages: usize,
+}
+
+impl MemfdRegion {
+    /// Creates a memfd of `pages` pages (not populated) and maps it read-write.
+    ///
+    /// # Errors
+    /// `memfd_create(2)`, `ftruncate(2)` or `mmap(2)`'s error.
+    pub fn new(pages: usize) -> io::Result<Self> {
+        // SAFETY: creating a new memfd with a static name.
+        let fd = unsafe { libc::memfd_create(c"memcolo-region".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel returned a new descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sizing our new memfd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), (pages * PAGE) as i64) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let base = mmap(
+            pages * PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+        )?;
+        Ok(MemfdRegion { fd, base, pages })
+    }
+    /// Start address of the application's mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base as *mut u8
+    }
+    /// Length, bytes.
+    pub fn len(&self) -> usize {
+        self.pages * PAGE
+    }
+    /// Whether the region has no pages.
+    pub fn is_empty(&self) -> bool {
+        self.pages == 0
+    }
+    /// Pages.
+    pub fn pages(&self) -> usize {
+        self.pages
+    }
+    /// A duplicate of the memfd, as would be sent to the manager.
+    ///
+    /// # Errors
+    /// `dup(2)`'s error.
+    pub fn dup_fd(&self) -> io::Result<OwnedFd> {
+        self.fd.try_clone()
+    }
+}
+
+impl Drop for MemfdRegion {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping this struct made.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len()) };
+    }
+}
