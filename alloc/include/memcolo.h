@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-#define MEMCOLO_STATS_VERSION 2 /* 2: agent link counters appended */
+#define MEMCOLO_STATS_VERSION 2 /* 2: agent link and THP counters appended */
 
 /* A snapshot of the allocator's telemetry. All sizes in bytes, times in microseconds. */
 typedef struct memcolo_stats_s {
@@ -43,7 +43,8 @@ typedef struct memcolo_stats_s {
   uint64_t released_bytes;         /* address space held but returned to the OS */
   uint64_t hugepages_total;        /* 2 MiB huge pages owned by the filler and cache */
   uint64_t hugepages_broken;       /* of which partially subreleased (no longer THP-backed) */
-  double   hugepage_coverage;      /* share of used bytes on intact huge pages, 0..1 */
+  double   hugepage_coverage;      /* share of used bytes on intact (never subreleased) huge
+                                      pages, 0..1: ISMM'21's coverage, what subrelease spares */
   /* subrelease (ISMM'21) */
   uint64_t released_total_bytes;   /* given back to the OS since start */
   uint64_t subreleased_bytes;      /* of which from partially used huge pages */
@@ -71,6 +72,9 @@ typedef struct memcolo_stats_s {
   uint64_t agent_registrations;    /* successful registrations (1 + reconnections) */
   uint64_t agent_notifications;    /* low/high/top notifications answered */
   uint64_t agent_released_bytes;   /* released to the OS on the agent's notifications */
+  /* transparent huge pages (version 2) */
+  uint64_t hugepages_thp;          /* huge pages the kernel backs with a THP (as far as memcolo knows) */
+  double   thp_coverage;           /* share of used bytes in the filler on THP-backed huge pages */
 } memcolo_stats_t;
 
 /* Fills *out with a consistent snapshot; returns 0, or -1 if out is NULL. */

@@ -2,9 +2,11 @@
  * posix_memalign, aligned_alloc, memalign, valloc, pvalloc, malloc_usable_size,
  * malloc_trim, mallopt. The fast path is a thread-cache pop/push; everything else
  * (refill, large blocks, aligned blocks, the first call of a thread) is out of line.
- * free() looks the pointer up in the page map: an unknown pointer aborts with a
- * message; a double free is caught by a marker written into freed objects (checked
- * with one compare, confirmed by searching the caches before aborting). */
+ * free() reads the pointer's page map entry, which carries the size class: an unknown
+ * pointer aborts with a message. Double frees are caught where it costs nothing on the
+ * fast path: the same pointer freed twice in a row (one compare with the top of the
+ * thread cache's list), and any other when the object reaches its span, whose bitmap
+ * says it is already free (central.c); debug builds also check at every free. */
 #include <errno.h>
 #include <malloc.h>
 #include <string.h>
@@ -12,7 +14,6 @@
 
 #include "internal.h"
 
-uintptr_t mc_cookie;
 uint64_t mc_stat_slow_calls, mc_stat_large_allocs;
 
 
@@ -21,13 +22,7 @@ static inline void *mc_small_fast(size_t size) {
   if (mc_likely(tc != NULL)) {
     unsigned cls = mc_size_to_class(size);
     mc_bin_t *b = &tc->bins[cls];
-    void *p = b->head;
-    if (mc_likely(p != NULL)) {
-      b->head = *(void **)p;
-      b->count--;
-      ((uintptr_t *)p)[1] = 0;
-      return p;
-    }
+    if (mc_likely(b->count != 0)) return b->slots[--b->count];
   }
   return mc_malloc_slow(size);
 }
@@ -35,7 +30,9 @@ static inline void *mc_small_fast(size_t size) {
 static void *mc_large_alloc(size_t size) {
   size_t pages = (size + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
   if (pages == 0 || size > ((size_t)1 << 46)) { errno = ENOMEM; return NULL; }
-  __atomic_fetch_add(&mc_stat_large_allocs, 1, __ATOMIC_RELAXED);
+  mc_tcache_t *tc = mc_tcache;
+  if (tc) tc->large_allocs++;
+  else __atomic_fetch_add(&mc_stat_large_allocs, 1, __ATOMIC_RELAXED);
   if (mc_reserve_on) {
     __atomic_fetch_add(&mc_demand_large_bytes, pages << MC_PAGE_SHIFT, __ATOMIC_RELAXED);
     __atomic_fetch_add(&mc_demand_large_count, 1, __ATOMIC_RELAXED);
@@ -51,29 +48,22 @@ static void *mc_large_alloc(size_t size) {
 
 MC_NOINLINE void *mc_malloc_slow(size_t size) {
   mc_ensure_init();
-  __atomic_fetch_add(&mc_stat_slow_calls, 1, __ATOMIC_RELAXED);
-  if (size > MC_SMALL_MAX) return mc_large_alloc(size);
-  unsigned cls = mc_size_to_class(size);
   mc_tcache_t *tc = mc_tcache;
   if (tc == NULL) tc = mc_tcache_get_slow();
+  if (tc) tc->slow_calls++; /* per thread: a shared counter here would bounce between cores */
+  else __atomic_fetch_add(&mc_stat_slow_calls, 1, __ATOMIC_RELAXED);
+  if (size > MC_SMALL_MAX) return mc_large_alloc(size);
+  unsigned cls = mc_size_to_class(size);
   if (tc != NULL) {
     mc_bin_t *b = &tc->bins[cls];
-    void *p = b->head;
-    if (p != NULL) {
-      b->head = *(void **)p;
-      b->count--;
-      ((uintptr_t *)p)[1] = 0;
-      return p;
-    }
-    p = mc_tcache_refill(tc, cls);
+    if (b->count != 0) return b->slots[--b->count];
+    void *p = mc_tcache_refill(tc, cls);
     if (p == NULL) errno = ENOMEM;
-    else ((uintptr_t *)p)[1] = 0;
     return p;
   }
   /* no thread cache (thread being torn down, or out of metadata): go central */
   void *p = NULL;
-  if (mc_central_fetch(cls, &p, 1) == 0) { errno = ENOMEM; return NULL; }
-  ((uintptr_t *)p)[1] = 0;
+  if (mc_central_fetch(0, cls, &p, 1) == 0) { errno = ENOMEM; return NULL; }
   return p;
 }
 
@@ -82,22 +72,37 @@ MC_EXPORT void *MC_NAME(malloc)(size_t size) {
   return mc_malloc_slow(size);
 }
 
-static MC_NOINLINE void mc_double_free_check(void *p, mc_span_t *s) {
-  unsigned cls = s->sclass;
-  if (mc_tcache_contains(mc_tcache, cls, p) || mc_central_contains(cls, p)) {
-    mc_fatal("double free of object ", p, (long)cls, "a pointer that is allocated");
-  }
+static MC_NOINLINE void mc_double_free(void *p, unsigned cls) {
+  mc_fatal("double free of object ", p, (long)cls, "a pointer that is allocated");
 }
 
-MC_NOINLINE void mc_free_slow(void *p, mc_span_t *s) {
+#if MC_DEBUG >= 1
+/* debug builds: every free checks that the object is not already free anywhere */
+static MC_NOINLINE void mc_debug_free_check(void *p, unsigned cls) {
+  if (mc_tcache_contains(mc_tcache, cls, p) || mc_central_contains(cls, p)) mc_double_free(p, cls);
+}
+#define MC_DEBUG_FREE_CHECK(p, cls) mc_debug_free_check(p, cls)
+#else
+#define MC_DEBUG_FREE_CHECK(p, cls) do { } while (0)
+#endif
+
+MC_NOINLINE void mc_free_slow(void *p, uintptr_t entry) {
+  mc_span_t *s = (mc_span_t *)(entry & MC_PM_SPAN_MASK);
   if (s == NULL) {
     mc_fatal("free of a pointer that memcolo did not return (or already freed) ", p, 0,
              "a pointer from malloc/calloc/realloc/aligned allocation");
   }
-  if (s->kind == MC_SPAN_SMALL) {
-    /* no thread cache: straight to the central list */
-    if (((uintptr_t *)p)[1] == ((uintptr_t)p ^ mc_cookie)) mc_double_free_check(p, s);
-    mc_central_return(s->sclass, &p, 1);
+  unsigned cls = (unsigned)(entry & MC_PM_CLASS_MASK);
+  if (cls != 0) {
+    /* a thread that frees before it ever allocated (a consumer) gets its cache now */
+    mc_tcache_t *tc = mc_tcache_dead ? NULL : mc_tcache_get_slow();
+    if (tc != NULL) {
+      MC_NAME(free)(p);
+      return;
+    }
+    /* no thread cache (the thread is being torn down): straight to the central list */
+    MC_DEBUG_FREE_CHECK(p, cls);
+    mc_central_return(cls, &p, 1);
     return;
   }
   if (s->kind != MC_SPAN_LARGE && s->kind != MC_SPAN_REGION) {
@@ -113,22 +118,23 @@ MC_NOINLINE void mc_free_slow(void *p, mc_span_t *s) {
 
 MC_EXPORT void MC_NAME(free)(void *p) {
   if (mc_unlikely(p == NULL)) return;
-  mc_span_t *s = mc_pagemap_get(p);
-  if (mc_likely(s != NULL && s->kind == MC_SPAN_SMALL)) {
-    mc_tcache_t *tc = mc_tcache;
-    if (mc_likely(tc != NULL)) {
-      uintptr_t *w = (uintptr_t *)p;
-      if (mc_unlikely(w[1] == ((uintptr_t)p ^ mc_cookie))) mc_double_free_check(p, s);
-      unsigned cls = s->sclass;
-      mc_bin_t *b = &tc->bins[cls];
-      w[0] = (uintptr_t)b->head;
-      w[1] = (uintptr_t)p ^ mc_cookie;
-      b->head = p;
-      if (mc_unlikely(++b->count > b->max)) mc_tcache_overflow(tc, cls);
-      return;
+  uintptr_t e = mc_pagemap_entry(p);
+  unsigned cls = (unsigned)(e & MC_PM_CLASS_MASK);
+  mc_tcache_t *tc = mc_tcache;
+  if (mc_likely(cls != 0 && tc != NULL)) {
+    mc_bin_t *b = &tc->bins[cls];
+    uint32_t n = b->count;
+    if (mc_unlikely(n != 0 && b->slots[n - 1] == p)) mc_double_free(p, cls);
+    MC_DEBUG_FREE_CHECK(p, cls);
+    if (mc_unlikely(n >= b->max)) {
+      mc_tcache_overflow(tc, cls);
+      n = b->count;
     }
+    b->slots[n] = p;
+    b->count = n + 1;
+    return;
   }
-  mc_free_slow(p, s);
+  mc_free_slow(p, e);
 }
 
 MC_EXPORT void MC_NAME(cfree)(void *p) { MC_NAME(free)(p); }
@@ -172,7 +178,7 @@ MC_EXPORT void *MC_NAME(realloc)(void *p, size_t size) {
   if (p == NULL) return MC_NAME(malloc)(size);
   if (size == 0) { MC_NAME(free)(p); return NULL; }
   mc_span_t *s = mc_pagemap_get(p);
-  if (s == NULL || s->kind == MC_SPAN_FREE) mc_free_slow(p, NULL);
+  if (s == NULL || s->kind == MC_SPAN_FREE) mc_free_slow(p, 0);
   if (s->kind == MC_SPAN_SMALL) {
     size_t cur = mc_class_size[s->sclass];
     if (size <= cur && size > cur / 2) return p;            /* same or adjacent class */

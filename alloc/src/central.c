@@ -1,10 +1,21 @@
-/* central.c — per size class: a transfer cache (an array of free objects that thread
- * caches exchange in batches, the cheap path for producer/consumer frees) and the list
- * of spans with free objects. Objects are carved from a span lazily (bump index), so a
- * new span touches only the pages it hands out. A span whose objects all came back
- * goes back to the page heap. Checks here are off the fast path: an object returned
- * to its span must be inside it, on an object boundary, and the span must have objects
- * out; a span's free list entry must point inside the span. */
+/* central.c — the central lists, per shard and size class (TCMalloc's transfer cache
+ * and central free list; jemalloc's per-arena bins):
+ *   - a transfer cache: an array of free objects that thread caches exchange in
+ *     batches (memcpy of pointers under a short lock; the cheap path for
+ *     producer/consumer frees);
+ *   - the spans with free objects, each with a bitmap of its free objects: taking a
+ *     batch scans words of the bitmap, giving one back sets a bit. No object is read
+ *     or written, so no cache line of the application's data is touched and a
+ *     use-after-free write cannot corrupt the allocator's lists.
+ * A thread refills from its own shard; objects go back to the shard of their span (the
+ * page map entry says which), so memory freed by a consumer returns to the producer
+ * that allocated it. A span whose objects all came back goes back to the page heap
+ * (after the shard's lock is dropped). Checks, all off the fast path: an object given
+ * back must be in the page map as an object of its class (else the thread cache's list
+ * was corrupted), on an object boundary of its span, and not already free in its span
+ * (a double free). */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
@@ -18,24 +29,40 @@ typedef struct mc_central_s {
   void *transfer[MC_TRANSFER_SLOTS];
 } __attribute__((aligned(64))) mc_central_t;
 
-static mc_central_t mc_central[MC_CLASSES];
+static mc_central_t mc_central[MC_MAX_SHARDS][MC_CLASSES];
+unsigned mc_nshards = 1;
+
+/* short critical sections: spin a little before sleeping (glibc's adaptive mutex) */
+static pthread_mutexattr_t mc_central_attr;
 
 void mc_central_init(void) {
-  for (unsigned c = 1; c < MC_CLASSES; c++) {
-    pthread_mutex_init(&mc_central[c].lock, NULL);
-    int m = mc_class_batch[c] * 8;
-    mc_central[c].transfer_max = m > MC_TRANSFER_SLOTS ? MC_TRANSFER_SLOTS : m;
+  pthread_mutexattr_init(&mc_central_attr);
+  pthread_mutexattr_settype(&mc_central_attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+  cpu_set_t set;
+  unsigned n = 1;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) n = (unsigned)CPU_COUNT(&set);
+  mc_nshards = n < 1 ? 1 : (n > MC_MAX_SHARDS ? MC_MAX_SHARDS : n);
+  for (unsigned sh = 0; sh < MC_MAX_SHARDS; sh++) {
+    for (unsigned c = 1; c < MC_CLASSES; c++) {
+      mc_central_t *ce = &mc_central[sh][c];
+      pthread_mutex_init(&ce->lock, &mc_central_attr);
+      int m = mc_class_batch[c] * 8;
+      ce->transfer_max = m > MC_TRANSFER_SLOTS ? MC_TRANSFER_SLOTS : m;
+    }
   }
 }
 
 void mc_central_lock_all(void) {
-  for (unsigned c = 1; c < MC_CLASSES; c++) pthread_mutex_lock(&mc_central[c].lock);
+  for (unsigned sh = 0; sh < mc_nshards; sh++)
+    for (unsigned c = 1; c < MC_CLASSES; c++) pthread_mutex_lock(&mc_central[sh][c].lock);
 }
 void mc_central_unlock_all(void) {
-  for (unsigned c = 1; c < MC_CLASSES; c++) pthread_mutex_unlock(&mc_central[c].lock);
+  for (unsigned sh = 0; sh < mc_nshards; sh++)
+    for (unsigned c = 1; c < MC_CLASSES; c++) pthread_mutex_unlock(&mc_central[sh][c].lock);
 }
 void mc_central_reinit_locks(void) {
-  for (unsigned c = 1; c < MC_CLASSES; c++) pthread_mutex_init(&mc_central[c].lock, NULL);
+  for (unsigned sh = 0; sh < mc_nshards; sh++)
+    for (unsigned c = 1; c < MC_CLASSES; c++) pthread_mutex_init(&mc_central[sh][c].lock, &mc_central_attr);
 }
 
 static void span_list_push(mc_central_t *ce, mc_span_t *s) {
@@ -52,33 +79,57 @@ static void span_list_remove(mc_central_t *ce, mc_span_t *s) {
   s->in_central = 0;
 }
 
-static inline bool span_has_free(const mc_span_t *s) { return s->free != NULL || s->carved < s->capacity; }
-
-static inline void check_in_span(const mc_span_t *s, const void *p, const char *what) {
-  uintptr_t a = (uintptr_t)p, size = mc_class_size[s->sclass];
-  if (a < s->start || a >= s->start + (uintptr_t)s->capacity * size || (a - s->start) % size != 0) {
-    mc_fatal(what, p, s->sclass, "an object boundary inside its span");
+/* the index of object p in span s, or a fatal error if p is not on a boundary */
+static inline unsigned span_index(const mc_span_t *s, const void *p, unsigned cls) {
+  uintptr_t off = (uintptr_t)p - s->start;
+  unsigned idx = (unsigned)(((uint64_t)(uint32_t)off * mc_class_recip[cls]) >> 32);
+  if (mc_unlikely(idx >= s->capacity || (uintptr_t)idx * mc_class_size[cls] != off)) {
+    mc_fatal("invalid free (interior pointer) ", p, (long)cls, "an object boundary inside its span");
   }
+  return idx;
+}
+
+static void span_init(mc_span_t *s, unsigned cls) {
+  unsigned cap = (unsigned)(((size_t)s->pages << MC_PAGE_SHIFT) / mc_class_size[cls]);
+  s->capacity = (uint16_t)cap;
+  s->allocated = 0;
+  memset(s->freemap, 0, sizeof(s->freemap));
+  for (unsigned w = 0; w < cap / 64; w++) s->freemap[w] = ~(uint64_t)0;
+  if (cap % 64) s->freemap[cap / 64] = ((uint64_t)1 << (cap % 64)) - 1;
 }
 
 #if MC_DEBUG >= 2
-/* full walk of a span's free list: inside the span, on boundaries, no cycle, and the
- * count of free objects consistent with `allocated` */
+/* the bitmap's count of free objects agrees with `allocated` */
 static void span_check(const mc_span_t *s) {
-  uint32_t nfree = 0;
-  for (void *q = s->free; q != NULL; q = *(void **)q) {
-    check_in_span(s, q, "corrupted free list (debug walk): entry ");
-    if (++nfree > s->capacity) mc_fatal("cycle in a span free list at ", q, s->sclass, "a list shorter than the span");
-  }
-  if (nfree + s->allocated != s->carved) mc_fatal("span counts inconsistent for span ", (void *)s->start, s->sclass, "free + allocated == carved");
+  unsigned nfree = 0;
+  for (unsigned w = 0; w < MC_SPAN_MAX_OBJECTS / 64; w++) nfree += (unsigned)__builtin_popcountll(s->freemap[w]);
+  if (nfree + s->allocated != s->capacity) mc_fatal("span counts inconsistent for span ", (void *)s->start, s->sclass, "free + allocated == capacity");
 }
 #define MC_SPAN_CHECK(s) span_check(s)
 #else
 #define MC_SPAN_CHECK(s) do { } while (0)
 #endif
 
-int mc_central_fetch(unsigned cls, void **out, int n) {
-  mc_central_t *ce = &mc_central[cls];
+/* takes up to n free objects of span s, lowest addresses first */
+static int span_take(mc_span_t *s, unsigned cls, void **out, int n) {
+  int got = 0;
+  uintptr_t size = mc_class_size[cls];
+  for (unsigned w = 0; w < (s->capacity + 63u) / 64 && got < n; w++) {
+    uint64_t m = s->freemap[w];
+    while (m != 0 && got < n) {
+      unsigned b = (unsigned)__builtin_ctzll(m);
+      m &= m - 1;
+      out[got++] = (void *)(s->start + (uintptr_t)(w * 64 + b) * size);
+    }
+    s->freemap[w] = m;
+  }
+  s->allocated = (uint16_t)(s->allocated + got);
+  MC_SPAN_CHECK(s);
+  return got;
+}
+
+int mc_central_fetch(unsigned shard, unsigned cls, void **out, int n) {
+  mc_central_t *ce = &mc_central[shard][cls];
   pthread_mutex_lock(&ce->lock);
   if (ce->ntransfer > 0) {
     int k = ce->ntransfer < n ? ce->ntransfer : n;
@@ -94,51 +145,25 @@ int mc_central_fetch(unsigned cls, void **out, int n) {
       if (got > 0) break;
       pthread_mutex_unlock(&ce->lock);
       size_t pages = mc_class_pages[cls];
-      s = mc_heap_alloc(pages, MC_SPAN_SMALL, false);
+      s = mc_heap_alloc(pages, MC_SPAN_SMALL, cls | (shard << 8));
       if (s == NULL) return 0;
       if (mc_reserve_on) __atomic_fetch_add(&mc_demand_small_bytes, pages << MC_PAGE_SHIFT, __ATOMIC_RELAXED);
-      s->sclass = (uint8_t)cls;
-      s->capacity = (uint32_t)((pages << MC_PAGE_SHIFT) / mc_class_size[cls]);
-      s->carved = 0;
-      s->allocated = 0;
-      s->free = NULL;
+      span_init(s, cls);
       pthread_mutex_lock(&ce->lock);
       span_list_push(ce, s);
     }
-    while (got < n && s->free != NULL) {
-      void *p = s->free;
-      void *next = *(void **)p;
-      if (next != NULL) check_in_span(s, next, "corrupted free list: entry ");
-      s->free = next;
-      ((uintptr_t *)p)[1] = 0;
-      out[got++] = p;
-      s->allocated++;
-    }
-    uint32_t size = mc_class_size[cls];
-    while (got < n && s->carved < s->capacity) {
-      out[got++] = (void *)(s->start + (uintptr_t)s->carved * size);
-      s->carved++;
-      s->allocated++;
-    }
-    MC_SPAN_CHECK(s);
-    if (!span_has_free(s)) span_list_remove(ce, s);
+    got += span_take(s, cls, out + got, n - got);
+    if (s->allocated == s->capacity) span_list_remove(ce, s);
   }
   pthread_mutex_unlock(&ce->lock);
   return got;
 }
 
-
-void mc_central_return(unsigned cls, void **objs, int n) {
-  mc_central_t *ce = &mc_central[cls];
+/* gives objects of one shard back; empty spans are collected in *empty */
+static void return_to_shard(unsigned shard, unsigned cls, void **objs, int n, mc_span_t **empty) {
+  mc_central_t *ce = &mc_central[shard][cls];
   pthread_mutex_lock(&ce->lock);
   if (ce->ntransfer + n <= ce->transfer_max) {
-    /* validate cheaply (the page map) before accepting */
-    for (int i = 0; i < n; i++) {
-      mc_span_t *s = mc_pagemap_get(objs[i]);
-      if (s == NULL || s->kind != MC_SPAN_SMALL || s->sclass != cls) {
-        mc_fatal("corrupted free list or invalid free: object ", objs[i], (long)cls, "an object of this size class");
-      }
-    }
     memcpy(&ce->transfer[ce->ntransfer], objs, (size_t)n * sizeof(void *));
     ce->ntransfer += n;
     pthread_mutex_unlock(&ce->lock);
@@ -147,19 +172,18 @@ void mc_central_return(unsigned cls, void **objs, int n) {
   for (int i = 0; i < n; i++) {
     void *p = objs[i];
     mc_span_t *s = mc_pagemap_get(p);
-    if (s == NULL || s->kind != MC_SPAN_SMALL || s->sclass != cls) {
-      mc_fatal("corrupted free list or invalid free: object ", p, (long)cls, "an object of this size class");
+    unsigned idx = span_index(s, p, cls);
+    uint64_t bit = (uint64_t)1 << (idx & 63);
+    if (mc_unlikely((s->freemap[idx >> 6] & bit) != 0 || s->allocated == 0)) {
+      mc_fatal("double free of object ", p, (long)cls, "an allocated object (it is already free in its span)");
     }
-    check_in_span(s, p, "invalid free (interior pointer) ");
-    if (s->allocated == 0) mc_fatal("double free of object ", p, (long)cls, "an allocated object");
-    *(void **)p = s->free;
-    ((uintptr_t *)p)[1] = (uintptr_t)p ^ mc_cookie; /* freed marker, see free() */
-    s->free = p;
+    s->freemap[idx >> 6] |= bit;
     s->allocated--;
     MC_SPAN_CHECK(s);
     if (s->allocated == 0) {
       if (s->in_central) span_list_remove(ce, s);
-      mc_heap_free(s);
+      s->next = *empty;
+      *empty = s;
     } else if (!s->in_central) {
       span_list_push(ce, s);
     }
@@ -167,38 +191,74 @@ void mc_central_return(unsigned cls, void **objs, int n) {
   pthread_mutex_unlock(&ce->lock);
 }
 
-bool mc_central_contains(unsigned cls, const void *p) {
-  mc_central_t *ce = &mc_central[cls];
-  bool found = false;
-  pthread_mutex_lock(&ce->lock);
-  for (int i = 0; i < ce->ntransfer && !found; i++) found = ce->transfer[i] == p;
-  mc_span_t *s = mc_pagemap_get(p);
-  if (!found && s != NULL && s->kind == MC_SPAN_SMALL) {
-    size_t guard = s->capacity + 1;
-    for (void *q = s->free; q != NULL && guard-- > 0; q = *(void **)q) {
-      if (q == p) { found = true; break; }
+void mc_central_return(unsigned cls, void **objs, int n) {
+  /* validate against the page map (a corrupted thread cache list, or an invalid free)
+   * and group by shard: usually all objects belong to one */
+  void *groups[MC_MAX_SHARDS][64];
+  int counts[MC_MAX_SHARDS] = {0};
+  mc_span_t *empty = NULL;
+  for (int i = 0; i < n; i++) {
+    uintptr_t e = mc_pagemap_entry(objs[i]);
+    if (mc_unlikely((e & MC_PM_CLASS_MASK) != cls)) {
+      mc_fatal("corrupted free list or invalid free: object ", objs[i], (long)cls, "an object of this size class");
+    }
+    unsigned sh = (unsigned)(e >> MC_PM_SHARD_SHIFT) & (MC_MAX_SHARDS - 1);
+    groups[sh][counts[sh]++] = objs[i];
+    if (counts[sh] == 64) {
+      return_to_shard(sh, cls, groups[sh], 64, &empty);
+      counts[sh] = 0;
     }
   }
-  pthread_mutex_unlock(&ce->lock);
+  for (unsigned sh = 0; sh < MC_MAX_SHARDS; sh++) {
+    if (counts[sh]) return_to_shard(sh, cls, groups[sh], counts[sh], &empty);
+  }
+  while (empty != NULL) {
+    mc_span_t *s = empty;
+    empty = s->next;
+    s->next = NULL;
+    mc_heap_free(s);
+  }
+}
+
+/* debug: is p free, in a transfer cache or in its span's bitmap? */
+bool mc_central_contains(unsigned cls, const void *p) {
+  uintptr_t e = mc_pagemap_entry(p);
+  if ((e & MC_PM_CLASS_MASK) != cls) return false;
+  unsigned shard = (unsigned)(e >> MC_PM_SHARD_SHIFT) & (MC_MAX_SHARDS - 1);
+  mc_span_t *s = (mc_span_t *)(e & MC_PM_SPAN_MASK);
+  bool found = false;
+  for (unsigned sh = 0; sh < mc_nshards && !found; sh++) {
+    mc_central_t *ce = &mc_central[sh][cls];
+    pthread_mutex_lock(&ce->lock);
+    for (int i = 0; i < ce->ntransfer && !found; i++) found = ce->transfer[i] == p;
+    if (!found && sh == shard) {
+      uintptr_t off = (uintptr_t)p - s->start;
+      uintptr_t idx = off / mc_class_size[cls];
+      if (idx < s->capacity && idx * mc_class_size[cls] == off) found = (s->freemap[idx >> 6] >> (idx & 63)) & 1;
+    }
+    pthread_mutex_unlock(&ce->lock);
+  }
   return found;
 }
 
-/* Drops every transfer cache into the spans (malloc_trim), so that empty spans go
- * back to the page heap. */
+/* Drops every transfer cache into the spans (malloc_trim, the agent's high and top), so
+ * that empty spans go back to the page heap. */
 void mc_central_drain(void) {
-  for (unsigned c = 1; c < MC_CLASSES; c++) {
-    mc_central_t *ce = &mc_central[c];
-    void *tmp[MC_TRANSFER_SLOTS];
-    pthread_mutex_lock(&ce->lock);
-    int n = ce->ntransfer;
-    memcpy(tmp, ce->transfer, (size_t)n * sizeof(void *));
-    ce->ntransfer = 0;
-    int saved = ce->transfer_max;
-    ce->transfer_max = 0;
-    pthread_mutex_unlock(&ce->lock);
-    if (n) mc_central_return(c, tmp, n);
-    pthread_mutex_lock(&ce->lock);
-    ce->transfer_max = saved;
-    pthread_mutex_unlock(&ce->lock);
+  for (unsigned sh = 0; sh < mc_nshards; sh++) {
+    for (unsigned c = 1; c < MC_CLASSES; c++) {
+      mc_central_t *ce = &mc_central[sh][c];
+      void *tmp[MC_TRANSFER_SLOTS];
+      pthread_mutex_lock(&ce->lock);
+      int n = ce->ntransfer;
+      memcpy(tmp, ce->transfer, (size_t)n * sizeof(void *));
+      ce->ntransfer = 0;
+      int saved = ce->transfer_max;
+      ce->transfer_max = 0;
+      pthread_mutex_unlock(&ce->lock);
+      if (n) mc_central_return(c, tmp, n);
+      pthread_mutex_lock(&ce->lock);
+      ce->transfer_max = saved;
+      pthread_mutex_unlock(&ce->lock);
+    }
   }
 }

@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sched.h>
-#include <sys/random.h>
 
 #include "internal.h"
 
@@ -59,12 +58,8 @@ void mc_init(void) {
     return;
   }
   mc_options_init();
+  mc_os_thp_init();
   mc_sizeclass_init();
-  uintptr_t seed = 0;
-  if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed)) {
-    seed = (uintptr_t)&seed ^ (uintptr_t)mc_now_us() * 0x9E3779B97F4A7C15ull;
-  }
-  mc_cookie = seed | 1;
   mc_central_init();
   mc_tcache_init();
   __atomic_store_n(&mc_initialized, 1, __ATOMIC_RELEASE);

@@ -13,10 +13,19 @@
  *   hp cache  free huge pages, backed ("pre-faulted") or released.
  *   region    a dedicated 2 MiB-aligned mapping for a block > MC_REGION_PAGES pages.
  *   pool      Hermes' segregated free list of pre-faulted large blocks (formula (1)).
- *   tcache    a thread's cache of free objects per size class.
- *   central   per size class: a transfer cache of objects and the spans with free objects.
+ *   tcache    a thread's cache of free objects: per size class an array (stack) of
+ *             pointers; objects themselves are never written by the allocator.
+ *   shard     one of mc_nshards (number of CPUs, at most MC_MAX_SHARDS) copies of the
+ *             central lists; a thread refills from its own shard, and objects go back
+ *             to the shard of their span (jemalloc's arenas, TCMalloc's sharded
+ *             transfer caches).
+ *   central   per shard and size class: a transfer cache (an array of free objects
+ *             moved in batches) and the spans with free objects, each with a bitmap
+ *             of its free objects (no pointer chasing, no object touched).
+ *   page map  page -> entry: span pointer | size class (bits 0-5, 0 = not a small
+ *             span) | shard (bits 48-55): free() finds the class in one load.
  *
- * Locks, in order: central[c].lock -> heap lock (mc_heap.lock) ; pool lock -> heap lock.
+ * Locks, in order: central[shard][c].lock -> heap lock (mc_heap.lock) ; pool lock -> heap lock.
  * Prefixes: public memcolo_*, shared internal mc_<file>_*, file-private static.
  */
 #ifndef MC_INTERNAL_H
@@ -52,6 +61,8 @@
 #define MC_REGION_PAGES 256               /* spans above 1 MiB get their own mapping */
 #define MC_POOL_MIN_BYTES ((size_t)128 << 10) /* Hermes min_mmap_size */
 #define MC_POOL_BUCKETS 8                 /* Hermes table_size (1 MiB / 128 KiB) */
+#define MC_SPAN_MAX_OBJECTS 256           /* objects in a small span, at most */
+#define MC_MAX_SHARDS 8
 
 #ifndef MC_DEBUG
 #define MC_DEBUG 0 /* 0: release checks only; 1: + cheap invariants; 2: + full walks */
@@ -63,6 +74,7 @@ typedef enum { MC_SPAN_FREE = 0, MC_SPAN_SMALL, MC_SPAN_LARGE, MC_SPAN_REGION } 
 struct mc_hugepage_s;
 
 typedef struct mc_span_s {
+  /* first cache line: all that giving an object back to its span touches */
   uintptr_t start;          /* address of the first page */
   uint32_t pages;           /* length in 4 KiB pages */
   uint8_t kind;             /* mc_span_kind_t */
@@ -70,14 +82,16 @@ typedef struct mc_span_s {
   uint8_t in_central;       /* on its class's nonempty list */
   uint8_t pooled;           /* sitting in the Hermes pool */
   uint8_t fresh;            /* region straight from mmap: still zero */
-  uint32_t capacity;        /* objects in a small span */
-  uint32_t allocated;       /* objects out of the span (in tcaches, transfer cache, or app) */
-  uint32_t carved;          /* objects carved so far (bump pointer) */
-  void *free;               /* objects returned to this span */
+  uint8_t shard;            /* central shard owning a small span */
+  uint16_t capacity;        /* objects in a small span (<= MC_SPAN_MAX_OBJECTS) */
+  uint16_t allocated;       /* objects out of the span (in tcaches, transfer caches, or app) */
+  uint64_t freemap[MC_SPAN_MAX_OBJECTS / 64]; /* bit set: object i is free in the span */
+  struct mc_span_s *next;
+  /* second cache line */
+  struct mc_span_s *prev;
   struct mc_hugepage_s *hp; /* owning huge page (filler spans) */
   uintptr_t map_extra;      /* an interior page also in the page map (aligned blocks), or 0 */
-  struct mc_span_s *next, *prev;
-} mc_span_t;
+} __attribute__((aligned(64))) mc_span_t;
 
 typedef struct mc_hugepage_s {
   uintptr_t base;                        /* 2 MiB-aligned */
@@ -86,6 +100,9 @@ typedef struct mc_hugepage_s {
   uint16_t used_pages, released_pages, longest_free;
   uint8_t where;   /* MC_HP_FILLER, MC_HP_CACHE, MC_HP_BUSY */
   uint8_t broken;  /* partially subreleased since last whole release */
+  uint8_t thp;     /* backed by a transparent huge page (collapsed by us) */
+  uint8_t collapsing; /* MADV_COLLAPSE in progress: no release of its pages meanwhile */
+  uint8_t dense_seen; /* found dense by the last collapse pass */
   struct mc_hugepage_s *next, *prev;
 } mc_hugepage_t;
 
@@ -110,6 +127,7 @@ typedef struct mc_heap_s {
   size_t free_backed_pages;  /* free & backed in filler and cache */
   size_t released_pages;     /* free & released in filler and cache */
   size_t hugepages, hugepages_broken;
+  size_t hugepages_thp, used_thp_pages; /* THP-backed huge pages, used pages on them */
   size_t region_pages;       /* pages in live regions */
   /* cumulative */
   uint64_t released_total_pages, subreleased_pages, os_mmap_calls;
@@ -130,7 +148,7 @@ typedef enum {
   MC_OPT_T_SCHEDULE_S,        /* window of realized fragmentation */
   MC_OPT_HP_CACHE_BYTES,      /* backed free huge pages kept beyond the reserve */
   MC_OPT_TCACHE_BYTES,        /* per-thread cache bound */
-  MC_OPT_THP,                 /* MADV_HUGEPAGE on heap memory */
+  MC_OPT_THP,                 /* 0 none, 1 background MADV_COLLAPSE, 2 MADV_HUGEPAGE at mmap */
   MC_OPT_STATS,               /* report at exit */
   MC_OPT_VERBOSE,             /* warnings */
   MC_OPT_AGENT,               /* talk to the agent when a class is set */
@@ -152,6 +170,11 @@ void mc_os_release(void *p, size_t bytes);  /* MADV_DONTNEED (after munlock if l
 void mc_os_populate(void *p, size_t bytes); /* MADV_POPULATE_WRITE, or touch; mlock if asked */
 void *mc_os_remap(void *p, size_t old_bytes, size_t new_bytes); /* keeps 2 MiB alignment */
 void *mc_os_meta_alloc(size_t bytes); /* zeroed internal memory, never freed */
+void mc_os_thp_init(void);            /* reads the THP settings (MEMCOLO_THP, sysfs) */
+bool mc_os_thp_background(void);      /* huge pages come from background MADV_COLLAPSE */
+bool mc_os_thp_at_fault(void);        /* huge pages come at first touch (MADV_HUGEPAGE) */
+bool mc_os_collapse(void *p);         /* MADV_COLLAPSE of the huge page at p */
+unsigned mc_os_resident_pages(void *p); /* mincore count of the huge page at p */
 void mc_os_warn_once(int *flag, const char *msg, long err);
 
 /* ---------------------------------------------------------------- message.c */
@@ -164,8 +187,10 @@ void mc_warn(const char *what);
 
 /* ---------------------------------------------------------------- sizeclass.c */
 extern uint32_t mc_class_size[MC_CLASSES];
+extern uint32_t mc_class_recip[MC_CLASSES]; /* ceil(2^32 / size): offset / size by a multiply */
 extern uint16_t mc_class_pages[MC_CLASSES];
 extern uint16_t mc_class_batch[MC_CLASSES];
+extern uint16_t mc_class_tcap[MC_CLASSES];  /* thread cache slots of the class */
 extern uint8_t mc_class_small_idx[(1024 >> 4) + 1];
 extern uint8_t mc_class_large_idx[(MC_SMALL_MAX >> 7) + 1];
 void mc_sizeclass_init(void);
@@ -175,12 +200,19 @@ static inline unsigned mc_size_to_class(size_t size) {
 }
 
 /* ---------------------------------------------------------------- pagemap.c */
-extern mc_span_t **mc_pagemap_root[1 << 18];
-static inline mc_span_t *mc_pagemap_get(const void *p) {
+extern uintptr_t *mc_pagemap_root[1 << 18];
+#define MC_PM_CLASS_MASK ((uintptr_t)63)
+#define MC_PM_SPAN_MASK ((uintptr_t)0x0000ffffffffffc0ull)
+#define MC_PM_SHARD_SHIFT 48
+/* the raw entry of the page holding p: span | class | shard << 48, or 0 */
+static inline uintptr_t mc_pagemap_entry(const void *p) {
   uintptr_t a = (uintptr_t)p >> MC_PAGE_SHIFT;
-  if (mc_unlikely(a >> 36)) return NULL;
-  mc_span_t **leaf = mc_pagemap_root[a >> 18];
-  return mc_likely(leaf != NULL) ? leaf[a & ((1u << 18) - 1)] : NULL;
+  if (mc_unlikely(a >> 36)) return 0;
+  uintptr_t *leaf = mc_pagemap_root[a >> 18];
+  return mc_likely(leaf != NULL) ? leaf[a & ((1u << 18) - 1)] : 0;
+}
+static inline mc_span_t *mc_pagemap_get(const void *p) {
+  return (mc_span_t *)(mc_pagemap_entry(p) & MC_PM_SPAN_MASK);
 }
 bool mc_pagemap_set(uintptr_t page_addr, mc_span_t *s);   /* false on metadata OOM */
 bool mc_pagemap_set_span(mc_span_t *s);   /* all pages of a small span, ends of others */
@@ -192,7 +224,9 @@ mc_hugepage_t *mc_meta_hp_alloc(void);  /* heap lock held */
 /* ---------------------------------------------------------------- pageheap.c */
 extern mc_heap_t mc_heap;
 void mc_heap_init(void);
-mc_span_t *mc_heap_alloc(size_t pages, size_t kind, bool for_reserve); /* locks; NULL on OOM */
+/* A span of `pages` pages of `kind` (locks; NULL on OOM). For small spans, tag =
+ * size class | shard << 8, set before the span enters the page map. */
+mc_span_t *mc_heap_alloc(size_t pages, size_t kind, unsigned tag);
 void mc_heap_map_extra(mc_span_t *s, uintptr_t addr);     /* locks */
 bool mc_heap_region_resize(mc_span_t *s, size_t new_pages); /* mremap; locks */
 void mc_heap_free(mc_span_t *s);                   /* locks */
@@ -205,6 +239,9 @@ void mc_heap_shrink(mc_span_t *s, size_t new_pages);   /* in place; locks */
 size_t mc_heap_release_locked(size_t bytes, bool cache_only, size_t protect_cache_bytes);
 size_t mc_heap_backed_free_bytes(void);
 bool mc_heap_prefault_one_hugepage(void);          /* reservation: one more backed hp */
+/* background THP: collapses dense, resident huge pages for at most budget_us; returns
+ * the number collapsed (takes and drops the lock around each MADV_COLLAPSE) */
+unsigned mc_heap_collapse_pass(uint64_t budget_us, bool with_cache);
 void mc_heap_stats_locked(memcolo_stats_t *st);
 bool mc_heap_check_locked(void);                   /* invariant checker */
 
@@ -213,6 +250,7 @@ void mc_release_on_heap_change_locked(uint64_t now_ms); /* epoch tracking + peri
 void mc_release_tick_locked(uint64_t now_ms, size_t protect_bytes);
 void mc_release_stats_locked(memcolo_stats_t *st);
 size_t mc_release_peak_used_pages_locked(uint64_t now_ms);
+size_t mc_release_recent_peak_used_locked(void);
 uint64_t mc_now_ms(void);
 extern uint64_t mc_fake_now_ms; /* tests: nonzero replaces the clock */
 void mc_release_test_reset_locked(void);
@@ -222,21 +260,26 @@ uint64_t mc_now_us(void);
 uint64_t mc_now_ns(void);
 
 /* ---------------------------------------------------------------- central.c */
+extern unsigned mc_nshards;
 void mc_central_init(void);
-int mc_central_fetch(unsigned cls, void **out, int n);      /* >= 1, or 0 on OOM */
+/* up to n free objects of class cls from the shard (>= 1, or 0 on OOM) */
+int mc_central_fetch(unsigned shard, unsigned cls, void **out, int n);
+/* gives objects back, each to the shard of its span; checks each against the page map */
 void mc_central_return(unsigned cls, void **objs, int n);
 void mc_central_lock_all(void);
 void mc_central_unlock_all(void);
-bool mc_central_contains(unsigned cls, const void *p);      /* debug / double free search */
+bool mc_central_contains(unsigned cls, const void *p);      /* debug: in a transfer cache or free in its span */
 
 /* ---------------------------------------------------------------- tcache.c */
-typedef struct mc_bin_s { void *head; uint32_t count, max; } mc_bin_t;
+typedef struct mc_bin_s { uint32_t count, max; void **slots; } mc_bin_t;
 typedef struct mc_tcache_s {
   mc_bin_t bins[MC_CLASSES];
-  size_t bytes;
+  unsigned shard;
+  uint64_t slow_calls, large_allocs; /* telemetry, summed by memcolo_stats */
   struct mc_tcache_s *next_all, *prev_all;
 } mc_tcache_t;
 extern __thread mc_tcache_t *mc_tcache __attribute__((tls_model("initial-exec")));
+extern __thread int mc_tcache_dead __attribute__((tls_model("initial-exec")));
 mc_tcache_t *mc_tcache_get_slow(void);
 void *mc_tcache_refill(mc_tcache_t *tc, unsigned cls);
 void mc_tcache_overflow(mc_tcache_t *tc, unsigned cls);
@@ -246,15 +289,16 @@ size_t mc_tcache_count(void);
 bool mc_tcache_contains(mc_tcache_t *tc, unsigned cls, const void *p);
 
 /* ---------------------------------------------------------------- alloc.c */
-extern uintptr_t mc_cookie;
 void *mc_malloc_slow(size_t size);
 void *mc_alloc_aligned(size_t align, size_t size);
-void mc_free_slow(void *p, mc_span_t *s);
+void mc_free_slow(void *p, uintptr_t entry);
 size_t mc_usable_size(const void *p);
-extern uint64_t mc_stat_slow_calls, mc_stat_large_allocs;
+extern uint64_t mc_stat_slow_calls, mc_stat_large_allocs; /* of exited threads, and cacheless calls */
+void mc_tcache_sum_stats(uint64_t *slow_calls, uint64_t *large_allocs);
 
 /* ---------------------------------------------------------------- reserve.c (Hermes) */
 extern volatile int mc_reserve_on;
+extern volatile int mc_reserve_thread_running;
 extern uint64_t mc_demand_small_bytes, mc_demand_large_bytes, mc_demand_large_count;
 void *mc_pool_alloc(size_t pages);   /* NULL if the pool cannot serve */
 bool mc_pool_free(mc_span_t *s);     /* true if kept */
@@ -266,6 +310,8 @@ void mc_reserve_unlock(void);
 void mc_reserve_after_fork_child(void);
 size_t mc_pool_drain(void);
 void mc_reserve_suspend(uint64_t hold_ms);  /* off now, back on after hold_ms (top) */
+void mc_mgmt_maybe_start(void);             /* management thread without reservation */
+#define MC_MGMT_AUTOSTART_HP 4
 bool mc_reserve_suspended(void);
 
 /* ---------------------------------------------------------------- agent.c (M3 link) */

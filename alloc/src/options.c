@@ -20,7 +20,7 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
   [MC_OPT_T_SCHEDULE_S] = {"T_SCHEDULE_S", 300, "s, realized fragmentation window"},
   [MC_OPT_HP_CACHE_BYTES] = {"HP_CACHE", 16L << 20, "bytes of backed free huge pages kept"},
   [MC_OPT_TCACHE_BYTES] = {"TCACHE", 2L << 20, "bytes per thread cache"},
-  [MC_OPT_THP] = {"THP", 1, "1 = MADV_HUGEPAGE heap memory"},
+  [MC_OPT_THP] = {"THP", 1, "0 none, 1 THP by background MADV_COLLAPSE, 2 MADV_HUGEPAGE at mmap"},
   [MC_OPT_STATS] = {"STATS", 0, "1 = telemetry report on stderr at exit"},
   [MC_OPT_VERBOSE] = {"VERBOSE", 1, "1 = warnings on stderr"},
   [MC_OPT_AGENT] = {"AGENT", 1, "1 = register with the agent when a class is set"},

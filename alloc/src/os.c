@@ -1,9 +1,27 @@
-/* os.c — the OS layer: anonymous mappings aligned to 2 MiB huge pages, MADV_HUGEPAGE,
- * release (MADV_DONTNEED), pre-faulting (MADV_POPULATE_WRITE, Linux >= 5.14; falls back
- * to touching each page) and optional mlock. Failures of the optional calls degrade
- * to plain faulting with a single warning; only mmap failure is an error (NULL). */
+/* os.c — the OS layer: anonymous mappings aligned to 2 MiB huge pages, transparent
+ * huge pages (THP), release (MADV_DONTNEED), pre-faulting (MADV_POPULATE_WRITE, Linux >=
+ * 5.14; falls back to touching each page) and optional mlock. Failures of the optional
+ * calls degrade to plain faulting with a single warning; only mmap failure is an error.
+ *
+ * THP and the allocation path. A huge page faulted by the application costs the
+ * allocation the kernel's whole huge page allocation: zeroing 2 MiB and, with
+ * /sys/kernel/mm/transparent_hugepage/defrag at `madvise` (the common default) on a
+ * MADV_HUGEPAGE region, direct compaction; in a VM whose host takes back idle guest
+ * memory, also the host's faults on 2 MiB of fresh memory (milliseconds here). So in
+ * the default mode (MEMCOLO_THP=1, "background") heap memory is never MADV_HUGEPAGE on
+ * the allocation path: the application faults 4 KiB pages (or finds them pre-faulted
+ * by the reservation), and the management thread turns dense, resident huge pages into
+ * THPs with MADV_COLLAPSE (Linux >= 6.1), off every allocation's path. With THP
+ * `enabled` = always, heap memory is mapped MADV_NOHUGEPAGE (or the kernel would fault
+ * huge pages anyway) and a collapse flips the range to MADV_HUGEPAGE around the call.
+ * Where MADV_COLLAPSE is missing, memory is MADV_HUGEPAGE'd at mmap when `defrag` does
+ * not compact on faults (`defer`, `never`), and left to 4 KiB pages otherwise.
+ * MEMCOLO_THP=2 is the plain design (MADV_HUGEPAGE at mmap: huge pages at first touch,
+ * stalls included); 0 never asks for huge pages. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -12,10 +30,97 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
 
-static int mc_warned_thp, mc_warned_populate, mc_warned_mlock;
+static int mc_warned_thp, mc_warned_populate, mc_warned_mlock, mc_warned_collapse;
 static volatile int mc_populate_works = 1, mc_mlock_works = 1;
 static pthread_mutex_t mc_meta_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* what mappings get, decided once (mc_os_thp_init) */
+static int mc_thp_map_advice;       /* 0, MADV_HUGEPAGE or MADV_NOHUGEPAGE at mmap */
+static volatile int mc_thp_collapse; /* 1: the management thread collapses huge pages */
+static int mc_thp_flip;             /* collapse flips NOHUGEPAGE -> HUGEPAGE -> NOHUGEPAGE */
+static int mc_thp_fault_time;       /* huge pages come at first touch (intact == THP) */
+
+/* the [bracketed] word of a /sys/kernel/mm/transparent_hugepage file, or "" */
+static void read_thp_setting(const char *path, char *out, size_t cap) {
+  char buf[128];
+  out[0] = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return;
+  buf[n] = 0;
+  char *a = strchr(buf, '['), *b = a ? strchr(a, ']') : NULL;
+  if (a == NULL || b == NULL || (size_t)(b - a - 1) >= cap) return;
+  memcpy(out, a + 1, (size_t)(b - a - 1));
+  out[b - a - 1] = 0;
+}
+
+void mc_os_thp_init(void) {
+  char enabled[32], defrag[32];
+  read_thp_setting("/sys/kernel/mm/transparent_hugepage/enabled", enabled, sizeof(enabled));
+  read_thp_setting("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof(defrag));
+  long mode = MC_OPT(MC_OPT_THP);
+  if (mode == 0 || strcmp(enabled, "never") == 0 || enabled[0] == 0) {
+    /* no THP: with `always`, keep the kernel from faulting huge pages behind our back */
+    mc_thp_map_advice = strcmp(enabled, "always") == 0 ? MADV_NOHUGEPAGE : 0;
+    return;
+  }
+  if (mode == 2) {
+    mc_thp_map_advice = MADV_HUGEPAGE;
+    mc_thp_fault_time = 1;
+    return;
+  }
+  mc_thp_collapse = 1;
+  if (strcmp(enabled, "always") == 0) {
+    mc_thp_map_advice = MADV_NOHUGEPAGE;
+    mc_thp_flip = 1;
+  }
+  (void)defrag;
+}
+
+/* MADV_COLLAPSE failed with EINVAL: no such advice (Linux < 6.1) */
+static void collapse_unsupported(long err) {
+  char defrag[32];
+  mc_thp_collapse = 0;
+  read_thp_setting("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof(defrag));
+  if (strcmp(defrag, "defer") == 0 || strcmp(defrag, "never") == 0) {
+    /* faults do not compact: huge pages at first touch are cheap enough */
+    mc_thp_map_advice = MADV_HUGEPAGE;
+    mc_thp_fault_time = 1;
+    mc_os_warn_once(&mc_warned_collapse, "MADV_COLLAPSE not supported (Linux < 6.1); huge pages at first touch", err);
+  } else {
+    mc_os_warn_once(&mc_warned_collapse, "MADV_COLLAPSE not supported (Linux < 6.1) and THP faults would compact; no huge pages", err);
+  }
+}
+
+bool mc_os_thp_background(void) { return mc_thp_collapse; }
+bool mc_os_thp_at_fault(void) { return mc_thp_fault_time; }
+
+/* Makes the huge page at p (2 MiB-aligned) a THP; the range is populated as a whole.
+ * Blocks for the kernel's huge page allocation: call it from the management thread. */
+bool mc_os_collapse(void *p) {
+  if (!mc_thp_collapse) return false;
+  if (mc_thp_flip) madvise(p, MC_HUGE_SIZE, MADV_HUGEPAGE);
+  int rc = madvise(p, MC_HUGE_SIZE, MADV_COLLAPSE);
+  int err = rc != 0 ? errno : 0;
+  if (mc_thp_flip) madvise(p, MC_HUGE_SIZE, MADV_NOHUGEPAGE);
+  if (rc != 0 && err == EINVAL) collapse_unsupported(err);
+  return rc == 0;
+}
+
+/* resident 4 KiB pages of the huge page at p (mincore), 0 on error */
+unsigned mc_os_resident_pages(void *p) {
+  unsigned char vec[MC_HP_PAGES];
+  if (mincore(p, MC_HUGE_SIZE, vec) != 0) return 0;
+  unsigned n = 0;
+  for (unsigned i = 0; i < MC_HP_PAGES; i++) n += vec[i] & 1;
+  return n;
+}
 
 void mc_os_warn_once(int *flag, const char *msg, long err) {
   if (__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED)) return;
@@ -37,8 +142,8 @@ void *mc_os_map_huge(size_t bytes) {
   if (aligned > a) munmap(p, aligned - a);
   uintptr_t end = a + len, want_end = aligned + bytes;
   if (end > want_end) munmap((void *)want_end, end - want_end);
-  if (MC_OPT(MC_OPT_THP) && madvise((void *)aligned, bytes, MADV_HUGEPAGE) != 0) {
-    mc_os_warn_once(&mc_warned_thp, "MADV_HUGEPAGE failed (no THP?)", errno);
+  if (mc_thp_map_advice != 0 && madvise((void *)aligned, bytes, mc_thp_map_advice) != 0) {
+    mc_os_warn_once(&mc_warned_thp, "MADV_HUGEPAGE/NOHUGEPAGE failed (no THP?)", errno);
   }
   __atomic_fetch_add(&mc_heap.os_mmap_calls, 1, __ATOMIC_RELAXED);
   return (void *)aligned;
@@ -89,7 +194,7 @@ void *mc_os_remap(void *p, size_t old_bytes, size_t new_bytes) {
   if (aligned > a) munmap(hole, aligned - a);
   uintptr_t end = a + len, want_end = aligned + new_bytes;
   if (end > want_end) munmap((void *)want_end, end - want_end);
-  if (MC_OPT(MC_OPT_THP)) madvise(q, new_bytes, MADV_HUGEPAGE);
+  if (mc_thp_map_advice != 0) madvise(q, new_bytes, mc_thp_map_advice);
   return q;
 }
 

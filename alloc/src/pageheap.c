@@ -1,5 +1,6 @@
 /* pageheap.c — the huge-page-aware page heap (the TCMalloc design that ISMM'21 builds
- * on). Memory comes from the OS in 2 MiB-aligned huge pages (MADV_HUGEPAGE):
+ * on). Memory comes from the OS in 2 MiB-aligned huge pages (made THPs in the
+ * background, os.c):
  *   - the filler cuts spans of 1..MC_REGION_PAGES pages from partially used huge
  *     pages, choosing the huge page whose longest free run is the smallest that fits
  *     (so allocations pack onto the fullest huge pages and empty ones drain), intact
@@ -11,7 +12,10 @@
  *     pages of partially used huge pages (which breaks them). A broken huge page that
  *     becomes empty is released whole so that it is intact again when reused.
  * Per huge page, `used` and `released` bitmaps; `released` marks pages that are not
- * backed (never faulted since mapping/release). Every function here runs under
+ * backed (never faulted since mapping/release). Background THP: the management
+ * thread collapses dense, resident intact huge pages (mc_heap_collapse_pass); a huge
+ * page being collapsed is never released meanwhile, and subrelease or a whole release
+ * ends its THP state. Every function here runs under
  * mc_heap.lock unless it says it takes it. */
 #include <string.h>
 #include <sys/mman.h>
@@ -28,27 +32,35 @@ static inline bool bit_get(const uint64_t *b, unsigned i) { return (b[i >> 6] >>
 static inline void bit_set(uint64_t *b, unsigned i) { b[i >> 6] |= (uint64_t)1 << (i & 63); }
 static inline void bit_clr(uint64_t *b, unsigned i) { b[i >> 6] &= ~((uint64_t)1 << (i & 63)); }
 
+/* the first page >= i whose `used` bit is `want` (MC_HP_PAGES if none): word at a time */
+static inline unsigned hp_next(const mc_hugepage_t *hp, unsigned i, bool want) {
+  while (i < MC_HP_PAGES) {
+    uint64_t w = hp->used[i >> 6];
+    if (!want) w = ~w;
+    w &= ~(uint64_t)0 << (i & 63);
+    if (w != 0) return (i & ~63u) + (unsigned)__builtin_ctzll(w);
+    i = (i & ~63u) + 64;
+  }
+  return MC_HP_PAGES;
+}
+
+/* the longest run of free pages (one step per run, not per page) */
 static unsigned hp_longest_free(const mc_hugepage_t *hp) {
-  unsigned best = 0, run = 0;
-  for (unsigned w = 0; w < MC_HP_PAGES / 64; w++) {
-    uint64_t u = hp->used[w];
-    if (u == 0) { run += 64; if (run > best) best = run; continue; }
-    if (u == ~(uint64_t)0) { run = 0; continue; }
-    for (unsigned b = 0; b < 64; b++) {
-      if ((u >> b) & 1) run = 0;
-      else if (++run > best) best = run;
-    }
+  unsigned best = 0;
+  for (unsigned i = hp_next(hp, 0, false); i < MC_HP_PAGES;) {
+    unsigned end = hp_next(hp, i, true);
+    if (end - i > best) best = end - i;
+    i = hp_next(hp, end, false);
   }
   return best;
 }
 
 /* first run of n free pages, or -1 */
 static int hp_find_run(const mc_hugepage_t *hp, unsigned n) {
-  unsigned run = 0;
-  for (unsigned i = 0; i < MC_HP_PAGES; i++) {
-    if ((i & 63) == 0 && hp->used[i >> 6] == ~(uint64_t)0) { run = 0; i += 63; continue; }
-    if (bit_get(hp->used, i)) { run = 0; continue; }
-    if (++run == n) return (int)(i + 1 - n);
+  for (unsigned i = hp_next(hp, 0, false); i < MC_HP_PAGES;) {
+    unsigned end = hp_next(hp, i, true);
+    if (end - i >= n) return (int)i;
+    i = hp_next(hp, end, false);
   }
   return -1;
 }
@@ -113,6 +125,7 @@ static bool hp_mark_used(mc_hugepage_t *hp, unsigned first, unsigned n) {
   hp->used_pages = (uint16_t)(hp->used_pages + n);
   mc_heap.used_pages += n;
   if (!hp->broken) mc_heap.used_intact_pages += n;
+  if (hp->thp) mc_heap.used_thp_pages += n;
   return all_backed;
 }
 
@@ -122,6 +135,14 @@ static void hp_mark_free(mc_hugepage_t *hp, unsigned first, unsigned n) {
   mc_heap.used_pages -= n;
   mc_heap.free_backed_pages += n;
   if (!hp->broken) mc_heap.used_intact_pages -= n;
+  if (hp->thp) mc_heap.used_thp_pages -= n;
+}
+
+static void hp_lose_thp(mc_hugepage_t *hp) {
+  if (!hp->thp) return;
+  hp->thp = 0;
+  mc_heap.hugepages_thp--;
+  mc_heap.used_thp_pages -= hp->used_pages;
 }
 
 /* releases every backed free page of an empty huge page, making it intact again */
@@ -136,6 +157,8 @@ static void hp_release_whole(mc_hugepage_t *hp) {
   memset(hp->released, 0xff, sizeof(hp->released));
   hp->released_pages = MC_HP_PAGES;
   if (hp->broken) { hp->broken = 0; mc_heap.hugepages_broken--; }
+  hp_lose_thp(hp);
+  hp->dense_seen = 0;
 }
 
 static void cache_insert(mc_hugepage_t *hp) {
@@ -145,8 +168,14 @@ static void cache_insert(mc_hugepage_t *hp) {
     mc_heap.cache_released_n++;
     return;
   }
-  size_t limit = (size_t)MC_OPT(MC_OPT_HP_CACHE_BYTES) + mc_reserve_target_bytes();
-  if ((mc_heap.cache_backed_n + 1) * MC_HUGE_SIZE > limit) {
+  /* the limit: MEMCOLO_HP_CACHE, the reservation, and the demand that went away in the
+   * last second or two (TCMalloc's HugeCache sizes itself by recent demand too); the
+   * rest goes back to the OS at once. What stays is released by the periodic release
+   * (rate-limited, sparing the peak of Delta) or on the agent's notifications. */
+  size_t recent = mc_release_recent_peak_used_locked();
+  size_t fluct = recent > mc_heap.used_pages ? (recent - mc_heap.used_pages) << MC_PAGE_SHIFT : 0;
+  size_t limit = (size_t)MC_OPT(MC_OPT_HP_CACHE_BYTES) + mc_reserve_target_bytes() + fluct;
+  if ((mc_heap.cache_backed_n + 1) * MC_HUGE_SIZE > limit && !hp->collapsing) {
     hp_release_whole(hp);
     list_push(&mc_heap.cache_released, hp);
     mc_heap.cache_released_n++;
@@ -165,7 +194,7 @@ static void cache_remove(mc_hugepage_t *hp) {
 /* puts a huge page whose use changed back where it belongs */
 static void hp_place(mc_hugepage_t *hp) {
   if (hp->used_pages == 0) {
-    if (hp->broken) hp_release_whole(hp);
+    if (hp->broken && !hp->collapsing) hp_release_whole(hp);
     cache_insert(hp);
   } else {
     filler_insert(hp);
@@ -253,8 +282,7 @@ static mc_span_t *region_alloc(size_t pages) {
 #define MC_HEAP_CHECK() do { } while (0)
 #endif
 
-mc_span_t *mc_heap_alloc(size_t pages, size_t kind, bool for_reserve) {
-  (void)for_reserve;
+mc_span_t *mc_heap_alloc(size_t pages, size_t kind, unsigned tag) {
   pthread_mutex_lock(&mc_heap.lock);
   mc_span_t *s;
   if (pages > MC_REGION_PAGES) {
@@ -287,6 +315,10 @@ mc_span_t *mc_heap_alloc(size_t pages, size_t kind, bool for_reserve) {
   }
   if (s) {
     s->kind = (uint8_t)(pages > MC_REGION_PAGES ? MC_SPAN_REGION : kind);
+    if (s->kind == MC_SPAN_SMALL) {
+      s->sclass = (uint8_t)(tag & 0xff);
+      s->shard = (uint8_t)(tag >> 8);
+    }
     if (s->kind == MC_SPAN_SMALL && !mc_pagemap_set_span(s)) {
       /* metadata exhausted: give the pages back */
       pthread_mutex_unlock(&mc_heap.lock);
@@ -297,7 +329,9 @@ mc_span_t *mc_heap_alloc(size_t pages, size_t kind, bool for_reserve) {
     mc_release_on_heap_change_locked(mc_now_ms());
   }
   MC_HEAP_CHECK();
+  bool start_mgmt = mc_heap.hugepages >= MC_MGMT_AUTOSTART_HP;
   pthread_mutex_unlock(&mc_heap.lock);
+  if (mc_unlikely(start_mgmt && !mc_reserve_thread_running)) mc_mgmt_maybe_start();
   return s;
 }
 
@@ -435,6 +469,7 @@ static size_t subrelease_hp(mc_hugepage_t *hp, size_t want_pages) {
       mc_heap.hugepages_broken++;
       mc_heap.used_intact_pages -= hp->used_pages;
     }
+    hp_lose_thp(hp);
   }
   return done;
 }
@@ -454,8 +489,10 @@ size_t mc_heap_release_locked(size_t bytes, bool cache_only, size_t protect_cach
     mc_os_unmap((void *)r->start, (size_t)r->pages << MC_PAGE_SHIFT);
     mc_meta_span_free(r);
   }
-  while (done < want && mc_heap.cache_backed.head && mc_heap.cache_backed_n > protect_hp) {
-    mc_hugepage_t *hp = mc_heap.cache_backed.head;
+  for (mc_hugepage_t *next_hp = mc_heap.cache_backed.head; done < want && next_hp && mc_heap.cache_backed_n > protect_hp;) {
+    mc_hugepage_t *hp = next_hp;
+    next_hp = hp->next;
+    if (hp->collapsing) continue;
     cache_remove(hp);
     size_t backed = MC_HP_PAGES - hp->released_pages;
     hp_release_whole(hp);
@@ -470,7 +507,7 @@ size_t mc_heap_release_locked(size_t bytes, bool cache_only, size_t protect_cach
         mc_hugepage_t *hp = bins[b].head;
         while (hp && done < want) {
           mc_hugepage_t *next = hp->next;
-          if (MC_HP_PAGES - hp->used_pages - hp->released_pages > 0) {
+          if (MC_HP_PAGES - hp->used_pages - hp->released_pages > 0 && !hp->collapsing) {
             filler_remove(hp);
             done += subrelease_hp(hp, want - done);
             hp_place(hp);
@@ -526,6 +563,66 @@ bool mc_heap_prefault_one_hugepage(void) {
   return true;
 }
 
+/* ------------------------------------------------------------ background THP */
+/* A candidate: intact, not yet a THP, at least half used, seen dense by the previous
+ * pass too (so short-lived spikes are not collapsed); with with_cache, also a fully
+ * backed free huge page of the cache (the reservation's pre-faulted pages). */
+static mc_hugepage_t *collapse_candidate(bool with_cache) {
+  for (unsigned b = 0; b <= MC_HP_PAGES; b++) {
+    for (mc_hugepage_t *hp = mc_heap.filler[b].head; hp; hp = hp->next) {
+      if (hp->thp || hp->collapsing || hp->used_pages < MC_HP_PAGES / 2) continue;
+      if (!hp->dense_seen) { hp->dense_seen = 1; continue; }
+      return hp;
+    }
+  }
+  if (with_cache) {
+    for (mc_hugepage_t *hp = mc_heap.cache_backed.head; hp; hp = hp->next) {
+      if (!hp->thp && !hp->collapsing && hp->released_pages == 0) return hp;
+    }
+  }
+  return NULL;
+}
+
+unsigned mc_heap_collapse_pass(uint64_t budget_us, bool with_cache) {
+  if (!mc_os_thp_background()) return 0;
+  uint64_t t0 = mc_now_us();
+  unsigned done = 0, tries = 0;
+  while (tries++ < 64 && mc_now_us() - t0 < budget_us) {
+    pthread_mutex_lock(&mc_heap.lock);
+    mc_hugepage_t *hp = collapse_candidate(with_cache);
+    if (hp) hp->collapsing = 1;
+    pthread_mutex_unlock(&mc_heap.lock);
+    if (hp == NULL) break;
+    /* only memory already resident: a collapse must not raise RSS by more than 1/8 */
+    bool ok = mc_os_resident_pages((void *)hp->base) >= MC_HP_PAGES - MC_HP_PAGES / 8 &&
+              mc_os_collapse((void *)hp->base);
+    pthread_mutex_lock(&mc_heap.lock);
+    hp->collapsing = 0;
+    hp->dense_seen = 0;
+    if (ok && !hp->broken && !hp->thp) {
+      bool in_cache = hp->where == MC_HP_CACHE;
+      if (in_cache) cache_remove(hp);
+      /* the collapse backed every page of the range */
+      size_t rel = hp->released_pages;
+      memset(hp->released, 0, sizeof(hp->released));
+      hp->released_pages = 0;
+      mc_heap.released_pages -= rel;
+      mc_heap.free_backed_pages += rel;
+      hp->thp = 1;
+      mc_heap.hugepages_thp++;
+      mc_heap.used_thp_pages += hp->used_pages;
+      if (in_cache) cache_insert(hp);
+      done++;
+    } else if (hp->where == MC_HP_CACHE && hp->used_pages == 0) {
+      /* emptied meanwhile, its release was deferred: let the cache limit apply */
+      cache_remove(hp);
+      cache_insert(hp);
+    }
+    pthread_mutex_unlock(&mc_heap.lock);
+  }
+  return done;
+}
+
 void mc_heap_stats_locked(memcolo_stats_t *st) {
   st->used_bytes = (uint64_t)mc_heap.used_pages << MC_PAGE_SHIFT;
   st->free_backed_bytes = (uint64_t)mc_heap.free_backed_pages << MC_PAGE_SHIFT;
@@ -534,6 +631,10 @@ void mc_heap_stats_locked(memcolo_stats_t *st) {
   st->hugepages_total = mc_heap.hugepages;
   st->hugepages_broken = mc_heap.hugepages_broken;
   st->hugepage_coverage = mc_heap.used_pages ? (double)mc_heap.used_intact_pages / (double)mc_heap.used_pages : 1.0;
+  st->hugepages_thp = mc_os_thp_at_fault() ? mc_heap.hugepages - mc_heap.hugepages_broken : mc_heap.hugepages_thp;
+  size_t filler_used = mc_heap.used_pages - mc_heap.region_pages;
+  size_t thp_used = mc_os_thp_at_fault() ? mc_heap.used_intact_pages - mc_heap.region_pages : mc_heap.used_thp_pages;
+  st->thp_coverage = filler_used ? (double)thp_used / (double)filler_used : 0.0;
   st->released_total_bytes = mc_heap.released_total_pages << MC_PAGE_SHIFT;
   st->subreleased_bytes = mc_heap.subreleased_pages << MC_PAGE_SHIFT;
   st->average_fragmentation_bytes = st->free_backed_bytes;
@@ -550,7 +651,10 @@ static size_t popcount_bits(const uint64_t *b) {
   return n;
 }
 
+static size_t chk_thp, chk_thp_used;
 static bool check_hp(const mc_hugepage_t *hp, size_t *used, size_t *free_backed, size_t *released, size_t *intact) {
+  if (hp->thp) { chk_thp++; chk_thp_used += hp->used_pages; }
+  if (hp->thp && hp->broken) { mc_warn("invariant: a broken huge page is marked THP"); return false; }
   if (popcount_bits(hp->used) != hp->used_pages || popcount_bits(hp->released) != hp->released_pages) {
     mc_warn("invariant: huge page counters differ from its bitmaps");
     return false;
@@ -567,6 +671,7 @@ static bool check_hp(const mc_hugepage_t *hp, size_t *used, size_t *free_backed,
 
 bool mc_heap_check_locked(void) {
   size_t used = 0, fb = 0, rel = 0, intact = 0, nbroken = 0;
+  chk_thp = chk_thp_used = 0;
   for (unsigned b = 0; b <= MC_HP_PAGES; b++) {
     for (int pass = 0; pass < 2; pass++) {
       for (mc_hugepage_t *hp = (pass ? mc_heap.filler_broken : mc_heap.filler)[b].head; hp; hp = hp->next) {
@@ -591,7 +696,8 @@ bool mc_heap_check_locked(void) {
   intact += mc_heap.region_pages;
   /* huge pages being pre-faulted (BUSY) are counted as released */
   if (used != mc_heap.used_pages || fb != mc_heap.free_backed_pages || rel > mc_heap.released_pages ||
-      intact != mc_heap.used_intact_pages || nbroken != mc_heap.hugepages_broken) {
+      intact != mc_heap.used_intact_pages || nbroken != mc_heap.hugepages_broken ||
+      chk_thp != mc_heap.hugepages_thp || chk_thp_used != mc_heap.used_thp_pages) {
     mc_warn("invariant: page heap totals differ from the sum over huge pages");
     return false;
   }

@@ -1,27 +1,34 @@
 /* pagemap.c — the page map from 4 KiB page number to span (two-level radix over the
  * 48-bit address space: 2^18 roots of 2^18 entries; a 2 MiB leaf is mapped on first
  * use and only its touched pages become resident), and the metadata free lists of span
- * and huge page descriptors. Small spans have every page in the map (objects lie
- * anywhere in them); large blocks have their first page and, for aligned blocks, the
- * page of the returned pointer. All writers hold the heap lock; readers (free) read
- * entries of spans they own. */
+ * and huge page descriptors. An entry is the span's address (64-byte aligned) with the
+ * size class in bits 0-5 for small spans (0 otherwise) and the span's shard in bits
+ * 48-55, so that free() learns the class and the shard without reading the span.
+ * Small spans have every page in the map (objects lie anywhere in them); large blocks
+ * have their first page and, for aligned blocks, the page of the returned pointer. All
+ * writers hold the heap lock; readers (free) read entries of spans they own. */
 #include <string.h>
 
 #include "internal.h"
 
-mc_span_t **mc_pagemap_root[1 << 18];
+uintptr_t *mc_pagemap_root[1 << 18];
 
 bool mc_pagemap_set(uintptr_t page_addr, mc_span_t *s) {
   uintptr_t a = page_addr >> MC_PAGE_SHIFT;
   if (a >> 36) return false;
-  mc_span_t **leaf = mc_pagemap_root[a >> 18];
+  uintptr_t *leaf = mc_pagemap_root[a >> 18];
   if (leaf == NULL) {
     if (s == NULL) return true;
-    leaf = (mc_span_t **)mc_os_meta_alloc(sizeof(mc_span_t *) << 18);
+    leaf = (uintptr_t *)mc_os_meta_alloc(sizeof(uintptr_t) << 18);
     if (leaf == NULL) return false;
     __atomic_store_n(&mc_pagemap_root[a >> 18], leaf, __ATOMIC_RELEASE);
   }
-  __atomic_store_n(&leaf[a & ((1u << 18) - 1)], s, __ATOMIC_RELEASE);
+  uintptr_t e = 0;
+  if (s != NULL) {
+    e = (uintptr_t)s;
+    if (s->kind == MC_SPAN_SMALL) e |= (uintptr_t)s->sclass | ((uintptr_t)s->shard << MC_PM_SHARD_SHIFT);
+  }
+  __atomic_store_n(&leaf[a & ((1u << 18) - 1)], e, __ATOMIC_RELEASE);
   return true;
 }
 

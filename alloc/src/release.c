@@ -115,6 +115,20 @@ void mc_release_on_heap_change_locked(uint64_t now_ms) {
   if (!mc_reserve_thread_running && now_ms - mc_last_release_ms >= 1000) mc_release_tick_locked(now_ms, 0);
 }
 
+/* The peak of used pages over the current and the previous 1 s epoch: demand that
+ * went away this recently is likely to come back (the huge page cache keeps it). */
+size_t mc_release_recent_peak_used_locked(void) {
+  size_t peak = mc_heap.used_pages;
+  if (mc_epoch_count == 0) return peak;
+  size_t m = epoch_at(mc_epoch_cur)->max_used;
+  if (m > peak) peak = m;
+  if (mc_epoch_cur > 0) {
+    m = epoch_at(mc_epoch_cur - 1)->max_used;
+    if (m > peak) peak = m;
+  }
+  return peak;
+}
+
 size_t mc_release_peak_used_pages_locked(uint64_t now_ms) {
   epoch_advance(now_ms);
   uint64_t delta = (uint64_t)MC_OPT(MC_OPT_SKIP_SUBRELEASE_S);

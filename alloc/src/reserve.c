@@ -9,7 +9,10 @@
  *   3. Algorithm 2: keeps a segregated pool of pre-faulted large blocks (>= 128 KiB,
  *      bucket = MIN(size / 128 KiB, 8), formula (1)) at RSV_FACTOR x large demand in
  *      blocks of the recent average large request, trimming above TRIM_THR;
- *   4. once a second: the periodic release (release.c) sparing the reservation.
+ *   4. once a second: the periodic release (release.c) sparing the reservation, and
+ *      background THP (collapsing dense huge pages, pageheap.c) when idle.
+ * The same thread runs without the reservation (class be, elastic, none) once the heap
+ * holds MC_MGMT_AUTOSTART_HP huge pages, waking every 50 ms for step 4 only.
  * A `top` notification (agent.c) suspends the reservation for MEMCOLO_TOP_HOLD_S.
  * Pre-faulting uses MADV_POPULATE_WRITE (mlock with MEMCOLO_MLOCK=1), outside every
  * lock. Large requests take a pooled block (best fit in their bucket, then the next
@@ -157,16 +160,19 @@ static void *mc_reserve_main(void *arg) {
   double avg_large_bytes = 0;
   uint64_t last_second_ms = mc_now_ms(), large_idle_intervals = 1u << 30;
   struct timespec ts = {.tv_sec = (time_t)(interval_us / 1000000u), .tv_nsec = (long)(interval_us % 1000000u) * 1000};
+  struct timespec idle = {0, 50 * 1000 * 1000}; /* without reservation: periodic work only */
+  size_t demand_last_interval = 0;
   while (mc_reserve_thread_running) {
     uint64_t resume = __atomic_load_n(&mc_resume_at_ms, __ATOMIC_ACQUIRE);
     if (resume != 0 && mc_now_ms() >= resume &&
         __atomic_compare_exchange_n(&mc_resume_at_ms, &resume, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
       mc_reserve_on = 1; /* the hold after a `top` notification is over */
     }
-    if (!mc_reserve_on) { nanosleep(&ts, NULL); goto periodic; }
+    if (!mc_reserve_on) { nanosleep(mc_resume_at_ms ? &ts : &idle, NULL); goto periodic; }
     size_t small = __atomic_exchange_n(&mc_demand_small_bytes, 0, __ATOMIC_RELAXED);
     size_t large = __atomic_exchange_n(&mc_demand_large_bytes, 0, __ATOMIC_RELAXED);
     size_t nlarge = __atomic_exchange_n(&mc_demand_large_count, 0, __ATOMIC_RELAXED);
+    demand_last_interval = small + large;
     if (nlarge) {
       double avg = (double)large / (double)nlarge;
       avg_large_bytes = avg_large_bytes == 0 ? avg : 0.5 * avg_large_bytes + 0.5 * avg;
@@ -199,7 +205,7 @@ static void *mc_reserve_main(void *arg) {
     if (block_pages > 0 && block_pages <= MC_REGION_PAGES && ((block_pages << MC_PAGE_SHIFT) >= MC_POOL_MIN_BYTES)) {
       guard = 256;
       while (mc_reserve_on && __atomic_load_n(&mc_pool_total_bytes, __ATOMIC_RELAXED) < pool_target && guard-- > 0) {
-        mc_span_t *s = mc_heap_alloc(block_pages, MC_SPAN_LARGE, true);
+        mc_span_t *s = mc_heap_alloc(block_pages, MC_SPAN_LARGE, 0);
         if (s == NULL) break;
         mc_pagemap_set(s->start, NULL);
         mc_os_populate((void *)s->start, block_pages << MC_PAGE_SHIFT);
@@ -221,17 +227,40 @@ static void *mc_reserve_main(void *arg) {
       pthread_mutex_lock(&mc_heap.lock);
       mc_release_tick_locked(now, mc_reserve_target_bytes() + mc_pool_total_bytes);
       pthread_mutex_unlock(&mc_heap.lock);
+      /* background THP (os.c): collapse dense huge pages, never while the reservation
+       * is serving demand (it must keep up, and a collapse holds the mmap lock) */
+      if (!mc_reserve_on) mc_heap_collapse_pass(20000, false);
+      else if (demand_last_interval == 0 && mc_heap_backed_free_bytes() >= mc_reserve_target_bytes())
+        mc_heap_collapse_pass(10000, true);
     }
   }
   return NULL;
 }
 
+/* Starts the management thread (once); false if it could not start. */
+static volatile int mc_mgmt_no_autostart;
+static bool mc_mgmt_start(void) {
+  if (__atomic_exchange_n(&mc_reserve_thread_running, 1, __ATOMIC_ACQ_REL)) return true;
+  if (!mc_thread_start(mc_reserve_main, 256 << 10)) {
+    mc_reserve_thread_running = 0;
+    return false;
+  }
+  return true;
+}
+
+/* Without the reservation, the management thread is started once the heap holds a few
+ * huge pages, for the periodic release and background THP (small processes never
+ * start it; a forked child never does by itself). */
+void mc_mgmt_maybe_start(void) {
+  if (mc_reserve_thread_running || mc_mgmt_no_autostart) return;
+  if (!mc_os_thp_background()) return;
+  if (!mc_mgmt_start()) mc_mgmt_no_autostart = 1;
+}
+
 void mc_reserve_start(void) {
   mc_ensure_init();
   mc_reserve_on = 1;
-  if (__atomic_exchange_n(&mc_reserve_thread_running, 1, __ATOMIC_ACQ_REL)) return;
-  if (!mc_thread_start(mc_reserve_main, 256 << 10)) {
-    mc_reserve_thread_running = 0;
+  if (!mc_mgmt_start()) {
     mc_reserve_on = 0;
     mc_warn("could not start the reservation thread; running without reservation");
   }
@@ -253,6 +282,7 @@ void mc_reserve_after_fork_child(void) {
   mc_reserve_thread_running = 0;
   mc_reserve_on = 0;
   mc_resume_at_ms = 0;
+  mc_mgmt_no_autostart = 1;
   pthread_mutex_init(&mc_pool_lock, NULL);
 }
 

@@ -1,13 +1,17 @@
 /* sizeclass.c — size classes: 16..128 B in steps of 16, then four classes per
  * doubling up to 32 KiB (the mimalloc/TCMalloc spacing; internal waste <= 25 %).
- * Each class has a span length in pages (>= 8 objects, tail waste <= 1/8 of the
- * span) and a batch size for moves between thread caches and the central lists
- * (TCMalloc num_objects_to_move: 64 KiB worth, 2..32 objects). */
+ * Each class has a span length in pages (>= 8 objects, at most MC_SPAN_MAX_OBJECTS,
+ * tail waste <= 1/8 of the span), a batch size for moves between thread caches and
+ * the central lists (TCMalloc num_objects_to_move: 64 KiB worth, 2..32 objects), the
+ * capacity of its thread cache array (a quarter of MEMCOLO_TCACHE's bytes, 2 batches
+ * .. 512 objects) and the reciprocal that turns an offset into an object index. */
 #include "internal.h"
 
 uint32_t mc_class_size[MC_CLASSES];
+uint32_t mc_class_recip[MC_CLASSES];
 uint16_t mc_class_pages[MC_CLASSES];
 uint16_t mc_class_batch[MC_CLASSES];
+uint16_t mc_class_tcap[MC_CLASSES];
 uint8_t mc_class_small_idx[(1024 >> 4) + 1];
 uint8_t mc_class_large_idx[(MC_SMALL_MAX >> 7) + 1];
 
@@ -22,13 +26,18 @@ void mc_sizeclass_init(void) {
     uint32_t sz = mc_class_size[i];
     size_t pages = (sz * 8 + MC_PAGE_SIZE - 1) / MC_PAGE_SIZE;
     if (pages < 1) pages = 1;
-    if (sz <= 1024 && pages < 2) pages = 2; /* fewer span turns for tiny objects */
+    if (sz <= 1024 && pages < 2 && 2 * MC_PAGE_SIZE / sz <= MC_SPAN_MAX_OBJECTS) pages = 2; /* fewer span turns */
     while (((pages * MC_PAGE_SIZE) % sz) > (pages * MC_PAGE_SIZE) / 8) pages++;
     mc_class_pages[i] = (uint16_t)pages;
+    mc_class_recip[i] = (uint32_t)((((uint64_t)1 << 32) + sz - 1) / sz);
     uint32_t batch = (uint32_t)(65536 / sz);
     if (batch < 2) batch = 2;
     if (batch > 32) batch = 32;
     mc_class_batch[i] = (uint16_t)batch;
+    size_t cap = (size_t)MC_OPT(MC_OPT_TCACHE_BYTES) / 4 / sz;
+    if (cap > 512) cap = 512;
+    if (cap < 2 * (size_t)batch) cap = 2 * (size_t)batch;
+    mc_class_tcap[i] = (uint16_t)cap;
   }
   unsigned cls = 1;
   for (size_t i = 0; i <= (1024 >> 4); i++) {

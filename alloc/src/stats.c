@@ -30,8 +30,10 @@ MC_EXPORT int memcolo_stats(memcolo_stats_t *out) {
   mc_release_stats_locked(out);
   pthread_mutex_unlock(&mc_heap.lock);
   mc_reserve_stats(out);
-  out->malloc_calls_slow = __atomic_load_n(&mc_stat_slow_calls, __ATOMIC_RELAXED);
-  out->large_allocs = __atomic_load_n(&mc_stat_large_allocs, __ATOMIC_RELAXED);
+  uint64_t slow, large;
+  mc_tcache_sum_stats(&slow, &large);
+  out->malloc_calls_slow = slow;
+  out->large_allocs = large;
   out->threads_active = mc_tcache_count();
   mc_agent_stats(out);
   return 0;
@@ -55,6 +57,22 @@ static char *put_kv(char *b, const char *key, uint64_t v) {
   b = put(b, key);
   b = put(b, "\":");
   b = mc_fmt_u64(b, v);
+  *b++ = ',';
+  return b;
+}
+
+/* a share in 0..1 as a decimal with 6 digits */
+static char *put_share(char *b, const char *key, double v) {
+  double c = v < 0 ? 0 : (v > 1 ? 1 : v);
+  uint64_t ppm = (uint64_t)(c * 1e6 + 0.5);
+  *b++ = '"';
+  b = put(b, key);
+  b = put(b, "\":");
+  b = mc_fmt_u64(b, ppm / 1000000u);
+  *b++ = '.';
+  char frac[24];
+  mc_fmt_u64(frac, ppm % 1000000u + 1000000u); /* leading zeros: "1xxxxxx" */
+  b = put(b, frac + 1);
   *b++ = ',';
   return b;
 }
@@ -133,16 +151,9 @@ void mc_agent_stats_publish(bool force) {
   b = put_kv(b, "released_bytes", st.released_bytes);
   b = put_kv(b, "hugepages_total", st.hugepages_total);
   b = put_kv(b, "hugepages_broken", st.hugepages_broken);
-  /* coverage as a decimal with 6 digits */
-  double c = st.hugepage_coverage < 0 ? 0 : (st.hugepage_coverage > 1 ? 1 : st.hugepage_coverage);
-  uint64_t ppm = (uint64_t)(c * 1e6 + 0.5);
-  b = put(b, "\"hugepage_coverage\":");
-  b = mc_fmt_u64(b, ppm / 1000000u);
-  *b++ = '.';
-  char frac[24];
-  mc_fmt_u64(frac, ppm % 1000000u + 1000000u); /* leading zeros: "1xxxxxx" */
-  b = put(b, frac + 1);
-  *b++ = ',';
+  b = put_share(b, "hugepage_coverage", st.hugepage_coverage);
+  b = put_kv(b, "hugepages_thp", st.hugepages_thp);
+  b = put_share(b, "thp_coverage", st.thp_coverage);
   b = put_kv(b, "released_total_bytes", st.released_total_bytes);
   b = put_kv(b, "subreleased_bytes", st.subreleased_bytes);
   b = put_kv(b, "realized_fragmentation_bytes", st.realized_fragmentation_bytes);
@@ -224,6 +235,8 @@ MC_EXPORT void memcolo_stats_print(int fd) {
   line(fd, "  hugepages", st.hugepages_total, NULL);
   line(fd, "  hugepages_broken", st.hugepages_broken, NULL);
   line(fd, "  hugepage_coverage_permille", (uint64_t)(st.hugepage_coverage * 1000.0 + 0.5), NULL);
+  line(fd, "  hugepages_thp", st.hugepages_thp, NULL);
+  line(fd, "  thp_coverage_permille", (uint64_t)(st.thp_coverage * 1000.0 + 0.5), NULL);
   line(fd, "  realized_fragmentation", st.realized_fragmentation_bytes >> 10, "KiB");
   line(fd, "  released_total", st.released_total_bytes >> 10, "KiB");
   line(fd, "  subreleased", st.subreleased_bytes >> 10, "KiB");

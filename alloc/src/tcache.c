@@ -1,42 +1,41 @@
-/* tcache.c — per-thread caches: per size class a singly linked list of free objects
- * with a length bound that grows by one batch on each underflow (TCMalloc's slow
- * start) up to MEMCOLO_TCACHE bytes' worth; an overflow returns one batch to the
- * central list; a thread over its byte budget returns half of every list. Thread exit
- * (pthread key destructor) returns everything; caches are recycled. */
+/* tcache.c — per-thread caches: per size class an array (a stack) of free objects, so
+ * that malloc pops and free pushes a pointer without touching the object (jemalloc's
+ * tcache bins, TCMalloc's per-CPU slabs). A list's bound starts at one batch and grows
+ * by one batch on each underflow (TCMalloc's slow start) up to the class's capacity
+ * (mc_class_tcap: a quarter of MEMCOLO_TCACHE's bytes); an overflow returns the oldest
+ * batch to the central lists; a thread over its byte budget returns half of every
+ * list. Each thread is given a central shard (round robin). Thread exit (pthread key
+ * destructor) returns everything; caches and their arrays are recycled. */
 #include <string.h>
 
 #include "internal.h"
 
 __thread mc_tcache_t *mc_tcache __attribute__((tls_model("initial-exec")));
+__thread int mc_tcache_dead __attribute__((tls_model("initial-exec"))); /* its cache was destroyed */
 static pthread_key_t mc_tcache_key;
 static mc_tcache_t *mc_tcache_all, *mc_tcache_free;
 static size_t mc_tcache_live;
+static unsigned mc_tcache_next_shard;
 
-static void mc_tcache_flush_bin(mc_tcache_t *tc, unsigned cls, uint32_t keep) {
+/* returns the `n` oldest objects of a list (the bottom of the stack) to the central lists */
+static void mc_tcache_flush_oldest(mc_tcache_t *tc, unsigned cls, uint32_t n) {
   mc_bin_t *b = &tc->bins[cls];
-  void *batch[64];
-  while (b->count > keep) {
-    int n = 0;
-    while (n < 64 && b->count > keep) {
-      void *p = b->head;
-      mc_span_t *s = mc_pagemap_get(p);
-      if (p == NULL || s == NULL || s->kind != MC_SPAN_SMALL || s->sclass != cls) {
-        mc_fatal("corrupted thread cache free list: entry ", p, (long)cls, "a free object of this size class");
-      }
-      b->head = *(void **)p;
-      b->count--;
-      batch[n++] = p;
-    }
-    mc_central_return(cls, batch, n);
-  }
+  if (n > b->count) n = b->count;
+  if (n == 0) return;
+  mc_central_return(cls, b->slots, (int)n);
+  memmove(b->slots, b->slots + n, (size_t)(b->count - n) * sizeof(void *));
+  b->count -= n;
 }
 
 static void mc_tcache_destroy(void *arg) {
   mc_tcache_t *tc = (mc_tcache_t *)arg;
   if (tc == NULL) return;
-  for (unsigned c = 1; c < MC_CLASSES; c++) mc_tcache_flush_bin(tc, c, 0);
+  for (unsigned c = 1; c < MC_CLASSES; c++) mc_tcache_flush_oldest(tc, c, tc->bins[c].count);
   mc_tcache = NULL;
+  mc_tcache_dead = 1;
   pthread_mutex_lock(&mc_heap.lock);
+  mc_stat_slow_calls += tc->slow_calls;
+  mc_stat_large_allocs += tc->large_allocs;
   if (tc->prev_all) tc->prev_all->next_all = tc->next_all; else mc_tcache_all = tc->next_all;
   if (tc->next_all) tc->next_all->prev_all = tc->prev_all;
   tc->next_all = mc_tcache_free;
@@ -47,16 +46,36 @@ static void mc_tcache_destroy(void *arg) {
 
 void mc_tcache_init(void) { pthread_key_create(&mc_tcache_key, mc_tcache_destroy); }
 
+/* a new cache record with its arrays (metadata memory, only touched slots resident) */
+static mc_tcache_t *mc_tcache_new(void) {
+  size_t slots = 0;
+  for (unsigned c = 1; c < MC_CLASSES; c++) slots += mc_class_tcap[c];
+  mc_tcache_t *tc = (mc_tcache_t *)mc_os_meta_alloc(sizeof(mc_tcache_t) + slots * sizeof(void *));
+  if (tc == NULL) return NULL;
+  void **arr = (void **)(tc + 1);
+  for (unsigned c = 1; c < MC_CLASSES; c++) {
+    tc->bins[c].slots = arr;
+    arr += mc_class_tcap[c];
+  }
+  return tc;
+}
+
 mc_tcache_t *mc_tcache_get_slow(void) {
   mc_ensure_init();
   if (mc_tcache) return mc_tcache;
+  if (mc_tcache_dead) return NULL; /* malloc/free from later TLS destructors: go central */
   pthread_mutex_lock(&mc_heap.lock);
   mc_tcache_t *tc = mc_tcache_free;
   if (tc) mc_tcache_free = tc->next_all;
-  else tc = (mc_tcache_t *)mc_os_meta_alloc(sizeof(mc_tcache_t));
+  else tc = mc_tcache_new();
   if (tc) {
-    memset(tc, 0, sizeof(*tc));
-    for (unsigned c = 1; c < MC_CLASSES; c++) tc->bins[c].max = mc_class_batch[c];
+    for (unsigned c = 1; c < MC_CLASSES; c++) {
+      tc->bins[c].count = 0;
+      tc->bins[c].max = mc_class_batch[c];
+    }
+    tc->shard = mc_tcache_next_shard++ % mc_nshards;
+    tc->slow_calls = tc->large_allocs = 0;
+    tc->prev_all = NULL;
     tc->next_all = mc_tcache_all;
     if (mc_tcache_all) mc_tcache_all->prev_all = tc;
     mc_tcache_all = tc;
@@ -69,34 +88,27 @@ mc_tcache_t *mc_tcache_get_slow(void) {
   return tc;
 }
 
+/* an empty list: one batch from the central lists; returns one object, NULL on OOM */
 void *mc_tcache_refill(mc_tcache_t *tc, unsigned cls) {
   mc_bin_t *b = &tc->bins[cls];
   uint32_t batch = mc_class_batch[cls];
-  void *objs[32];
-  int n = mc_central_fetch(cls, objs, (int)batch);
+  int n = mc_central_fetch(tc->shard, cls, b->slots + b->count, (int)batch);
   if (n == 0) return NULL;
-  for (int i = n - 1; i >= 1; i--) {
-    *(void **)objs[i] = b->head;
-    b->head = objs[i];
-  }
-  b->count += (uint32_t)(n - 1);
+  b->count += (uint32_t)n;
   /* slow start: a class that keeps missing may cache more */
-  uint32_t limit = (uint32_t)((size_t)MC_OPT(MC_OPT_TCACHE_BYTES) / 4 / mc_class_size[cls]);
-  if (limit < batch) limit = batch;
-  if (b->max < limit) b->max += batch;
-  return objs[0];
+  if (b->max + batch <= mc_class_tcap[cls]) b->max += batch;
+  return b->slots[--b->count];
 }
 
+/* a full list (count == max): the oldest batch goes; over the byte budget, half of all */
 void mc_tcache_overflow(mc_tcache_t *tc, unsigned cls) {
-  mc_bin_t *b = &tc->bins[cls];
-  uint32_t batch = mc_class_batch[cls];
-  mc_tcache_flush_bin(tc, cls, b->count > batch ? b->count - batch : 0);
+  mc_tcache_flush_oldest(tc, cls, mc_class_batch[cls]);
   size_t bytes = 0;
   for (unsigned c = 1; c < MC_CLASSES; c++) bytes += (size_t)tc->bins[c].count * mc_class_size[c];
   if (bytes > (size_t)MC_OPT(MC_OPT_TCACHE_BYTES)) {
     for (unsigned c = 1; c < MC_CLASSES; c++) {
-      mc_tcache_flush_bin(tc, c, tc->bins[c].count / 2);
-      if (tc->bins[c].max > 2 * mc_class_batch[c]) tc->bins[c].max /= 2;
+      mc_tcache_flush_oldest(tc, c, tc->bins[c].count - tc->bins[c].count / 2);
+      if (tc->bins[c].max > 2u * mc_class_batch[c]) tc->bins[c].max /= 2;
     }
   }
 }
@@ -105,7 +117,7 @@ void mc_tcache_overflow(mc_tcache_t *tc, unsigned cls) {
 void mc_tcache_flush_self(void) {
   mc_tcache_t *tc = mc_tcache;
   if (tc == NULL) return;
-  for (unsigned c = 1; c < MC_CLASSES; c++) mc_tcache_flush_bin(tc, c, 0);
+  for (unsigned c = 1; c < MC_CLASSES; c++) mc_tcache_flush_oldest(tc, c, tc->bins[c].count);
 }
 
 /* After fork the child has only the forking thread: the other threads' caches are
@@ -131,11 +143,26 @@ void mc_tcache_flush_all_for_fork_child(void) {
 
 size_t mc_tcache_count(void) { return mc_tcache_live; }
 
+/* the counters of live threads (read without their owners' cooperation: a snapshot
+ * that may lag by a few calls) plus those of exited threads */
+void mc_tcache_sum_stats(uint64_t *slow_calls, uint64_t *large_allocs) {
+  pthread_mutex_lock(&mc_heap.lock);
+  uint64_t s = __atomic_load_n(&mc_stat_slow_calls, __ATOMIC_RELAXED);
+  uint64_t l = __atomic_load_n(&mc_stat_large_allocs, __ATOMIC_RELAXED);
+  for (mc_tcache_t *tc = mc_tcache_all; tc; tc = tc->next_all) {
+    s += __atomic_load_n(&tc->slow_calls, __ATOMIC_RELAXED);
+    l += __atomic_load_n(&tc->large_allocs, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&mc_heap.lock);
+  *slow_calls = s;
+  *large_allocs = l;
+}
+
 bool mc_tcache_contains(mc_tcache_t *tc, unsigned cls, const void *p) {
   if (tc == NULL) return false;
-  uint32_t guard = tc->bins[cls].count + 1;
-  for (void *q = tc->bins[cls].head; q != NULL && guard-- > 0; q = *(void **)q) {
-    if (q == p) return true;
+  const mc_bin_t *b = &tc->bins[cls];
+  for (uint32_t i = 0; i < b->count; i++) {
+    if (b->slots[i] == p) return true;
   }
   return false;
 }

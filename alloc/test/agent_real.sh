@@ -105,9 +105,9 @@ else
   echo "FAIL agent-real-notify-reclaimed (reclaimed_bytes $(proc_field "$PROBE" reclaimed_bytes))"
   tail -3 "$TMP/probe.out"; grep -E '"notif|reclaimed' "$TMP/events.jsonl" | tail -5
 fi
-last=$(grep '^stats' "$TMP/probe.out" | tail -1)
-set -- $last
-if [ "${3:-0}" -ge 1 ] && [ "${4:-0}" -gt 0 ]; then
+# the library's own counters (printed every 100 ms) agree: notified, bytes released
+lib_released() { last=$(grep '^stats' "$TMP/probe.out" | tail -1); set -- $last; [ "${3:-0}" -ge 1 ] && [ "${4:-0}" -gt 0 ]; }
+if wait_for 10 lib_released; then
   echo "PASS agent-real-library-counters"
 else
   echo "FAIL agent-real-library-counters ($last)"

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "test.h"
 
 typedef void (*bad_fn)(void);
@@ -51,13 +52,24 @@ static void double_free_large(void) {
 }
 
 static void double_free_after_trim(void) {
-  /* the object has gone back to its span: caught by the span's count or free list */
+  /* the object has gone back to its span; the second free is caught when the object
+   * reaches the span again (here at the next trim): its bitmap says it is free */
   void *keep = MC_API(malloc)(48);
   void *p = MC_API(malloc)(48);
   MC_API(free)(p);
   MC_API(malloc_trim)(0);
   MC_API(free)(p);
+  MC_API(malloc_trim)(0);
   sink = keep;
+}
+
+static void double_free_interleaved(void) {
+  /* not back to back: caught when the thread cache's list is flushed to the span */
+  void *p = MC_API(malloc)(64), *q = MC_API(malloc)(64);
+  MC_API(free)(p);
+  MC_API(free)(q);
+  MC_API(free)(p);
+  MC_API(malloc_trim)(0);
 }
 
 static void free_foreign(void) {
@@ -71,13 +83,22 @@ static void free_interior_large(void) {
 }
 
 static void corrupt_free_list(void) {
+  /* The lists of free objects live in metadata (a use after free of an object cannot
+   * reach them): simulate a wild write into a thread cache's list; it is caught when the
+   * list is flushed, by the page map check of every entry. */
   void *a = MC_API(malloc)(96);
-  void *b = MC_API(malloc)(96);
   MC_API(free)(a);
-  MC_API(free)(b);
-  /* use after free: overwrite the link of b (head of the list) */
-  ((uintptr_t *)b)[0] = (uintptr_t)0x7e57dead0000ull;
+  mc_tcache->bins[mc_size_to_class(96)].slots[0] = (void *)(uintptr_t)0x7e57dead0000ull;
   MC_API(malloc_trim)(0);
+}
+
+static void use_after_free_write(void) {
+  /* not an error the allocator can see, and harmless to it: objects hold no links */
+  char *a = (char *)MC_API(malloc)(96);
+  MC_API(free)(a);
+  memset(a, 0xa5, 96);
+  for (int i = 0; i < 1000; i++) MC_API(free)(MC_API(malloc)(96));
+  abort(); /* reached: the allocator kept working */
 }
 
 static void usable_size_sanity(void) {
@@ -90,11 +111,17 @@ int main(void) {
   run_bad("double_free_small", double_free_small, "double free");
   run_bad("double_free_large", double_free_large, "did not return");
   run_bad("double_free_after_trim", double_free_after_trim, "double free");
+  run_bad("double_free_interleaved", double_free_interleaved, "double free");
   run_bad("free_foreign", free_foreign, "did not return");
   run_bad("free_interior_large", free_interior_large, "did not return");
   run_bad("corrupt_free_list", corrupt_free_list, "corrupted");
   int st = 0;
   pid_t pid = fork();
+  if (pid == 0) { use_after_free_write(); _exit(0); }
+  waitpid(pid, &st, 0);
+  mc_t_current = "use_after_free_write";
+  CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+  pid = fork();
   if (pid == 0) { usable_size_sanity(); _exit(0); }
   waitpid(pid, &st, 0);
   CHECK(WIFSIGNALED(st));

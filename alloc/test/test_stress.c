@@ -229,7 +229,7 @@ static queue_t q;
 static void *producer(void *arg) {
   unsigned long long rng = (unsigned long long)(uintptr_t)arg;
   for (int i = 0; i < 200000; i++) {
-    size_t n = 8 + mc_t_rand(&rng) % 2000;
+    size_t n = 16 + mc_t_rand(&rng) % 2000; /* room for p[0] and the 8 bytes of n */
     unsigned char *p = (unsigned char *)MC_API(malloc)(n);
     p[0] = (unsigned char)n;
     memcpy(p + 1, &n, sizeof(n) < n - 1 ? sizeof(n) : n - 1);
