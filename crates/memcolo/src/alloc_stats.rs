@@ -168,10 +168,12 @@ pub fn render(doc: &Value) -> Vec<String> {
             age
         ),
         format!(
-            "huge page coverage          {}   ({} of {} huge pages broken)",
+            "huge page coverage          {}   ({} of {} huge pages broken; THP-backed {}, {} huge pages)",
             pct(s["hugepage_coverage"].as_f64()),
             n("hugepages_broken"),
-            n("hugepages_total")
+            n("hugepages_total"),
+            pct(s["thp_coverage"].as_f64()),
+            n("hugepages_thp")
         ),
         format!(
             "realized fragmentation      {} MiB   (average now {} MiB)",
