@@ -9,11 +9,14 @@ Reads ``runs.jsonl`` and ``timelines/`` of the directory; writes ``summary.csv``
 ``speedups.csv``, ``report.md`` and ``plots/*.png`` (matplotlib; plots are skipped
 with a warning when it is missing).
 
-The Oracle of a workload is the static partition, among those run for it, that gives
-memcolo the smallest mean per-job speedup, i.e. the best static partition under the
-metric reported (M3 §7.1.2: "the best found static memory partitioning for each
-individual workload"). A partition counts only if every job of every repetition
-completed without an OOM kill.
+The Oracle of a workload is the static partition (settings whose solo peak
+footprints add up to at most the node), among those run for it, that gives memcolo
+the smallest mean per-job speedup, i.e. the best static partition under the metric
+reported (M3 §7.1.2: "the best found static memory partitioning for each individual
+workload"). The *clairvoyant* static baseline is the same over every static setting
+run, including those that oversubscribe the node where the schedule keeps the jobs
+apart. A setting counts only if every job of every repetition completed without an
+OOM kill.
 """
 
 import csv
@@ -81,10 +84,24 @@ def analyse(runs):
         entry["default_ok"] = d is not None
         statics = {k: job_times(v) for k, v in cfgs.items() if k.startswith("static-")}
         entry["statics"] = statics
+        prof = {key: m3.profiles({r["run_id"]: r for r in runs}, key) for key in m3.JOB_TYPES}
+        entry["partition"] = {}
+        for k, v in cfgs.items():
+            if k.startswith("static-") and spec:
+                combo = [int(x) for x in k[len("static-"):].split("-")]
+                try:
+                    entry["partition"][k] = m3.combo_peaks_fit(prof, spec, combo, v[0]["node_mib"])
+                except KeyError:
+                    entry["partition"][k] = False
         valid = {k: v for k, v in statics.items() if v is not None}
+        parts = {k: v for k, v in valid.items() if entry["partition"].get(k)}
+        entry["clairvoyant"] = entry["clairvoyant_label"] = None
+        if mc and parts:
+            label = min(parts, key=lambda k: mean(speedups(parts[k], mc)))
+            entry["oracle"], entry["oracle_label"] = parts[label], label
         if mc and valid:
             label = min(valid, key=lambda k: mean(speedups(valid[k], mc)))
-            entry["oracle"], entry["oracle_label"] = valid[label], label
+            entry["clairvoyant"], entry["clairvoyant_label"] = valid[label], label
         workloads.append(entry)
     return workloads
 
@@ -247,16 +264,16 @@ def main():
         "",
         "## Speedups (M3 §7.2: per-job speedup t_config / t_memcolo, averaged over the jobs)",
         "",
-        "| workload | jobs (delay s) | memcolo run times (s) | Oracle partition (MiB) | Oracle run times (s) | per-job speedup vs Oracle | mean | Default run times (s) | mean speedup vs Default |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | jobs (delay s) | memcolo run times (s) | Oracle partition (MiB) | Oracle run times (s) | per-job speedup vs Oracle | mean | clairvoyant static (MiB) | its run times (s) | mean speedup vs it | Default run times (s) | mean speedup vs Default |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     sp_rows = []
-    staggered, identical = [], []
+    staggered, identical, staggered_cv, identical_cv = [], [], [], []
     for w in workloads:
         mc = w["memcolo"]
         jobs_desc = ", ".join("%s@%d" % (k, d) for k, d in w["spec"]) if w["spec"] else "?"
         if mc is None:
-            lines.append("| %s | %s | failed or missing | | | | | | |" % (w["name"], jobs_desc))
+            lines.append("| %s | %s | failed or missing | | | | | | | | | |" % (w["name"], jobs_desc))
             continue
         o = w["oracle"]
         so = speedups(o, mc) if o else None
@@ -264,14 +281,21 @@ def main():
         sd = speedups(d, mc) if d else None
         if so:
             (identical if w["identical"] else staggered).append((w["name"], mean(so)))
+        cv = w["clairvoyant"]
+        scv = speedups(cv, mc) if cv else None
+        if scv:
+            (identical_cv if w["identical"] else staggered_cv).append((w["name"], mean(scv)))
         dtxt = "%s" % ", ".join("%.1f" % x for x in d) if d else (
             "a job failed (OOM)" if w["configs"].get("default") else "not run")
-        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             w["name"], jobs_desc, ", ".join("%.1f" % x for x in mc),
             w["oracle_label"].replace("static-", "") if o else "none completed",
             ", ".join("%.1f" % x for x in o) if o else "",
             ", ".join("%.2fx" % x for x in so) if so else "",
-            "**%.2fx**" % mean(so) if so else "", dtxt, "%.2fx" % mean(sd) if sd else ""))
+            "**%.2fx**" % mean(so) if so else "",
+            w["clairvoyant_label"].replace("static-", "") if cv else "",
+            ", ".join("%.1f" % x for x in cv) if cv else "", "%.2fx" % mean(scv) if scv else "",
+            dtxt, "%.2fx" % mean(sd) if sd else ""))
         for i, t in enumerate(mc):
             sp_rows.append([w["name"], i, w["spec"][i][0] if w["spec"] else "", t,
                             o[i] if o else "", so[i] if so else "", d[i] if d else "", sd[i] if sd else ""])
@@ -281,18 +305,45 @@ def main():
                      "speedup_vs_default"])
         cw.writerows(sp_rows)
 
+    abl = []
+    for w in workloads:
+        for label in sorted(w["configs"]):
+            if not label.startswith("memcolo+"):
+                continue
+            ts = job_times(w["configs"][label])
+            v = m3.VARIANTS.get(label.split("+", 1)[1], {})
+            desc = ", ".join(["sort_order %s" % v["agent_m3"]["sort_order"]] if v.get("agent_m3") else []) or ""
+            if v.get("num_epochs"):
+                desc = (desc + ", " if desc else "") + "NUM_epochs %d for J and P" % v["num_epochs"]
+            if ts is None:
+                abl.append("| %s | %s | %s | a job failed or was OOM-killed | | | |" % (w["name"], label, desc))
+                continue
+            abl.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                w["name"], label, desc, ", ".join("%.1f" % x for x in ts),
+                "%.2fx" % mean(speedups(w["oracle"], ts)) if w["oracle"] else "",
+                "%.2fx" % mean(speedups(w["clairvoyant"], ts)) if w["clairvoyant"] else "",
+                "%.2fx" % mean(speedups(w["memcolo"], ts)) if w["memcolo"] else ""))
+    if abl:
+        lines += ["", "## Ablations of the memcolo configuration (same workloads, one setting changed)", "",
+                  "| workload | config | change | run times (s) | mean speedup vs Oracle | vs clairvoyant | vs memcolo defaults |",
+                  "|---|---|---|---|---|---|---|"] + abl
+
     lines += ["", "## Every static partition run (the Oracle search)", "",
-              "| workload | partition (MiB per job) | run times (s) | mean speedup of memcolo over it |", "|---|---|---|---|"]
+              "| workload | settings (MiB per job) | partition? | run times (s) | mean speedup of memcolo over it |", "|---|---|---|---|---|"]
     for w in workloads:
         for label, ts in sorted(w["statics"].items()):
-            mark = " (Oracle)" if label == w["oracle_label"] else ""
+            mark = " (Oracle)" if label == w["oracle_label"] else (
+                " (clairvoyant)" if label == w["clairvoyant_label"] else "")
+            part = "yes" if w["partition"].get(label) else "no: oversubscribes the node"
             if ts is None:
                 fails = [r for r in w["configs"][label] if not r["ok"]]
-                why = "OOM kill" if any(r["oom_kills"] for r in fails) else "a job failed"
-                lines.append("| %s | %s | %s | |" % (w["name"], label.replace("static-", ""), why))
+                why = ("OOM kill" if any(r["oom_kills"] for r in fails) else
+                       "timed out (node at its limit, reclaim stall)" if any(
+                           j["rc"] == "timeout" for r in fails for j in r["jobs"]) else "a job failed")
+                lines.append("| %s | %s | %s | %s | |" % (w["name"], label.replace("static-", ""), part, why))
             else:
-                lines.append("| %s | %s%s | %s | %s |" % (
-                    w["name"], label.replace("static-", ""), mark, ", ".join("%.1f" % x for x in ts),
+                lines.append("| %s | %s%s | %s | %s | %s |" % (
+                    w["name"], label.replace("static-", ""), mark, part, ", ".join("%.1f" % x for x in ts),
                     "%.2fx" % mean(speedups(ts, w["memcolo"])) if w["memcolo"] else ""))
 
     lines += ["", "## Effective memory utilisation (M3 §7.3)", "",
@@ -302,7 +353,9 @@ def main():
               "| workload | config | run wall (s) | mean charged (GiB) | mean working set (GiB) | mean useful data (GiB) | useful / charged |",
               "|---|---|---|---|---|---|---|"]
     for w in workloads:
-        for label, title in (("memcolo", "memcolo"), (w["oracle_label"], "Oracle"), ("default", "Default")):
+        for label, title in (("memcolo", "memcolo"), (w["oracle_label"], "Oracle"),
+                             (w["clairvoyant_label"] if w["clairvoyant_label"] != w["oracle_label"] else None,
+                              "clairvoyant"), ("default", "Default")):
             rs = w["configs"].get(label) if label else None
             if not rs:
                 continue
@@ -316,7 +369,7 @@ def main():
               "|---|---|---|---|---|---|---|---|---|"]
     kills = ooms = 0
     for r in sorted(runs, key=lambda r: r["run_id"]):
-        if r["config"] != "memcolo":
+        if not r["config"].startswith("memcolo"):
             continue
         ag = r.get("agent", {})
         n = ag.get("notify", {})
@@ -326,7 +379,7 @@ def main():
             r["run_id"], n.get("low", 0), n.get("high", 0), n.get("top", 0), ag.get("reclaimed_ok", 0),
             ag.get("reclaimed_failed", 0), ag.get("reclaimed_bytes", 0) // MIB, ag.get("kills", 0),
             r["oom_kills"], ag.get("zone_samples"), r["cpu_busy_pct"], r["steal_pct"]))
-    other_fail = [r["run_id"] for r in runs if r["config"] != "memcolo" and not r["ok"]]
+    other_fail = [r["run_id"] for r in runs if not r["config"].startswith("memcolo") and not r["ok"]]
     if other_fail:
         lines += ["", "Runs without the agent where a job failed or was OOM-killed: " + ", ".join(sorted(other_fail)) + "."]
 
@@ -344,6 +397,10 @@ def main():
             100 * worst, "yes" if worst <= TARGET_SLOWDOWN else "**no**"))
     else:
         lines.append("| ≤ 4 % slowdown, identical jobs | not measured | |")
+    if staggered_cv:
+        ms = mean(s for _, s in staggered_cv)
+        lines.append("| (for reference) mean per-job speedup over the clairvoyant static setting, staggered | %.2fx (%s) | %s |" % (
+            ms, ", ".join("%s %.2fx" % x for x in staggered_cv), "yes" if ms >= TARGET_SPEEDUP else "no"))
     lines.append("| no process killed, no OOM (memcolo runs) | %d agent kills, %d OOM-killed or failed jobs | %s |" % (
         kills, ooms, "yes" if kills == 0 and ooms == 0 else "**no**"))
 

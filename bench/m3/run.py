@@ -104,7 +104,7 @@ class IterJob(JobType):
     def jvm_flags(self, xmx_mib):
         return ["-XX:+UseG1GC", "-XX:G1HeapRegionSize=2m", "-Xms64m", "-Xmx%dm" % xmx_mib]
 
-    def argv(self, setting_mib, node_mib, name, cache_mib=None):
+    def argv(self, setting_mib, node_mib, name, cache_mib=None, num_epochs=None):
         if setting_mib:
             xmx = setting_mib
             cache = cache_mib if cache_mib is not None else max(16, xmx - self.HEADROOM_MIB)
@@ -113,21 +113,23 @@ class IterJob(JobType):
         return (["java"] + self.jvm_flags(xmx)
                 + ["-cp", os.path.join(BUILD, "java") + ":" + SDK_JAR, "IterJob",
                    "--partitions", str(self.PARTITIONS), "--partition-mib", "4", "--iters", str(self.ITERS),
-                   "--read-ms-per-mib", "8", "--task-ms", "12", "--cache-mib", str(cache), "--name", name, "--report-ms", "250"])
+                   "--read-ms-per-mib", "8", "--task-ms", "12", "--cache-mib", str(cache), "--name", name, "--report-ms", "250"]
+                + (["--num-epochs", str(num_epochs)] if num_epochs else []))
 
     def grid(self, node_mib, quick):
-        return [384, 640, 896, 1152, 1408] if quick else [384, 512, 640, 768, 896, 1024, 1152, 1280, 1408]
+        # 608: the largest equal third of the node that fits three JVMs (JJJ-0)
+        return [384, 608, 640, 896, 1152, 1408] if quick else [384, 512, 608, 768, 896, 1024, 1152, 1280, 1408]
 
 
 class Spill(JobType):
     key, name = "P", "spill"
     PARTITIONS, ROUNDS = 256, 3  # 1 GiB per round; spill and read back at 8 ms/MiB
 
-    def argv(self, setting_mib, node_mib, name):
+    def argv(self, setting_mib, node_mib, name, num_epochs=None):
         return ["/usr/bin/python3", os.path.join(HERE, "jobs", "spill.py"),
                 "--partitions", str(self.PARTITIONS), "--partition-mib", "4", "--rounds", str(self.ROUNDS),
                 "--passes", "2", "--io-ms-per-mib", "8", "--task-ms", "10", "--budget-mib", str(setting_mib or 0),
-                "--name", name, "--report-ms", "250"]
+                "--name", name, "--report-ms", "250"] + (["--num-epochs", str(num_epochs)] if num_epochs else [])
 
     def grid(self, node_mib, quick):
         return [128, 320, 512, 768, 1024] if quick else [128, 256, 384, 512, 640, 768, 896, 1024]
@@ -150,6 +152,17 @@ WORKLOADS_FULL = WORKLOADS_QUICK + [
     ("CCC-0", [("C", 0)] * 3),
     ("PPP-0", [("P", 0)] * 3),
 ]
+
+
+# Ablations of the memcolo configuration (`--variants rss,e20`), run as extra configs
+# "memcolo+<name>": agent settings ([m3] table of its TOML) and the NUM_epochs of the
+# allow-rate gates of the J and P jobs (C keeps the Go SDK's default, 5).
+VARIANTS = {
+    "rss": {"agent_m3": {"sort_order": "largest_rss"}},
+    "oldest": {"agent_m3": {"sort_order": "oldest_first"}},
+    "e20": {"num_epochs": 20},
+    "rss-e20": {"agent_m3": {"sort_order": "largest_rss"}, "num_epochs": 20},
+}
 
 
 def is_identical(spec):
@@ -347,7 +360,8 @@ def run_once(ctx, run_id, kind, workload, config, spec, settings, rep):
     elastic; None = default) and returns the run record."""
     a = ctx.args
     node = ctx.node
-    mode_memcolo = config == "memcolo"
+    mode_memcolo = config.split("+")[0] == "memcolo"
+    variant = VARIANTS[config.split("+", 1)[1]] if "+" in config else {}
     for sub in os.listdir(node):
         if os.path.isdir(os.path.join(node, sub)):
             cg_remove(os.path.join(node, sub))
@@ -369,9 +383,15 @@ def run_once(ctx, run_id, kind, workload, config, spec, settings, rep):
             os.remove(events)
         state = os.path.join(ctx.tmp, "state")
         shutil.rmtree(state, ignore_errors=True)
+        cmd = [ctx.memcolo, "agent", "--scope", "cgroup:" + node, "--socket", sock, "--state-dir", state,
+               "--metrics-addr", "off", "--event-log", events, "--poll-ms", str(a.poll_ms)]
+        if variant.get("agent_m3"):
+            cfg_path = os.path.join(logdir, "agent.toml")  # kept with the run's logs
+            with open(cfg_path, "w") as f:
+                f.write("[m3]\n" + "".join("%s = %s\n" % (k, json.dumps(v)) for k, v in variant["agent_m3"].items()))
+            cmd += ["--config", cfg_path]
         agent = subprocess.Popen(
-            [ctx.memcolo, "agent", "--scope", "cgroup:" + node, "--socket", sock, "--state-dir", state,
-             "--metrics-addr", "off", "--event-log", events, "--poll-ms", str(a.poll_ms)],
+            cmd,
             stdout=open(os.path.join(logdir, "agent.log"), "w"), stderr=subprocess.STDOUT,
             start_new_session=True)
         for _ in range(100):
@@ -391,6 +411,9 @@ def run_once(ctx, run_id, kind, workload, config, spec, settings, rep):
             s = jt.default_setting(a.node_mib)
             argv = (jt.argv(s, a.node_mib, name, cache_mib=int(s * IterJob.SPARK_STORAGE_FRACTION))
                     if key == "J" else jt.argv(s, a.node_mib, name))
+        elif variant.get("num_epochs") and key in "JP":
+            s = setting
+            argv = jt.argv(s, a.node_mib, name, num_epochs=variant["num_epochs"])
         else:
             s = setting
             argv = jt.argv(s, a.node_mib, name)
@@ -533,14 +556,36 @@ def profiles(runs, key):
     return {s: (sum(v[0]) / len(v[0]), v[1]) for s, v in acc.items()}
 
 
-def oracle_candidates(runs, spec, node_mib, quick, k, margin=1.25):
-    """The k static partitions of the workload predicted best from the solo profiles.
+# A set of jobs fits in the node when their solo peak footprints, 5 % larger (peaks
+# vary from run to run: garbage-collected heaps, Go's map), leave 64 MiB for the page
+# cache of their binaries and libraries. Without it, a node filled to its last MiB
+# stalls in reclaim of those pages for minutes (seen here with the sum at 99 %).
+FIT_FACTOR = 1.05
+FIT_RESERVE_MIB = 64
 
-    A partition (a setting per job from its grid) is feasible when, at every moment
-    of the workload's schedule (start delays, solo run times stretched by `margin`),
-    the peak footprints of the jobs running together fit in the node. The score is the
-    mean over jobs of predicted run time / the job's best solo run time (the per-job
-    slowdown, M3 §7.2's per-job view)."""
+
+def fits(peaks_bytes, node_mib):
+    return sum(peaks_bytes) * FIT_FACTOR + FIT_RESERVE_MIB * MIB <= node_mib * MIB
+
+
+def combo_peaks_fit(prof, spec, combo, node_mib):
+    """True if the solo peak footprints of the settings fit in the node together
+    (`fits`): a static *partition* of the node (M3 §7.2: "applications must be
+    partitioned such that the combined peak memory usage fits in system memory")."""
+    return fits([prof[key][s][1] for (key, _), s in zip(spec, combo)], node_mib)
+
+
+def oracle_candidates(runs, spec, node_mib, quick, k, schedule=False, margin=1.25):
+    """The k static settings of the workload predicted best from the solo profiles.
+
+    Without `schedule`, a combination of settings (one per job from its grid) is
+    feasible when the jobs' peak footprints add up to at most the node: a partition,
+    M3's Oracle. With `schedule`, it is feasible when, at every moment of the
+    workload's schedule (start delays, solo run times stretched by `margin`), the peak
+    footprints of the jobs running together fit: a static setting that oversubscribes
+    the node where it knows the jobs will not overlap (a stronger, clairvoyant
+    baseline). The score is the mean over jobs of predicted run time / the job's best
+    solo run time (the per-job slowdown, M3 §7.2's per-job view)."""
     prof = {key: profiles(runs, key) for key, _ in spec}
     grids = []
     for key, _ in spec:
@@ -553,16 +598,15 @@ def oracle_candidates(runs, spec, node_mib, quick, k, margin=1.25):
     for combo in itertools.product(*grids):
         if is_identical(spec) and list(combo) != sorted(combo):
             continue  # identical jobs: one order of each multiset
-        iv = []
-        for (key, delay), s in zip(spec, combo):
-            t, peak = prof[key][s]
-            iv.append((delay, delay + t * margin, peak))
-        fits = True
-        for start, _, _ in iv:
-            if sum(p for s0, e0, p in iv if s0 <= start < e0) > node_mib * MIB:
-                fits = False
-                break
-        if not fits:
+        if schedule:
+            iv = []
+            for (key, delay), s in zip(spec, combo):
+                t, peak = prof[key][s]
+                iv.append((delay, delay + t * margin, peak))
+            ok = all(fits([p for s0, e0, p in iv if s0 <= start < e0], node_mib) for start, _, _ in iv)
+        else:
+            ok = combo_peaks_fit(prof, spec, combo, node_mib)
+        if not ok:
             continue
         score = sum(prof[key][s][0] / best_solo[key] for (key, _), s in zip(spec, combo)) / len(spec)
         cands.append((score, combo))
@@ -588,10 +632,16 @@ def plan(args, runs):
         for wname, spec in args.workloads:
             out.append(("%s.memcolo.r%d" % (wname, rep), "workload", wname, "memcolo", spec, [0] * len(spec), rep))
             out.append(("%s.default.r%d" % (wname, rep), "workload", wname, "default", spec, [None] * len(spec), rep))
+            for v in args.variants:
+                out.append(("%s.memcolo+%s.r%d" % (wname, v, rep), "workload", wname, "memcolo+" + v, spec,
+                            [0] * len(spec), rep))
             cands = oracle_candidates(runs, spec, args.node_mib, quick, args.oracle_k)
             if cands is None:
                 out.append(("%s.static-pending.r%d" % (wname, rep), "pending", wname, "static", spec, None, rep))
                 continue
+            for c in oracle_candidates(runs, spec, args.node_mib, quick, args.oracle_k, schedule=True):
+                if c not in cands:
+                    cands.append(c)
             for combo in cands:
                 out.append((static_id(wname, combo, rep), "workload", wname, "static", spec, list(combo), rep))
     return out
@@ -629,6 +679,7 @@ def main():
     ap.add_argument("--workloads", help="comma-separated workload names (default: all of the mode)")
     ap.add_argument("--memcolo", default=os.path.join(ROOT, "target", "release", "memcolo"))
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    ap.add_argument("--variants", default="", help="memcolo ablations to add: " + ", ".join(VARIANTS))
     ap.add_argument("--rerun", help="comma-separated run ids to run again (replacing their records)")
     args = ap.parse_args()
     args.reps = 1 if args.quick else 3
@@ -639,6 +690,10 @@ def main():
         want = args.workloads.split(",")
         wl = [w for w in wl if w[0] in want]
     args.workloads = wl
+    args.variants = [v for v in args.variants.split(",") if v]
+    for v in args.variants:
+        if v not in VARIANTS:
+            raise SystemExit("unknown variant %s (%s)" % (v, ", ".join(VARIANTS)))
     out = args.out or os.path.join(HERE, "results", "quick" if args.quick else "full")
     os.makedirs(out, exist_ok=True)
     runs = load_runs(out)

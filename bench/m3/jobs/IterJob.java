@@ -22,8 +22,9 @@
 //           blocks, least recently used first (M3 §6), then call down to the JVM
 //           (JvmRuntime: SoftMaxHeapSize and heap free ratios lowered, collection, so
 //           that G1 uncommits the freed regions). After a high signal the allow-rate
-//           gate (M3 §4.2, NUM_epochs 1 as M3's Spark) admits only every ⌊1/r⌋-th new
-//           block into the cache; the others are dropped after use.
+//           gate (M3 §4.2; NUM_epochs --num-epochs, default 1 as M3's Spark) admits
+//           only every ⌊1/r⌋-th new block into the cache; the others are dropped
+//           after use.
 //
 // Blocks are byte[] of one G1 region less the array header (run with
 // -XX:G1HeapRegionSize=2m): humongous objects, never copied by young collections and
@@ -209,7 +210,7 @@ public final class IterJob {
 
     public static void main(String[] args) throws Exception {
         long startNs = System.nanoTime();
-        int partitions = 256, partitionMib = 4, iters = 10, reportMs = 500;
+        int partitions = 256, partitionMib = 4, iters = 10, reportMs = 500, numEpochs = 1;
         double readMsPerMib = 8, taskMs = 12;
         long cacheMib = 0;
         String name = "iterjob";
@@ -223,6 +224,7 @@ public final class IterJob {
                 case "--task-ms": taskMs = Double.parseDouble(v); break;
                 case "--cache-mib": cacheMib = Long.parseLong(v); break;
                 case "--name": name = v; break;
+                case "--num-epochs": numEpochs = Integer.parseInt(v); break;
                 case "--report-ms": reportMs = Integer.parseInt(v); break;
                 default: throw new IllegalArgumentException("unknown option " + args[i]);
             }
@@ -230,7 +232,7 @@ public final class IterJob {
         IterJob job = new IterJob(partitions, partitionMib, iters, readMsPerMib, taskMs, cacheMib << 20);
         if (cacheMib == 0) {
             job.client = Client.builder().name(name).expectedReclaimBytes(64L << 20)
-                    .gate(new AllowRateGate(1))
+                    .gate(new AllowRateGate(numEpochs))
                     .on(Client.Level.HIGH, n -> job.evictEighth())
                     .on(Client.Level.TOP, n -> job.evictEighth())
                     .build();

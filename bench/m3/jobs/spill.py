@@ -17,8 +17,9 @@ time falls with the share of partitions it holds in memory.
   (sdk/python) and reclaims in layers (M3 §4.2, Table 1): ``low``: call down to the
   Python runtime only (young collection + ``malloc_trim``); ``high``/``top``: spill
   1/8 of the in-memory partitions (paying their write), then the runtime (full
-  collection + ``malloc_trim``). After a high signal the allow-rate gate (M3 §4.2)
-  admits only every floor(1/r)-th new partition into memory; the others are spilled.
+  collection + ``malloc_trim``). After a high signal the allow-rate gate (M3 §4.2;
+  NUM_epochs ``--num-epochs``, default 1 as M3's Spark) admits only every
+  floor(1/r)-th new partition into memory; the others are spilled.
 
 Every ``--report-ms`` it prints one JSON line ``{"t_s", "useful_bytes", "rss_bytes",
 "done_frac", ...}``; at the end ``{"done": true, "elapsed_s", ...}``.
@@ -151,12 +152,13 @@ def main():
     ap.add_argument("--task-ms", type=float, default=15.0)
     ap.add_argument("--budget-mib", type=int, default=0, help="static budget; 0: elastic")
     ap.add_argument("--name", default="spill")
+    ap.add_argument("--num-epochs", type=int, default=1, help="NUM_epochs of the allow-rate gate (M3 §4.2)")
     ap.add_argument("--report-ms", type=int, default=500)
     args = ap.parse_args()
     job = SpillJob(args)
     if args.budget_mib == 0:
         job.client = memcolo.Client(
-            name=args.name, expected_reclaim_bytes=64 * MIB, gate=memcolo.AllowRateGate(num_epochs=1)
+            name=args.name, expected_reclaim_bytes=64 * MIB, gate=memcolo.AllowRateGate(num_epochs=args.num_epochs)
         )
         job.client.on_high(job.spill_eighth)
         job.client.on_top(job.spill_eighth)
