@@ -9,7 +9,7 @@
 mod common;
 
 use memcolo_linux::actuate::{Actuator, LinuxActuator};
-use memcolo_linux::cgroup::{own_memory_cgroup, Limit, MemoryCgroup};
+use memcolo_linux::cgroup::{own_memory_cgroup, Limit};
 use memcolo_linux::events::{psi_trigger, read_eventfd, v1_pressure_level_eventfd, wait_for_event};
 use memcolo_linux::filecache::{cache_stat, fadvise_dontneed, resident_bytes};
 use memcolo_linux::pidfd::{pidfd_exited, pidfd_open, pidfd_send_signal};
@@ -36,42 +36,7 @@ impl Drop for Reaped {
     }
 }
 
-/// A scratch memory cgroup below this process's own group; on drop its processes are
-/// killed by pid and the group is removed.
-struct Scratch {
-    cg: MemoryCgroup,
-}
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let own = own_memory_cgroup(&ProcFs::root()).unwrap();
-        let name = format!("memcolo-test-{}-{tag}", std::process::id());
-        Scratch {
-            cg: own.create_child(&name).unwrap(),
-        }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            let pids = self.cg.read_procs_recursive().unwrap_or_default();
-            for pid in &pids {
-                // SAFETY: kill takes no pointers; these are our own children.
-                unsafe { libc::kill(*pid, libc::SIGKILL) };
-            }
-            match self.cg.remove() {
-                Ok(()) => return,
-                Err(e) if e.is_not_found() => return,
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
-            }
-        }
-        eprintln!(
-            "could not remove scratch cgroup {}",
-            self.cg.path().display()
-        );
-    }
-}
+use common::Scratch;
 
 fn is_root(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use memcolo_linux::cgroup::{own_memory_cgroup, Limit, MemoryCgroup};
+use memcolo_linux::cgroup::{Limit, MemoryCgroup};
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::reclaim::{reclaim_cgroup, PageoutCursor, VmaKind};
 use std::io::{BufRead, BufReader, Write};
@@ -15,34 +15,7 @@ use std::process::{Child, Command, Stdio};
 
 const MIB: u64 = 1 << 20;
 
-/// A scratch group below our own, its processes killed and the group removed on drop.
-struct Scratch(MemoryCgroup);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let own = own_memory_cgroup(&ProcFs::root()).unwrap();
-        Scratch(
-            own.create_child(&format!("memcolo-test-{}-{tag}", std::process::id()))
-                .unwrap(),
-        )
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            for pid in self.0.read_procs_recursive().unwrap_or_default() {
-                // SAFETY: kill takes no pointers; these are our own children.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            match self.0.remove() {
-                Ok(()) => return,
-                Err(e) if e.is_not_found() => return,
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
-            }
-        }
-    }
-}
+use common::Scratch;
 
 /// A zram swap device of our own, swapped off, reset and removed on drop.
 struct TestSwap {
@@ -156,21 +129,38 @@ fn swap_of(cg: &MemoryCgroup) -> u64 {
     cg.read_memory_stat().unwrap().swap_bytes
 }
 
-#[test]
-fn v1_limit_step_reclaims_a_real_process_and_restores_the_limit() {
-    let test = "v1_limit_step_reclaims_a_real_process_and_restores_the_limit";
+/// A scratch group and a zram swap of the test's own; fields drop in order, so the
+/// group's processes are gone before the swap is turned off. `None` (with the reason
+/// printed) without root, cgroup v1 or zram.
+struct Rig {
+    scratch: Scratch,
+    _swap: TestSwap,
+}
+
+fn rig(test: &str, tag: &str) -> Option<Rig> {
     if !common::real_cgroup_v1_available(test) {
-        return;
+        return None;
     }
     let swap = match TestSwap::add(256 * MIB) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{test}: skipped: no zram swap of its own: {e}");
-            return;
+            return None;
         }
     };
-    let scratch = Scratch::new("limitstep");
-    let cg = &scratch.0;
+    Some(Rig {
+        scratch: Scratch::new(tag),
+        _swap: swap,
+    })
+}
+
+#[test]
+fn v1_limit_step_reclaims_a_real_process_and_restores_the_limit() {
+    let test = "v1_limit_step_reclaims_a_real_process_and_restores_the_limit";
+    let Some(rig) = rig(test, "limitstep") else {
+        return;
+    };
+    let cg = &rig.scratch.cg;
     cg.write_limit(Limit::Bytes(512 * MIB)).unwrap();
     let Some(holder) = Holder::start(cg, 96) else {
         eprintln!("{test}: skipped: no python3");
@@ -192,25 +182,15 @@ fn v1_limit_step_reclaims_a_real_process_and_restores_the_limit() {
     assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(512 * MIB));
     // Every byte comes back intact.
     assert!(holder.verify(), "data changed by reclaim");
-    drop(scratch);
-    drop(swap);
 }
 
 #[test]
 fn pageout_cursor_swaps_out_a_real_process_in_batches() {
     let test = "pageout_cursor_swaps_out_a_real_process_in_batches";
-    if !common::real_cgroup_v1_available(test) {
+    let Some(rig) = rig(test, "pageout") else {
         return;
-    }
-    let swap = match TestSwap::add(256 * MIB) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{test}: skipped: no zram swap of its own: {e}");
-            return;
-        }
     };
-    let scratch = Scratch::new("pageout");
-    let cg = &scratch.0;
+    let cg = &rig.scratch.cg;
     let Some(holder) = Holder::start(cg, 96) else {
         eprintln!("{test}: skipped: no python3");
         return;
@@ -232,6 +212,4 @@ fn pageout_cursor_swaps_out_a_real_process_in_batches() {
     // The process has exited: the cursor reports it as gone, not a crash.
     let err = cursor.pageout(&procfs, MIB).unwrap_err();
     assert!(err.is_not_found(), "{err}");
-    drop(scratch);
-    drop(swap);
 }

@@ -152,3 +152,41 @@ pub fn real_cgroup_v1_available(test: &str) -> bool {
         }
     }
 }
+
+/// A scratch memory cgroup below this process's own group; on drop its processes are
+/// killed by pid and the group is removed.
+pub struct Scratch {
+    pub cg: memcolo_linux::cgroup::MemoryCgroup,
+}
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        let own = memcolo_linux::cgroup::own_memory_cgroup(&memcolo_linux::procfs::ProcFs::root())
+            .unwrap();
+        let name = format!("memcolo-test-{}-{tag}", std::process::id());
+        Scratch {
+            cg: own.create_child(&name).unwrap(),
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            let pids = self.cg.read_procs_recursive().unwrap_or_default();
+            for pid in &pids {
+                // SAFETY: kill takes no pointers; these are our own children.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            match self.cg.remove() {
+                Ok(()) => return,
+                Err(e) if e.is_not_found() => return,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        }
+        eprintln!(
+            "could not remove scratch cgroup {}",
+            self.cg.path().display()
+        );
+    }
+}
