@@ -44,6 +44,7 @@ pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
         std::fs::create_dir_all(dir).map_err(|e| {
             anyhow::anyhow!("cannot create socket directory {}: {e}", dir.display())
         })?;
+        prepare_alloc_stats_dir(dir);
     }
     if path.exists() {
         if UnixStream::connect(path).await.is_ok() {
@@ -57,6 +58,23 @@ pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
         .map_err(|e| anyhow::anyhow!("cannot chmod {}: {e}", path.display()))?;
     Ok(l)
+}
+
+/// Creates `<socket dir>/alloc`, where libmemcolo publishes each registered
+/// process's allocator statistics (`<pid>.json`, read by `memcolo alloc-stats`),
+/// with mode 1777 (sticky, as `/tmp`): every local user's LC process may write its
+/// own file there and nobody may replace another's. A failure is only logged: the
+/// statistics files are optional and the agent serves without them.
+fn prepare_alloc_stats_dir(socket_dir: &Path) {
+    let dir = socket_dir.join("alloc");
+    let res = std::fs::create_dir_all(&dir).and_then(|()| {
+        // create_dir_all's mode passes through the umask; set it explicitly.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))
+    });
+    if let Err(e) = res {
+        tracing::warn!(dir = %dir.display(), error = %e,
+            "cannot prepare the allocator statistics directory; `memcolo alloc-stats` will see only processes that can create it themselves");
+    }
 }
 
 /// Accepts connections until the listener fails; each gets its own task.

@@ -99,6 +99,11 @@ fn run_inner(a: RunArgs) -> anyhow::Result<ExitCode> {
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&fwd), Some(&mut old))?;
     let mut cmd = std::process::Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
+    // libmemcolo (when preloaded) reads its class and the agent's socket from the
+    // environment: the class turns the Hermes reservation on for `lc`, and the
+    // socket is where its agent link registers and publishes statistics.
+    cmd.env("MEMCOLO_CLASS", a.class.as_str());
+    cmd.env("MEMCOLO_SOCKET", &a.socket.socket);
     let child_mask = old;
     // SAFETY: the closure only makes async-signal-safe calls (open, write, close,
     // getpid, sigprocmask).

@@ -12,6 +12,7 @@
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -303,6 +304,23 @@ fn agent_manages_real_processes_in_a_cgroup_scope() {
         .unwrap()["pid"]
         .as_i64()
         .unwrap() as i32;
+
+    // `memcolo run` hands the class and the socket to the command (libmemcolo
+    // reads them), and the agent prepared the allocator statistics directory.
+    let environ = std::fs::read(format!("/proc/{lc_pid}/environ")).unwrap();
+    let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+    assert!(
+        vars.contains(&&b"MEMCOLO_CLASS=lc"[..]),
+        "LC child environment lacks MEMCOLO_CLASS=lc"
+    );
+    let sock_var = format!("MEMCOLO_SOCKET={}", sock.display());
+    assert!(
+        vars.contains(&sock_var.as_bytes()),
+        "LC child environment lacks {sock_var}"
+    );
+    let alloc_dir = std::fs::metadata(sock.parent().unwrap().join("alloc")).unwrap();
+    assert!(alloc_dir.is_dir());
+    assert_eq!(alloc_dir.permissions().mode() & 0o7777, 0o1777);
 
     // (1) BE page cache + elastic memory pass adv_thr (85 % of 512 MiB): the BE
     // file is advised out of the page cache.
