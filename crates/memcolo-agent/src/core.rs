@@ -75,6 +75,7 @@ struct Seen {
 #[derive(Clone, Copy, Debug)]
 struct Outstanding {
     pid: Pid,
+    level: Level,
     sent_at: Duration,
 }
 
@@ -281,7 +282,8 @@ impl Core {
                 duration_ms,
                 ok,
             } => {
-                let from_seq = seq.and_then(|s| self.outstanding.get(&s).map(|o| o.pid));
+                let answered = seq.and_then(|s| self.outstanding.get(&s).copied());
+                let from_seq = answered.map(|o| o.pid);
                 let target = match (from_seq, pid) {
                     (Some(p), _)
                         if peer.uid == 0
@@ -317,8 +319,12 @@ impl Core {
                 if let Some(s) = seq {
                     self.outstanding.remove(&s);
                 }
-                self.monitor
-                    .record_reclaim(target, if ok { bytes } else { 0 }, now);
+                self.monitor.record_reclaim(
+                    target,
+                    answered.map(|o| o.level),
+                    if ok { bytes } else { 0 },
+                    now,
+                );
                 self.metrics.reclaimed_bytes.inc_by(bytes);
                 self.events.record(
                     "reclaimed",
@@ -618,8 +624,14 @@ impl Core {
         };
         self.next_seq += 1;
         if notify == NotifyMode::Socket {
-            self.outstanding
-                .insert(seq, Outstanding { pid, sent_at: now });
+            self.outstanding.insert(
+                seq,
+                Outstanding {
+                    pid,
+                    level,
+                    sent_at: now,
+                },
+            );
             // Bound the table: answers older than a minute will not come.
             if self.outstanding.len() > 4096 {
                 let cutoff = now.saturating_sub(Duration::from_secs(60));

@@ -324,6 +324,33 @@ fn red_zone_notifies_over_the_socket_and_records_the_answer() {
     let st = h.core.status_json();
     assert_eq!(st["processes"][0]["expected_reclaim_bytes"], 3 * GIB);
     assert_eq!(st["zone"], "red");
+    // Yellow (52 GiB): a low signal; its answer of 0 bytes (a collection that gave
+    // nothing back) leaves the expected reclamation of a high signal alone (M3 §5.1).
+    h.proc_.set_meminfo(64 * GIB, 12 * GIB);
+    h.core.poll(Duration::from_secs(12), Trigger::Tick);
+    let Ok(Reply::Notify {
+        seq: low_seq,
+        level: Level::Low,
+        ..
+    }) = rx.try_recv()
+    else {
+        panic!("expected a low notification");
+    };
+    let r = h.core.handle(
+        7,
+        peer,
+        Request::Reclaimed {
+            pid: None,
+            seq: Some(low_seq),
+            bytes: 0,
+            duration_ms: 5,
+            ok: true,
+        },
+        Duration::from_secs(12),
+    );
+    assert_eq!(r, Reply::Ok);
+    let st = h.core.status_json();
+    assert_eq!(st["processes"][0]["expected_reclaim_bytes"], 3 * GIB);
     // Another process may not answer for it.
     let stranger = Peer {
         pid: Some(555),

@@ -36,6 +36,15 @@
 //! `expected >= target`, as in the paper). Each signalled process's `target_bytes`
 //! is the overshoot still uncovered when it is picked: `(used - high) - expected`.
 //!
+//! **R3b — expected reclamation** (M3 §5.1). A process's expected reclamation is the
+//! mean of its last [`M3Config::reclaim_history`] answers to [`Level::High`] and
+//! [`Level::Top`] signals, else what it declared at registration. Answers to
+//! [`Level::Low`] signals do not count: Algorithm 1 adds the figure up for high
+//! signals, and a low signal asks for light-weight reclamation by design (§4.2: Spark
+//! answers it with a young collection of the JVM, which may give back nothing).
+//! Mixing them in made the expectation of such a process fall towards 0, so that
+//! Algorithm 1 signalled every process in every red poll instead of enough of them.
+//!
 //! **R4 — top** (M3 §5.1, last paragraph). Above top every notifiable process is
 //! signalled [`Level::Top`] with `target_bytes = used - high` (the paper signals *all*
 //! processes "in hopes of reclaiming all possible memory"; the target is the node's
@@ -587,19 +596,27 @@ impl Monitor {
         actions
     }
 
-    /// A process answered: it gave back `bytes` at `now`. The report feeds its expected
-    /// reclamation (M3 §5.1) and clears its outstanding signal (rule R7), unless that
-    /// signal was sent after `now` (a report cannot answer a later signal).
-    pub fn record_reclaim(&mut self, pid: Pid, bytes: u64, now: Duration) {
-        let reports = self.history.entry(pid).or_default();
-        reports.push_back(bytes);
-        while reports.len() > self.cfg.reclaim_history {
-            reports.pop_front();
-        }
-        if let Some(o) = self.outstanding.get(&pid) {
-            if o.sent_at <= now {
-                self.outstanding.remove(&pid);
+    /// A process answered a signal of `level`: it gave back `bytes` at `now`. The
+    /// answer clears its outstanding signal (rule R7), unless that signal was sent
+    /// after `now` (a report cannot answer a later signal). Only answers to
+    /// [`Level::High`] and [`Level::Top`] feed its expected reclamation (rule R3b):
+    /// Algorithm 1 adds that figure up for high signals, and a low signal asks for
+    /// light-weight reclamation by design (M3 §4.2: a JVM answers it with a collection
+    /// that may give back nothing). `level` `None` (an answer that names no
+    /// notification) takes the level of the outstanding signal, and feeds the
+    /// expectation when none is outstanding.
+    pub fn record_reclaim(&mut self, pid: Pid, level: Option<Level>, bytes: u64, now: Duration) {
+        let answered = self.outstanding.get(&pid).filter(|o| o.sent_at <= now);
+        let level = level.or(answered.map(|o| o.level));
+        if level != Some(Level::Low) {
+            let reports = self.history.entry(pid).or_default();
+            reports.push_back(bytes);
+            while reports.len() > self.cfg.reclaim_history {
+                reports.pop_front();
             }
+        }
+        if answered.is_some() {
+            self.outstanding.remove(&pid);
         }
     }
 
@@ -1070,7 +1087,7 @@ mod tests {
         assert_eq!(m.expected_reclaim_bytes(&q), 0);
         // Reports 10, 20, 30, 40 with a history of 3: mean of 20, 30, 40 = 30.
         for b in [10, 20, 30, 40] {
-            m.record_reclaim(7, b, secs(1));
+            m.record_reclaim(7, None, b, secs(1));
         }
         assert_eq!(m.expected_reclaim_bytes(&p), 30);
         m.forget(7);
@@ -1085,8 +1102,8 @@ mod tests {
             sort_order: SortOrder::LargestExpectedReclaim,
             ..small_cfg()
         });
-        m.record_reclaim(3, 200, secs(1));
-        m.record_reclaim(3, 100, secs(2));
+        m.record_reclaim(3, None, 200, secs(1));
+        m.record_reclaim(3, None, 100, secs(2));
         let actions = m.step(secs(100), 960, &table());
         assert_eq!(actions[0], high(3, 60));
         assert_eq!(
@@ -1403,10 +1420,10 @@ mod tests {
         // A lower level is suppressed by a higher outstanding one.
         assert!(m.step(secs(17), 850, &p).is_empty());
         // The process answers: the next poll may signal it again at once.
-        m.record_reclaim(1, 80, secs(18));
+        m.record_reclaim(1, None, 80, secs(18));
         assert_eq!(m.step(secs(19), 850, &p), vec![low(1, 50)]);
         // A report dated before the signal does not answer it.
-        m.record_reclaim(1, 80, secs(18));
+        m.record_reclaim(1, None, 80, secs(18));
         assert!(m.step(secs(20), 850, &p).is_empty());
         // The same pid now names a new process (another start time): not suppressed.
         let reborn = vec![proc_(1, Class::Elastic, 19, 500, true, Some(100))];
@@ -1428,8 +1445,40 @@ mod tests {
         assert!(m.step(secs(11), 960, &p).is_empty());
         // 2 answers with 10 bytes (mean of 10): 2 is signalled with 60 left, expected
         // 10 < 60, so 1 is escalated to High with 50 left.
-        m.record_reclaim(2, 10, secs(12));
+        m.record_reclaim(2, None, 10, secs(12));
         assert_eq!(m.step(secs(13), 960, &p), vec![high(2, 60), high(1, 50)]);
+    }
+
+    #[test]
+    fn low_answers_do_not_dilute_the_expected_reclamation() {
+        // Two elastic processes that answer a low signal with a collection that gives
+        // back nothing (a JVM) and a high signal with ~100 bytes. Static thresholds:
+        // low 800, high 900; newest first: 2, then 1.
+        let mut m = Monitor::new(static_cfg());
+        let p = vec![
+            proc_(1, Class::Elastic, 0, 500, true, Some(100)),
+            proc_(2, Class::Elastic, 5, 500, true, Some(100)),
+        ];
+        // Yellow at 850: both get Low and answer 0.
+        assert_eq!(m.step(secs(10), 850, &p), vec![low(2, 50), low(1, 50)]);
+        m.record_reclaim(2, Some(Level::Low), 0, secs(10));
+        m.record_reclaim(1, Some(Level::Low), 0, secs(10));
+        // Red at 960 (Algorithm 1 target 60): 2 is expected to give back 100, so 2
+        // alone gets High (1 gets Low). Before R3b, the low answer of 0 made 2's
+        // expectation 0 and both were sent High.
+        assert_eq!(m.step(secs(11), 960, &p), vec![high(2, 60), low(1, 160)]);
+        m.record_reclaim(2, Some(Level::High), 120, secs(11));
+        m.record_reclaim(1, Some(Level::Low), 0, secs(11));
+        assert_eq!(m.expected_reclaim_bytes(&p[1]), 120);
+        assert_eq!(m.expected_reclaim_bytes(&p[0]), 100);
+        // An answer that names no notification takes the level of the outstanding one.
+        assert_eq!(m.step(secs(12), 850, &p), vec![low(2, 50), low(1, 50)]);
+        m.record_reclaim(2, None, 0, secs(12));
+        m.record_reclaim(1, None, 0, secs(12));
+        assert_eq!(m.expected_reclaim_bytes(&p[1]), 120);
+        assert_eq!(m.expected_reclaim_bytes(&p[0]), 100);
+        // Red again with the overshoot 2 is expected to cover: still 2 alone.
+        assert_eq!(m.step(secs(13), 1000, &p), vec![high(2, 100), low(1, 200)]);
     }
 
     #[test]
@@ -1441,7 +1490,7 @@ mod tests {
         let p = vec![proc_(1, Class::Elastic, 0, 500, true, Some(10))];
         assert_eq!(m.step(secs(10), 960, &p), vec![high(1, 60)]);
         assert_eq!(th(&m), (780, 920));
-        m.record_reclaim(1, 10, secs(11));
+        m.record_reclaim(1, None, 10, secs(11));
         assert_eq!(m.step(secs(12), 960, &p), vec![high(1, 40)]);
         assert_eq!(th(&m), (760, 940));
     }
@@ -1461,9 +1510,9 @@ mod tests {
             window_samples: 4,
             ..small_cfg()
         });
-        m.record_reclaim(3, 100, secs(1));
-        m.record_reclaim(3, 300, secs(2));
-        m.record_reclaim(9, 7, secs(3));
+        m.record_reclaim(3, None, 100, secs(1));
+        m.record_reclaim(3, None, 300, secs(2));
+        m.record_reclaim(9, None, 7, secs(3));
         m.step(secs(4), 850, &[]);
         m.step(secs(5), 850, &[]);
         let state = m.state();

@@ -242,10 +242,10 @@ fn run_scenario(seed: u64, polls: u64, cov: &mut Coverage) {
 
         // Some signalled processes answer.
         for a in &actions {
-            if let Action::Signal { pid, .. } = a {
+            if let Action::Signal { pid, level, .. } = a {
                 if rng.chance(60) {
                     let top = m.thresholds().top_bytes;
-                    m.record_reclaim(*pid, rng.range(0, top / 10), now);
+                    m.record_reclaim(*pid, Some(*level), rng.range(0, top / 10), now);
                 }
             }
         }
