@@ -62,11 +62,22 @@
 //! as expected, so a new kill happens only when a poll shows that the processes
 //! already killed are not enough. Killed processes get no `Top` signal.
 //!
-//! **R6 — adaptive thresholds** (M3 §5.2). A sliding window keeps the zone of the
+//! **R6 — adaptive thresholds** (M3 §5.2). A sliding window keeps the zone and usage of the
 //! last [`M3Config::window_samples`] polls. With `a:b` = [`M3Config::ratio_target`]:
 //! - low: `ratio_red = T_red : T_green_or_yellow` (red counts above top too). Low is
-//!   lowered by one step only when this poll is above high *and* `ratio_red > a:b`;
+//!   lowered by one step only when this poll is above high *and* `ratio_red > a:b`
+//!   *and* some poll of the window had usage at or below low (the floor below);
 //!   raised by one step only when this poll is above low *and* `ratio_red < a:b`.
+//! - Floor of the low threshold (memcolo's, not in the paper): lowering low makes
+//!   low signals start earlier, i.e. at polls whose usage lay between the new and the
+//!   old low. Once every poll of the window was above low, every one of them already
+//!   sent low signals, so a further step changes no signal; it only leaves low far
+//!   below usage once pressure is gone, to climb back one step per poll while every
+//!   process gets a low signal at every poll. With §6's values (window 32, ratio
+//!   1:32, a step of 2 % of top) the paper's rule alone lowers low by a step at every
+//!   poll of a stay in red, 64 % of top in 32 polls. So low is
+//!   lowered only while the window still holds a poll at or below it, which leaves
+//!   it just under the lowest usage of the last `window_samples` polls.
 //! - high: `ratio_top = T_above_top : T_below_top`, the same rule one level up:
 //!   lowered only when above top and `ratio_top > a:b`; raised only when above high
 //!   and `ratio_top < a:b`.
@@ -429,6 +440,9 @@ pub struct WindowCounts {
     pub above_high: usize,
     /// Polls above the top: `T_above_top`.
     pub above_top: usize,
+    /// Lowest usage of the polls in the window, bytes (0 for an empty window).
+    #[serde(default)]
+    pub min_used_bytes: u64,
 }
 
 /// A signal sent and not yet answered.
@@ -446,8 +460,8 @@ pub struct Monitor {
     low_bytes: u64,
     high_bytes: u64,
     zone: Zone,
-    /// Zone of each of the last `window_samples` polls, oldest first.
-    window: VecDeque<Zone>,
+    /// Zone and usage (bytes) of each of the last `window_samples` polls, oldest first.
+    window: VecDeque<(Zone, u64)>,
     /// When the current run above top began.
     above_top_since: Option<Duration>,
     outstanding: BTreeMap<Pid, Outstanding>,
@@ -510,8 +524,13 @@ impl Monitor {
     pub fn window_counts(&self) -> WindowCounts {
         WindowCounts {
             samples: self.window.len(),
-            above_high: self.window.iter().filter(|z| **z >= Zone::Red).count(),
-            above_top: self.window.iter().filter(|z| **z == Zone::AboveTop).count(),
+            above_high: self.window.iter().filter(|(z, _)| *z >= Zone::Red).count(),
+            above_top: self
+                .window
+                .iter()
+                .filter(|(z, _)| *z == Zone::AboveTop)
+                .count(),
+            min_used_bytes: self.window.iter().map(|(_, u)| *u).min().unwrap_or(0),
         }
     }
 
@@ -588,7 +607,7 @@ impl Monitor {
             }
         }
 
-        self.window.push_back(zone);
+        self.window.push_back((zone, used_bytes));
         while self.window.len() > self.cfg.window_samples {
             self.window.pop_front();
         }
@@ -871,7 +890,10 @@ impl Monitor {
         let red = counts.above_high as u64;
         let not_red = (counts.samples - counts.above_high) as u64;
         let red_cmp = compare_ratio(red, not_red, num as u64, den as u64);
-        if zone >= Zone::Red && red_cmp == std::cmp::Ordering::Greater {
+        if zone >= Zone::Red
+            && red_cmp == std::cmp::Ordering::Greater
+            && counts.min_used_bytes <= self.low_bytes
+        {
             let new_low = self.low_bytes.saturating_sub(step).max(step);
             if new_low < self.low_bytes {
                 self.low_bytes = new_low;
@@ -1249,27 +1271,60 @@ mod tests {
         };
         // 700 green: window [G]; nothing adapts in green.
         assert_eq!(poll(1, 700), (Zone::Green, (800, 900)));
-        // 850 yellow: [G Y]; red 0:2 < 1:3 and above low -> low +20.
-        assert_eq!(poll(2, 850), (Zone::Yellow, (820, 900)));
-        // 850 yellow (> 820): [G Y Y]; 0:3 < 1:3 -> low 840. High needs red: no move.
-        assert_eq!(poll(3, 850), (Zone::Yellow, (840, 900)));
+        // 830 yellow: [G Y]; red 0:2 < 1:3 and above low -> low +20.
+        assert_eq!(poll(2, 830), (Zone::Yellow, (820, 900)));
+        // 830 yellow (> 820): [G Y Y]; 0:3 < 1:3 -> low 840. High needs red: no move.
+        assert_eq!(poll(3, 830), (Zone::Yellow, (840, 900)));
         // 950 red: [G Y Y R]; red 1:3 == target -> low stays; above top 0:4 < 1:3 and
         // above high -> high +20.
         assert_eq!(poll(4, 950), (Zone::Red, (840, 920)));
-        // 950 red (> 920): [Y Y R R]; red 2:2 > 1:3 and above high -> low -20;
-        // above top 0:4 < 1:3 -> high 940.
+        // 950 red (> 920): [Y Y R R]; red 2:2 > 1:3, above high and the window's
+        // lowest usage 830 <= 840 -> low -20; above top 0:4 < 1:3 -> high 940.
         assert_eq!(poll(5, 950), (Zone::Red, (820, 940)));
-        // 1100 above top: [Y R R A]; red 3:1 > -> low 800; top 1:3 == target -> high stays.
-        assert_eq!(poll(6, 1100), (Zone::AboveTop, (800, 940)));
-        // 1100 above top: [R R A A]; low 780; top 2:2 > 1:3 and above top -> high 920.
-        assert_eq!(poll(7, 1100), (Zone::AboveTop, (780, 920)));
+        // 1100 above top: [Y R R A]; red 3:1 > but every poll of the window was above
+        // low 820 (lowest 830): the floor keeps low; top 1:3 == target -> high stays.
+        assert_eq!(poll(6, 1100), (Zone::AboveTop, (820, 940)));
+        // 1100 above top: [R R A A]; low floored again (lowest 950); top 2:2 > 1:3
+        // and above top -> high 920.
+        assert_eq!(poll(7, 1100), (Zone::AboveTop, (820, 920)));
         // 700 green: [R A A G]; nothing moves in green.
-        assert_eq!(poll(8, 700), (Zone::Green, (780, 920)));
-        // 930 red: [A A G R]; red 3:1 > -> low 760; top 2:2 > but not above top, and not
-        // < target: high stays.
-        assert_eq!(poll(9, 930), (Zone::Red, (760, 920)));
-        // 790 yellow (> 760): [A G R Y]; red 2:2 > target but only yellow: low stays.
-        assert_eq!(poll(10, 790), (Zone::Yellow, (760, 920)));
+        assert_eq!(poll(8, 700), (Zone::Green, (820, 920)));
+        // 930 red: [A A G R]; red 3:1 > and 700 <= 820 -> low 800; top 2:2 > but not
+        // above top, and not < target: high stays.
+        assert_eq!(poll(9, 930), (Zone::Red, (800, 920)));
+        // 810 yellow (> 800): [A G R Y]; red 2:2 > target but only yellow: low stays.
+        assert_eq!(poll(10, 810), (Zone::Yellow, (800, 920)));
+    }
+
+    #[test]
+    fn low_threshold_stops_falling_once_usage_stays_above_it() {
+        // top 1000, low 800, high 900, step 20, window of 8 polls. One green poll at
+        // 700, then usage stays in red at 999 (high rises to top - step = 980 and
+        // stops, so 999 stays red).
+        let mut m = Monitor::new(M3Config {
+            window_samples: 8,
+            ..small_cfg()
+        });
+        m.step(secs(0), 700, &[]);
+        let mut lows = vec![];
+        for t in 1..=12 {
+            m.step(secs(t), 999, &[]);
+            lows.push(m.thresholds().low_bytes);
+        }
+        // Low falls a step per red poll while the window still holds the poll at 700
+        // (700 <= low), the last step taking it to 680, just under it; then every poll
+        // of the window is above low and it stays. The paper's rule alone went on to
+        // 800 - 12 x 20 = 560, and on to one step with a longer stay in red.
+        assert_eq!(
+            lows,
+            vec![780, 760, 740, 720, 700, 680, 680, 680, 680, 680, 680, 680]
+        );
+        assert_eq!(m.thresholds().high_bytes, 980);
+        assert_eq!(m.window_counts().min_used_bytes, 999);
+        // Pressure gone: 600 is green. With the paper's rule alone (low 560) it would
+        // be yellow, and every process would get a low signal at every poll.
+        m.step(secs(13), 600, &[]);
+        assert_eq!(m.zone(), Zone::Green);
     }
 
     #[test]
@@ -1284,19 +1339,20 @@ mod tests {
         m.step(secs(2), 890, &[]);
         assert_eq!(th(&m), (880, 900));
         // In red with no time above top, high rises to top - step = 980 and stops.
-        // Each poll also lowers low by one step (ratio_red > 1:32 once red is in the window).
+        // Low stays: every poll of the window was above it (R6's floor).
         for t in 3..20 {
             m.step(secs(t), 999, &[]);
         }
         assert_eq!(m.thresholds().high_bytes, 980);
-        // Meanwhile low fell one step per red poll: 880 - 17 × 20 = 540.
-        assert_eq!(m.thresholds().low_bytes, 540);
+        assert_eq!(m.thresholds().low_bytes, 880);
         let mut m = Monitor::new(M3Config {
             low_bytes: 30,
             high_bytes: 100,
             ..small_cfg()
         });
-        for t in 0..10 {
+        // One green poll at 10, then far above top.
+        m.step(secs(0), 10, &[]);
+        for t in 1..10 {
             m.step(secs(t), 5000, &[]);
         }
         // Above top: low floored at 20, high lowered to low + step = 40.
@@ -1483,11 +1539,13 @@ mod tests {
 
     #[test]
     fn adaptation_changes_the_targets_of_later_polls() {
-        // With adaptation (step 20): after a red poll at 960, low 800 -> 780 (ratio red
-        // 1:0 > 1:32) and high 900 -> 920 (above top 0:1 < 1:32, in red). The next
-        // poll at 960 has Algorithm 1 target 960 - 920 = 40 and low target 180.
+        // With adaptation (step 20): a green poll at 700, then a red poll at 960: low
+        // 800 -> 780 (ratio red 1:1 > 1:32, and 700 <= 800) and high 900 -> 920 (above
+        // top 0:2 < 1:32, in red). The next poll at 960 has Algorithm 1 target
+        // 960 - 920 = 40 and low target 180.
         let mut m = Monitor::new(small_cfg());
         let p = vec![proc_(1, Class::Elastic, 0, 500, true, Some(10))];
+        assert!(m.step(secs(9), 700, &p).is_empty());
         assert_eq!(m.step(secs(10), 960, &p), vec![high(1, 60)]);
         assert_eq!(th(&m), (780, 920));
         m.record_reclaim(1, None, 10, secs(11));
