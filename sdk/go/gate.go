@@ -11,17 +11,29 @@ import (
 // DefaultNumEpochs is NUM_epochs as M3 set it for Go-Cache and Memcached (§4.2).
 const DefaultNumEpochs = 5
 
+// DefaultMinEpoch is the shortest epoch a gate uses: one poll of M3's monitor (§6)
+// and of `memcolo agent` with its default poll_ms. M3 ends the epoch "when memory has
+// been returned", and memory counts as returned for the node when the monitor sees
+// it. A handler that returns in a few milliseconds (unmapping slabs) would otherwise
+// reopen the gate before the next poll has even seen the node leave the red zone, and
+// the application would regrow at once: in bench/m3 the Go cache's epochs of ~15 ms
+// and the JVM job's of ~11 ms put r back at 100 % within one agent poll.
+const DefaultMinEpoch = time.Second
+
 // AllowRateGate implements M3's adaptive allocation protocol (§4.2): after a high
 // signal only every ⌊1/r⌋-th allocation proceeds at once, the others first run the
 // application's eviction callback (an allocation is never failed), with
 //
 //	r = min(time since the last high signal / (epoch × NUM_epochs), 1)
-//	epoch = time the application took to handle that signal
+//	epoch = max(time the application took to handle that signal, minimum epoch)
+//
+// The minimum epoch is DefaultMinEpoch unless SetMinEpoch changes it.
 //
 // Until the first high signal has been handled there is no epoch and r = 0.
 // Safe for concurrent use; the zero value is not usable, use NewAllowRateGate.
 type AllowRateGate struct {
 	numEpochs  int
+	minEpoch   time.Duration
 	mu         sync.Mutex
 	lastSignal time.Time
 	epoch      time.Duration
@@ -34,7 +46,25 @@ func NewAllowRateGate(numEpochs int) *AllowRateGate {
 	if numEpochs < 1 {
 		numEpochs = 1
 	}
-	return &AllowRateGate{numEpochs: numEpochs}
+	return &AllowRateGate{numEpochs: numEpochs, minEpoch: DefaultMinEpoch}
+}
+
+// SetMinEpoch sets the shortest epoch (0: the handling time alone, M3 §4.2 to the
+// letter; a negative d counts as 0). It applies from the next handled signal.
+func (g *AllowRateGate) SetMinEpoch(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if d < 0 {
+		d = 0
+	}
+	g.minEpoch = d
+}
+
+// MinEpoch returns the shortest epoch the gate uses.
+func (g *AllowRateGate) MinEpoch() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.minEpoch
 }
 
 // SignalReceived records a high signal received at t: the rate drops to 0.
@@ -53,13 +83,14 @@ func (g *AllowRateGate) SignalHandled(t time.Time) {
 		return
 	}
 	g.epoch = t.Sub(g.lastSignal)
-	if g.epoch < 0 {
-		g.epoch = 0
+	if g.epoch < g.minEpoch {
+		g.epoch = g.minEpoch
 	}
 	g.hasEpoch = true
 }
 
-// Epoch returns the epoch of the last handled signal and whether there is one.
+// Epoch returns the epoch of the last handled signal (at least the minimum epoch)
+// and whether there is one.
 func (g *AllowRateGate) Epoch() (time.Duration, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

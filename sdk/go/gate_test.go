@@ -71,3 +71,28 @@ func TestGateBeforeAllocEvictsAfterNewSignal(t *testing.T) {
 		t.Fatal("no eviction right after a signal")
 	}
 }
+
+func TestGateFastHandlerHeldToMinEpoch(t *testing.T) {
+	// A handler done in 15 ms, NUM_epochs 5: without a floor r would be 100 % after
+	// 75 ms; with the 1 s floor it climbs over 5 s.
+	g := NewAllowRateGate(5)
+	t0 := time.Unix(1000, 0)
+	g.SignalReceived(t0)
+	g.SignalHandled(t0.Add(15 * time.Millisecond))
+	if e, ok := g.Epoch(); !ok || e != time.Second {
+		t.Fatalf("epoch %v %v, want 1s", e, ok)
+	}
+	if r := g.AllowRateAt(t0.Add(time.Second)); math.Abs(r-0.2) > 1e-9 {
+		t.Fatalf("rate after 1 s %v, want 0.2", r)
+	}
+	if r := g.AllowRateAt(t0.Add(5 * time.Second)); r != 1 {
+		t.Fatalf("rate after 5 s %v, want 1", r)
+	}
+	// SetMinEpoch(0): the handling time alone.
+	g.SetMinEpoch(0)
+	g.SignalReceived(t0)
+	g.SignalHandled(t0.Add(15 * time.Millisecond))
+	if r := g.AllowRateAt(t0.Add(75 * time.Millisecond)); r != 1 {
+		t.Fatalf("rate %v, want 1 without a floor", r)
+	}
+}

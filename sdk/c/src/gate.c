@@ -1,6 +1,7 @@
 /* gate.c: the allow-rate gate of M3's adaptive allocation protocol (§4.2):
- * r = min(elapsed since the last high signal / (epoch * NUM_epochs), 1); only the
- * floor(1/r)-th allocation proceeds at once, the others evict first. */
+ * r = min(elapsed since the last high signal / (epoch * NUM_epochs), 1), epoch at
+ * least min_epoch_ns; only the floor(1/r)-th allocation proceeds at once, the others
+ * evict first. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -12,7 +13,7 @@ struct memcolo_gate {
   pthread_mutex_t mu;
   unsigned num_epochs;
   int has_signal, has_epoch;
-  uint64_t last_signal_ns, epoch_ns, count;
+  uint64_t last_signal_ns, epoch_ns, count, min_epoch_ns;
 };
 
 uint64_t memcolo_now_ns(void) {
@@ -26,6 +27,7 @@ memcolo_gate *memcolo_gate_new(unsigned num_epochs) {
   if (!g) return NULL;
   pthread_mutex_init(&g->mu, NULL);
   g->num_epochs = num_epochs ? num_epochs : 1;
+  g->min_epoch_ns = MEMCOLO_DEFAULT_MIN_EPOCH_NS;
   return g;
 }
 
@@ -47,8 +49,15 @@ void memcolo_gate_signal_handled(memcolo_gate *g, uint64_t now_ns) {
   pthread_mutex_lock(&g->mu);
   if (g->has_signal) {
     g->epoch_ns = now_ns > g->last_signal_ns ? now_ns - g->last_signal_ns : 0;
+    if (g->epoch_ns < g->min_epoch_ns) g->epoch_ns = g->min_epoch_ns;
     g->has_epoch = 1;
   }
+  pthread_mutex_unlock(&g->mu);
+}
+
+void memcolo_gate_set_min_epoch_ns(memcolo_gate *g, uint64_t min_epoch_ns) {
+  pthread_mutex_lock(&g->mu);
+  g->min_epoch_ns = min_epoch_ns;
   pthread_mutex_unlock(&g->mu);
 }
 

@@ -41,8 +41,26 @@ static void before_alloc_evicts_after_a_signal(void) {
   memcolo_gate_free(g);
 }
 
+static void fast_handler_is_held_to_the_minimum_epoch(void) {
+  /* Handled in 15 ms, NUM_epochs 5: without a floor r would be 1 after 75 ms; with
+   * the 1 s floor it is 0.2 after 1 s. */
+  memcolo_gate *g = memcolo_gate_new(5);
+  memcolo_gate_signal_received(g, 0);
+  memcolo_gate_signal_handled(g, 15000000ull);
+  CHECK(memcolo_gate_epoch_ns(g) == (int64_t)S, "epoch %lld", (long long)memcolo_gate_epoch_ns(g));
+  CHECK(fabs(memcolo_gate_allow_rate(g, S) - 0.2) < 1e-9, "r after 1 s");
+  CHECK(memcolo_gate_allow_rate(g, 5 * S) == 1.0, "r after 5 s");
+  /* A floor of 0: the handling time alone (M3 §4.2 to the letter). */
+  memcolo_gate_set_min_epoch_ns(g, 0);
+  memcolo_gate_signal_received(g, 0);
+  memcolo_gate_signal_handled(g, 15000000ull);
+  CHECK(memcolo_gate_allow_rate(g, 75000000ull) == 1.0, "r without a floor");
+  memcolo_gate_free(g);
+}
+
 int main(void) {
   RUN(full_rate_without_signals);
+  RUN(fast_handler_is_held_to_the_minimum_epoch);
   RUN(linear_growth_and_floor_one_over_r);
   RUN(before_alloc_evicts_after_a_signal);
   return CHECK_DONE();

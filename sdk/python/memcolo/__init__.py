@@ -8,12 +8,13 @@
 """
 
 from .client import Client, Notification, SOCKET_ENV
-from .gate import AllowRateGate, DEFAULT_NUM_EPOCHS
+from .gate import AllowRateGate, DEFAULT_MIN_EPOCH_S, DEFAULT_NUM_EPOCHS
 from .protocol import DEFAULT_SOCKET, PROTOCOL_VERSION, ProtocolError
 
 __all__ = [
     "AllowRateGate",
     "Client",
+    "DEFAULT_MIN_EPOCH_S",
     "DEFAULT_NUM_EPOCHS",
     "DEFAULT_SOCKET",
     "Notification",

@@ -5,10 +5,17 @@ the others first call the application's eviction callback, so the application
 replaces data instead of growing. An allocation is never failed::
 
     r = min(time since the last high signal / (epoch * NUM_epochs), 1)
-    epoch = time the application took to handle that signal (receipt -> memory returned)
+    epoch = max(time the application took to handle that signal, minimum epoch)
 
 Until the first high signal has been handled there is no epoch: from its receipt to
 the end of its handling r = 0 (every allocation evicts first).
+
+The minimum epoch (:data:`DEFAULT_MIN_EPOCH_S`, 1 s) is one poll of M3's monitor (§6)
+and of ``memcolo agent`` with its default ``poll_ms``. M3 ends the epoch "when memory
+has been returned", and memory counts as returned for the node when the monitor sees
+it. A handler that returns in a few milliseconds would otherwise reopen the gate
+before the next poll has even seen the node leave the red zone, and the application
+would regrow at once (bench/m3: JVM epochs of ~11 ms, Go cache ~15 ms).
 """
 
 import math
@@ -18,15 +25,24 @@ import time
 #: M3 used NUM_epochs = 5 for Go-Cache and Memcached, 1 for Spark (§4.2).
 DEFAULT_NUM_EPOCHS = 5
 
+#: The shortest epoch a gate uses, seconds (see the module docstring).
+DEFAULT_MIN_EPOCH_S = 1.0
+
 
 class AllowRateGate:
     """The allow-rate gate. Thread-safe. Times are seconds from ``clock``
-    (default :func:`time.monotonic`); every method takes an optional ``now``."""
+    (default :func:`time.monotonic`); every method takes an optional ``now``.
+    ``min_epoch_s``: the shortest epoch (0: the handling time alone, M3 §4.2 to the
+    letter)."""
 
-    def __init__(self, num_epochs=DEFAULT_NUM_EPOCHS, clock=time.monotonic):
+    def __init__(self, num_epochs=DEFAULT_NUM_EPOCHS, clock=time.monotonic,
+                 min_epoch_s=DEFAULT_MIN_EPOCH_S):
         if num_epochs < 1:
             raise ValueError("num_epochs must be at least 1, got %r" % (num_epochs,))
+        if not min_epoch_s >= 0:
+            raise ValueError("min_epoch_s must be >= 0, got %r" % (min_epoch_s,))
         self.num_epochs = num_epochs
+        self.min_epoch_s = float(min_epoch_s)
         self._clock = clock
         self._lock = threading.Lock()
         self._last_signal_s = None
@@ -40,15 +56,17 @@ class AllowRateGate:
             self._count = 0
 
     def signal_handled(self, now=None):
-        """The handlers of the last signal finished: the epoch is receipt -> now."""
+        """The handlers of the last signal finished: the epoch is receipt -> now, but
+        at least ``min_epoch_s``."""
         with self._lock:
             if self._last_signal_s is not None:
                 now = self._clock() if now is None else now
-                self._epoch_s = max(0.0, now - self._last_signal_s)
+                self._epoch_s = max(self.min_epoch_s, now - self._last_signal_s)
 
     @property
     def epoch_s(self):
-        """Epoch length of the last handled signal in seconds, or None."""
+        """Epoch of the last handled signal in seconds (at least ``min_epoch_s``),
+        or None."""
         return self._epoch_s
 
     def _rate(self, now):

@@ -52,3 +52,28 @@ def test_before_alloc_evicts_when_not_admitted_and_new_signal_resets():
 def test_bad_num_epochs():
     with pytest.raises(ValueError):
         AllowRateGate(0)
+
+
+def test_fast_handler_is_held_to_the_minimum_epoch():
+    # A handler done in 10 ms, NUM_epochs 1: without a floor r would be 1 after
+    # 10 ms; with the 1 s floor it is 0.2 at the next poll of a 200 ms agent.
+    g = AllowRateGate(1)
+    g.signal_received(now=0.0)
+    g.signal_handled(now=0.010)
+    assert g.epoch_s == 1.0
+    assert g.allow_rate(now=0.2) == pytest.approx(0.2)
+    assert [g.admit(now=0.2) for _ in range(5)] == [False] * 4 + [True]
+    assert g.allow_rate(now=1.0) == 1.0
+    # Handling longer than the floor is the epoch itself.
+    g.signal_received(now=2.0)
+    g.signal_handled(now=5.0)
+    assert g.epoch_s == pytest.approx(3.0)
+
+
+def test_zero_floor_is_the_paper_to_the_letter():
+    g = AllowRateGate(1, min_epoch_s=0)
+    g.signal_received(now=0.0)
+    g.signal_handled(now=0.010)
+    assert g.allow_rate(now=0.010) == 1.0
+    with pytest.raises(ValueError):
+        AllowRateGate(1, min_epoch_s=-1)

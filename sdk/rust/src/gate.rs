@@ -10,12 +10,26 @@
 //!
 //! Before the first high signal is handled there is no epoch yet: from the receipt of
 //! that signal until its handler returns, r = 0 (every allocation evicts first).
+//!
+//! **Minimum epoch.** The epoch is at least [`DEFAULT_MIN_EPOCH`] (1 s; see
+//! [`AllowRateGate::with_min_epoch`]). M3 ends the epoch "when memory has been
+//! returned", and memory counts as returned for the node when the monitor sees it:
+//! M3's monitor polls once a second (§6), as `memcolo agent` does by default. A
+//! handler that returns in a few milliseconds (dropping cache blocks, unmapping
+//! slabs) would otherwise reopen the gate before the next poll has even seen the
+//! node leave the red zone, and the application would regrow at once: in bench/m3
+//! the JVM job's epochs of ~11 ms and the Go cache's of ~15 ms put r back at 100 %
+//! within one agent poll, and identical jobs shrank and regrew hundreds of times.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// M3 used NUM_epochs = 5 for Go-Cache and Memcached and 1 for Spark (M3 §4.2).
 pub const DEFAULT_NUM_EPOCHS: u32 = 5;
+
+/// The shortest epoch a gate uses: one poll of M3's monitor (§6) and of
+/// `memcolo agent` with its default `poll_ms`. See the module docs.
+pub const DEFAULT_MIN_EPOCH: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default)]
 struct GateState {
@@ -33,6 +47,7 @@ struct GateState {
 #[derive(Debug)]
 pub struct AllowRateGate {
     num_epochs: u32,
+    min_epoch: Duration,
     state: Mutex<GateState>,
 }
 
@@ -43,12 +58,26 @@ impl Default for AllowRateGate {
 }
 
 impl AllowRateGate {
-    /// A gate that reaches 100 % after `num_epochs` epochs (at least 1).
+    /// A gate that reaches 100 % after `num_epochs` epochs (at least 1), with epochs
+    /// of at least [`DEFAULT_MIN_EPOCH`].
     pub fn new(num_epochs: u32) -> Self {
+        Self::with_min_epoch(num_epochs, DEFAULT_MIN_EPOCH)
+    }
+
+    /// A gate that reaches 100 % after `num_epochs` epochs (at least 1), where an
+    /// epoch is the handling time of the last high signal but at least `min_epoch`
+    /// (`Duration::ZERO`: the handling time alone, M3 §4.2 to the letter).
+    pub fn with_min_epoch(num_epochs: u32, min_epoch: Duration) -> Self {
         AllowRateGate {
             num_epochs: num_epochs.max(1),
+            min_epoch,
             state: Mutex::new(GateState::default()),
         }
+    }
+
+    /// The shortest epoch this gate uses.
+    pub fn min_epoch(&self) -> Duration {
+        self.min_epoch
     }
 
     /// NUM_epochs of this gate.
@@ -68,15 +97,15 @@ impl AllowRateGate {
     }
 
     /// The handlers of the signal received last finished at `at`: the epoch is the
-    /// time between receipt and `at`.
+    /// time between receipt and `at`, but at least [`AllowRateGate::min_epoch`].
     pub fn signal_handled(&self, at: Instant) {
         let mut s = self.lock();
         if let Some(t) = s.last_signal {
-            s.epoch = Some(at.saturating_duration_since(t));
+            s.epoch = Some(at.saturating_duration_since(t).max(self.min_epoch));
         }
     }
 
-    /// The epoch length of the last handled signal, if any.
+    /// The epoch of the last handled signal (at least the minimum epoch), if any.
     pub fn epoch(&self) -> Option<Duration> {
         self.lock().epoch
     }
@@ -212,11 +241,38 @@ mod tests {
     }
 
     #[test]
-    fn instant_handler_gives_full_rate() {
-        let g = AllowRateGate::new(5);
+    fn fast_handler_is_held_to_the_minimum_epoch() {
+        // A handler done in 10 ms, NUM_epochs 1: without a floor r would be 100 %
+        // 10 ms after the signal; with the 1 s floor it climbs over one second.
+        let g = AllowRateGate::new(1);
+        let t = Instant::now();
+        g.signal_received(t);
+        g.signal_handled(t + Duration::from_millis(10));
+        assert_eq!(g.epoch(), Some(Duration::from_secs(1)));
+        let r = g.allow_rate_at(t + Duration::from_millis(200));
+        assert!((r - 0.2).abs() < 1e-9, "{r}");
+        // r = 0.2 at the next poll of an agent polling every 200 ms: every 5th.
+        let admitted: Vec<bool> = (0..5)
+            .map(|_| g.admit_at(t + Duration::from_millis(200)))
+            .collect();
+        assert_eq!(admitted, [false, false, false, false, true]);
+        assert_eq!(g.allow_rate_at(t + Duration::from_secs(1)), 1.0);
+        // Longer handling than the floor is the epoch itself.
+        g.signal_received(t + Duration::from_secs(2));
+        g.signal_handled(t + Duration::from_secs(5));
+        assert_eq!(g.epoch(), Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn zero_floor_is_the_paper_to_the_letter() {
+        let g = AllowRateGate::with_min_epoch(5, Duration::ZERO);
         let t = Instant::now();
         g.signal_received(t);
         g.signal_handled(t);
         assert_eq!(g.allow_rate_at(t), 1.0);
+        let g = AllowRateGate::with_min_epoch(1, Duration::ZERO);
+        g.signal_received(t);
+        g.signal_handled(t + Duration::from_millis(10));
+        assert_eq!(g.allow_rate_at(t + Duration::from_millis(10)), 1.0);
     }
 }

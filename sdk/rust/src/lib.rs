@@ -24,7 +24,7 @@
 pub mod gate;
 pub mod runtime;
 
-pub use gate::{AllowRateGate, DEFAULT_NUM_EPOCHS};
+pub use gate::{AllowRateGate, DEFAULT_MIN_EPOCH, DEFAULT_NUM_EPOCHS};
 pub use memcolo_proto::{Class, Level, NotifyMode, DEFAULT_SOCKET, PROTOCOL_VERSION};
 
 use memcolo_proto::{decode_reply, encode, DecodeError, Reply, Request, MAX_LINE_BYTES};

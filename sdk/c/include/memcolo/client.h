@@ -37,6 +37,9 @@ extern "C" {
 #define MEMCOLO_SOCKET_ENV "MEMCOLO_SOCKET"
 /* NUM_epochs of M3's Go-Cache and Memcached (§4.2). */
 #define MEMCOLO_DEFAULT_NUM_EPOCHS 5
+/* The shortest epoch of a gate by default, ns: one poll of M3's monitor (§6) and of
+ * `memcolo agent` with its default poll_ms (see memcolo_gate_set_min_epoch_ns). */
+#define MEMCOLO_DEFAULT_MIN_EPOCH_NS 1000000000ull
 
 /* ---- protocol ------------------------------------------------------------ */
 
@@ -85,9 +88,16 @@ char *memcolo_encode_json(memcolo_direction direction, const char *meaning_json)
 /* ---- allow-rate gate (M3 §4.2) ------------------------------------------ */
 
 /* r = min(time since last high signal / (epoch * num_epochs), 1), where epoch is
- * the time the handlers took for that signal; r = 0 from the first high signal
- * until its handling ends. Only every floor(1/r)-th allocation is admitted; the
- * others evict first. Thread-safe. */
+ * the time the handlers took for that signal, but at least the minimum epoch
+ * (MEMCOLO_DEFAULT_MIN_EPOCH_NS); r = 0 from the first high signal until its
+ * handling ends. Only every floor(1/r)-th allocation is admitted; the others evict
+ * first. Thread-safe.
+ *
+ * Why a minimum epoch: M3 ends the epoch "when memory has been returned", and memory
+ * counts as returned for the node when the monitor sees it, at its next poll. A
+ * handler that returns in a few ms would otherwise reopen the gate before that poll
+ * has even seen the node leave the red zone, and the application would regrow at
+ * once (bench/m3: epochs of ~11-15 ms put r back at 100 % within one agent poll). */
 typedef struct memcolo_gate memcolo_gate;
 
 memcolo_gate *memcolo_gate_new(unsigned num_epochs); /* NULL on ENOMEM */
@@ -95,7 +105,10 @@ void memcolo_gate_free(memcolo_gate *gate);
 uint64_t memcolo_now_ns(void); /* CLOCK_MONOTONIC */
 void memcolo_gate_signal_received(memcolo_gate *gate, uint64_t now_ns);
 void memcolo_gate_signal_handled(memcolo_gate *gate, uint64_t now_ns);
-/* Epoch of the last handled signal in ns; -1 if none. */
+/* Sets the shortest epoch in ns (0: the handling time alone, M3 §4.2 to the letter);
+ * applies from the next handled signal. */
+void memcolo_gate_set_min_epoch_ns(memcolo_gate *gate, uint64_t min_epoch_ns);
+/* Epoch of the last handled signal in ns (at least the minimum); -1 if none. */
 int64_t memcolo_gate_epoch_ns(memcolo_gate *gate);
 double memcolo_gate_allow_rate(memcolo_gate *gate, uint64_t now_ns);
 /* 1: this allocation proceeds at once; 0: evict first. */

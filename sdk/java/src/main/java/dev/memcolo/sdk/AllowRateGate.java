@@ -7,15 +7,26 @@ import java.util.function.LongSupplier;
  * every ⌊1/r⌋-th allocation proceeds at once; the others first run the application's
  * eviction callback (an allocation is never failed), with
  * {@code r = min(time since the last high signal / (epoch × NUM_epochs), 1)} and
- * epoch the time the application took to handle that signal. Until the first high
- * signal has been handled there is no epoch and r = 0. Thread-safe; times are
- * nanoseconds of {@link System#nanoTime()} unless given.
+ * epoch the time the application took to handle that signal, but at least a minimum
+ * epoch. Until the first high signal has been handled there is no epoch and r = 0.
+ * Thread-safe; times are nanoseconds of {@link System#nanoTime()} unless given.
+ *
+ * <p>The minimum epoch ({@link #DEFAULT_MIN_EPOCH_NS}, 1 s) is one poll of M3's monitor
+ * (§6) and of {@code memcolo agent} with its default {@code poll_ms}. M3 ends the epoch
+ * "when memory has been returned", and memory counts as returned for the node when the
+ * monitor sees it. A handler that returns in a few milliseconds (dropping cache blocks)
+ * would otherwise reopen the gate before the next poll has even seen the node leave
+ * the red zone, and the application would regrow at once (bench/m3: the JVM job's
+ * epochs of ~11 ms put r back at 100 % within one agent poll).
  */
 public final class AllowRateGate {
     /** NUM_epochs of M3's Go-Cache and Memcached (§4.2); Spark used 1. */
     public static final int DEFAULT_NUM_EPOCHS = 5;
+    /** The shortest epoch a gate uses by default, ns (see the class comment). */
+    public static final long DEFAULT_MIN_EPOCH_NS = 1_000_000_000L;
 
     private final int numEpochs;
+    private final long minEpochNs;
     private final LongSupplier clockNs;
     private boolean hasSignal;
     private boolean hasEpoch;
@@ -33,11 +44,29 @@ public final class AllowRateGate {
 
     /** @throws IllegalArgumentException if numEpochs &lt; 1 */
     public AllowRateGate(int numEpochs, LongSupplier clockNs) {
+        this(numEpochs, DEFAULT_MIN_EPOCH_NS, clockNs);
+    }
+
+    /**
+     * @param minEpochNs the shortest epoch in ns (0: the handling time alone, M3 §4.2 to
+     *     the letter)
+     * @throws IllegalArgumentException if numEpochs &lt; 1 or minEpochNs &lt; 0
+     */
+    public AllowRateGate(int numEpochs, long minEpochNs, LongSupplier clockNs) {
         if (numEpochs < 1) {
             throw new IllegalArgumentException("numEpochs must be at least 1, got " + numEpochs);
         }
+        if (minEpochNs < 0) {
+            throw new IllegalArgumentException("minEpochNs must be >= 0, got " + minEpochNs);
+        }
         this.numEpochs = numEpochs;
+        this.minEpochNs = minEpochNs;
         this.clockNs = clockNs;
+    }
+
+    /** The shortest epoch this gate uses, ns. */
+    public long minEpochNs() {
+        return minEpochNs;
     }
 
     /** A high signal arrived at {@code nowNs}: the rate drops to 0. */
@@ -50,12 +79,12 @@ public final class AllowRateGate {
     /** The handlers of the last signal finished at {@code nowNs}. */
     public synchronized void signalHandled(long nowNs) {
         if (hasSignal) {
-            epochNs = Math.max(0, nowNs - lastSignalNs);
+            epochNs = Math.max(minEpochNs, nowNs - lastSignalNs);
             hasEpoch = true;
         }
     }
 
-    /** The epoch of the last handled signal in ns, or -1. */
+    /** The epoch of the last handled signal in ns (at least the minimum), or -1. */
     public synchronized long epochNs() {
         return hasEpoch ? epochNs : -1;
     }

@@ -53,4 +53,33 @@ class AllowRateGateTest {
         assertEquals(1, evicted[0]);
         assertThrows(IllegalArgumentException.class, () -> new AllowRateGate(0));
     }
+
+    @Test
+    void fastHandlerIsHeldToTheMinimumEpoch() {
+        // Handled in 11 ms, NUM_epochs 1: without a floor r would be 1 after 11 ms; with
+        // the 1 s floor it is 0.2 at the next poll of an agent polling every 200 ms.
+        AllowRateGate g = new AllowRateGate(1);
+        g.signalReceived(0);
+        g.signalHandled(11_000_000L);
+        assertEquals(S, g.epochNs());
+        assertEquals(0.2, g.allowRate(S / 5), 1e-9);
+        boolean[] want = {false, false, false, false, true};
+        for (boolean w : want) {
+            assertEquals(w, g.admit(S / 5));
+        }
+        assertEquals(1.0, g.allowRate(S));
+        // Handling longer than the floor is the epoch itself.
+        g.signalReceived(2 * S);
+        g.signalHandled(5 * S);
+        assertEquals(3 * S, g.epochNs());
+    }
+
+    @Test
+    void zeroFloorIsThePaperToTheLetter() {
+        AllowRateGate g = new AllowRateGate(1, 0, () -> 0L);
+        g.signalReceived(0);
+        g.signalHandled(11_000_000L);
+        assertEquals(1.0, g.allowRate(11_000_000L));
+        assertThrows(IllegalArgumentException.class, () -> new AllowRateGate(1, -1, () -> 0L));
+    }
 }
