@@ -94,7 +94,13 @@
 //! per epoch: a page that reaches `T` again in the same epoch stays at `T` and the
 //! cooling is applied at the start of the next epoch. As in the paper, counts are
 //! cooled lazily (a page remembers the cooling generation of its count) and the bin
-//! lists shift by one list per cooling, so cooling does not touch every page.
+//! lists shift by one list per cooling, so cooling does not touch every page. Within
+//! a bin, pages keep the order in which they entered its list (the paper's linked
+//! lists): a page enters at the end when it is created, sampled or moved, so the
+//! coldest page of a bin is the one sampled or moved longest ago and the hottest the
+//! latest. (Ordering a bin by page id instead would make every demand victim of a
+//! far-memory tier, where most pages sit in bin 0, the lowest address, whatever its
+//! use.)
 //!
 //! **T7 — allocation on demand** (§3.1, "Memory allocation"; "Process exit"). A page
 //! touched for the first time is placed in fast memory if the process has unfilled
@@ -404,6 +410,9 @@ struct PageRec {
     /// Sample count as of cooling generation `gen`.
     count: u64,
     gen: u64,
+    /// When the page last entered its bin list (sampled, moved, or new): the order
+    /// within a bin, oldest first (rule T6).
+    stamp: u64,
 }
 
 /// One managed process.
@@ -423,8 +432,12 @@ struct Proc {
     /// Pages per tier.
     n: [u64; 2],
     pages: HashMap<PageId, PageRec>,
-    /// `bins[k][tier]`: pages of bin `k` (0 coldest) in that tier.
-    bins: VecDeque<[BTreeSet<PageId>; 2]>,
+    /// `bins[k][tier]`: pages of bin `k` (0 coldest) in that tier, as
+    /// `(stamp, page)`: in the order they entered the list, like the paper's
+    /// linked lists.
+    bins: VecDeque<[BTreeSet<(u64, PageId)>; 2]>,
+    /// The next stamp.
+    clock: u64,
     /// Cooling generation: a count stored at generation `g` is worth
     /// `count >> (gen − g)` now.
     gen: u64,
@@ -460,6 +473,7 @@ impl Proc {
             n: [0, 0],
             pages: HashMap::new(),
             bins: (0..bins).map(|_| Default::default()).collect(),
+            clock: 0,
             gen: 0,
             coolings: 0,
             cooled_epoch: None,
@@ -491,36 +505,47 @@ impl Proc {
         self.n[SLOW]
     }
 
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
     fn insert(&mut self, page: PageId, tier: Tier) {
+        let stamp = self.tick();
         let rec = PageRec {
             tier,
             count: 0,
             gen: self.gen,
+            stamp,
         };
         self.pages.insert(page, rec);
-        self.bins[0][tier.idx()].insert(page);
+        self.bins[0][tier.idx()].insert((stamp, page));
         self.n[tier.idx()] += 1;
     }
 
     fn remove(&mut self, page: PageId) -> Option<Tier> {
         let rec = self.pages.remove(&page)?;
         let b = bin_of(self.eff(&rec), self.bins.len());
-        self.bins[b][rec.tier.idx()].remove(&page);
+        self.bins[b][rec.tier.idx()].remove(&(rec.stamp, page));
         self.saturated.remove(&page);
         self.n[rec.tier.idx()] -= 1;
         Some(rec.tier)
     }
 
+    /// Moves `page` to tier `to`, at the end of its bin's list there.
     fn move_to(&mut self, page: PageId, to: Tier) {
         let b = self.bin_of_page(page).expect("move of an unknown page");
+        let stamp = self.tick();
         let rec = self.pages.get_mut(&page).expect("move of an unknown page");
         let from = rec.tier;
         if from == to {
             return;
         }
+        let old = rec.stamp;
         rec.tier = to;
-        self.bins[b][from.idx()].remove(&page);
-        self.bins[b][to.idx()].insert(page);
+        rec.stamp = stamp;
+        self.bins[b][from.idx()].remove(&(old, page));
+        self.bins[b][to.idx()].insert((stamp, page));
         self.n[from.idx()] -= 1;
         self.n[to.idx()] += 1;
     }
@@ -543,9 +568,10 @@ impl Proc {
         self.bins.push_back(Default::default());
         self.gen += 1;
         for page in std::mem::take(&mut self.saturated) {
-            let tier = self.pages[&page].tier.idx();
-            self.bins[nb - 2][tier].remove(&page);
-            self.bins[nb - 1][tier].insert(page);
+            let rec = self.pages[&page];
+            let tier = rec.tier.idx();
+            self.bins[nb - 2][tier].remove(&(rec.stamp, page));
+            self.bins[nb - 1][tier].insert((rec.stamp, page));
         }
         self.coolings += 1;
         self.cooled_epoch = Some(epoch);
@@ -563,8 +589,11 @@ impl Proc {
         let nb = self.bins.len();
         let tier = rec.tier.idx();
         let mut c = self.eff(&rec);
-        self.bins[bin_of(c, nb)][tier].remove(&page);
+        self.bins[bin_of(c, nb)][tier].remove(&(rec.stamp, page));
         self.saturated.remove(&page);
+        // Sampled just now: the end of its bin's list.
+        let stamp = self.tick();
+        let rec = PageRec { stamp, ..rec };
         let mut n = n as u64;
         let mut saturate = false;
         if c + n >= threshold {
@@ -580,10 +609,10 @@ impl Proc {
                         ..rec
                     },
                 );
-                self.bins[nb - 1][tier].insert(page);
+                self.bins[nb - 1][tier].insert((stamp, page));
                 self.saturated.insert(page);
                 self.cool(epoch);
-                self.bins[nb - 1][tier].remove(&page);
+                self.bins[nb - 1][tier].remove(&(stamp, page));
                 c = threshold / 2 + n;
                 if c >= threshold {
                     c = threshold;
@@ -604,24 +633,25 @@ impl Proc {
                 ..rec
             },
         );
-        self.bins[bin_of(c, nb)][tier].insert(page);
+        self.bins[bin_of(c, nb)][tier].insert((stamp, page));
         if saturate {
             self.saturated.insert(page);
             self.cool_pending = true;
         }
     }
 
-    /// Pages of `tier`, hottest first (bins descending, page ids ascending), from
-    /// bin `min_bin` up.
+    /// Pages of `tier`, hottest first (bins descending; within a bin, the latest to
+    /// enter it first), from bin `min_bin` up.
     fn hottest(&self, tier: usize, min_bin: usize) -> impl Iterator<Item = (usize, PageId)> + '_ {
         (min_bin..self.bins.len())
             .rev()
-            .flat_map(move |b| self.bins[b][tier].iter().map(move |&p| (b, p)))
+            .flat_map(move |b| self.bins[b][tier].iter().rev().map(move |&(_, p)| (b, p)))
     }
 
-    /// Pages of `tier`, coldest first (bins ascending, page ids ascending).
+    /// Pages of `tier`, coldest first (bins ascending; within a bin, the earliest to
+    /// enter it first).
     fn coldest(&self, tier: usize) -> impl Iterator<Item = (usize, PageId)> + '_ {
-        (0..self.bins.len()).flat_map(move |b| self.bins[b][tier].iter().map(move |&p| (b, p)))
+        (0..self.bins.len()).flat_map(move |b| self.bins[b][tier].iter().map(move |&(_, p)| (b, p)))
     }
 
     /// Slow pages worth promoting (sampled: bin >= 1).
@@ -1394,7 +1424,7 @@ impl MaxMem {
                     return Err(format!("pid {pid} page {page}: count {c} above threshold"));
                 }
                 let b = bin_of(c, nb);
-                if !p.bins[b][rec.tier.idx()].contains(page) {
+                if !p.bins[b][rec.tier.idx()].contains(&(rec.stamp, *page)) {
                     return Err(format!(
                         "pid {pid} page {page}: count {c} ({}) not in bin {b}",
                         rec.tier
@@ -1568,7 +1598,7 @@ mod tests {
     /// P1 (t = 0.9) faults in pages 0..60 and P2 (t = 0.1) pages 1000..1040: the pool
     /// (100) covers both, allocations 60 and 40. P2 then touches 1040..1070: the pool
     /// is empty, so each fault evicts P2's coldest other fast page (all in bin 0, so
-    /// the lowest id): 1000..1030 go slow, 1030..1070 are fast.
+    /// the earliest in the bin's list): 1000..1030 go slow, 1030..1070 are fast.
     ///
     /// Epoch 1: P1 a_slow 3, a_fast 7: a = 0.3 < 0.9, surplus, t/a = 3. P2 a_slow 4,
     /// a_fast 6: a = 0.4 > 0.1, needy, a/t = 4. F_need = 4, M_P2 = 4/4·20 = 20; P2
@@ -1577,8 +1607,9 @@ mod tests {
     ///
     /// Migrations: P1 is 20 above its allocation and demotes its 20 coldest pages
     /// (bin 0, ids 0..20), reason reallocation, using all of R. P2 sampled its slow
-    /// pages 1000..1030 once (bin 1); its 20 unfilled pages are filled with the
-    /// hottest, 1000..1020 (ids ascending within a bin). Its 10 remaining bin-1 slow
+    /// pages 1000..1030 once (bin 1), in that order; its 20 unfilled pages are
+    /// filled with the hottest, 1029 down to 1010 (within a bin, the latest to enter
+    /// it first). Its 10 remaining bin-1 slow
     /// pages could be exchanged with its bin-0 fast pages, but the fills took all of
     /// X = 20. 40 migrations = the cap.
     #[test]
@@ -1607,7 +1638,7 @@ mod tests {
         );
         assert_eq!(
             moved(&out, 2, Tier::Fast, MigrationReason::Fill),
-            (1000..1020).collect::<Vec<_>>()
+            (1010..1030).rev().collect::<Vec<_>>()
         );
         assert_eq!(out.migrations.len(), 40);
         // Demotions come before the promotions they make room for.
