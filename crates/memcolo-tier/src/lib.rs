@@ -36,11 +36,13 @@
 //! - [`manager`]: the tier manager of one region.
 //! - [`sampler`]: the fast-tier access estimator.
 //! - [`placement`]: the MaxMem policy as a manager's placement.
+//! - [`node`]: regions of several processes sharing one fast tier; the epoch loop.
 
 pub mod compressed;
 pub mod error;
 pub mod manager;
 pub mod memserver;
+pub mod node;
 pub mod placement;
 pub mod region;
 pub mod remote;

@@ -44,7 +44,8 @@
 //!
 //! Victims are queued ([`TierManager::evict`], and by the [`Placement`] on every
 //! fault that has no room), so faults never wait for eviction. A worker takes up to
-//! [`TierConfig::evict_batch`] queued pages and, for contiguous runs of them:
+//! [`TierConfig::evict_batch`] queued pages (waiting up to [`TierConfig::evict_linger`]
+//! for a short batch to fill) and, for contiguous runs of them:
 //! write-protects → copies the pages out → stores them in the slow tier in one batch
 //! and waits for the confirmation → marks them stored → drops them from memory →
 //! unprotects and wakes any writer that faulted meanwhile (it retries and faults the
@@ -65,7 +66,7 @@
 //! registered, so the process blocks on that page instead of reading zeros.
 
 use crate::region::{RegionMemory, PAGE};
-use crate::sampler::{choose, Rng, WindowEstimate};
+use crate::sampler::{choose, choose_by_rejection, Rng, WindowEstimate};
 use crate::uffd::{Event, Uffd};
 use crate::{checksum, PageKey, SlowTier, TierError};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -105,6 +106,10 @@ pub struct TierConfig {
     pub region_id: u64,
     /// Pages per eviction batch (64).
     pub evict_batch: usize,
+    /// How long a worker holding fewer than [`TierConfig::evict_batch`] queued pages
+    /// waits for more before it starts (500 µs; zero: start at once). Faults never
+    /// wait for it: a victim stays resident a little longer.
+    pub evict_linger: std::time::Duration,
     /// Eviction worker threads (1).
     pub evict_workers: usize,
     /// Untouched pages zero-filled per missing fault, the faulting one included (1).
@@ -123,6 +128,7 @@ impl TierConfig {
         TierConfig {
             region_id,
             evict_batch: 64,
+            evict_linger: std::time::Duration::from_micros(500),
             evict_workers: 1,
             zero_fill_ahead: 1,
             sample_pages: 64,
@@ -172,7 +178,9 @@ pub struct EpochAccesses {
     pub fast: f64,
     /// Slow-tier page touches (faults on stored pages), exact.
     pub slow: u64,
-    /// Samples per page: sample hits and slow faults.
+    /// Samples per page: sample hits, and slow faults kept with the probability a
+    /// resident page had of being sampled in the window (k/R; 1 before the first
+    /// window), so a page's count estimates the same thing in either tier.
     pub pages: Vec<(usize, u32)>,
 }
 
@@ -231,6 +239,22 @@ struct Counters {
 struct Queue {
     pages: VecDeque<usize>,
     in_flight: usize,
+    /// Pages ever queued, and ever taken into a batch (tickets count these).
+    queued: u64,
+    drained: u64,
+    /// Ticket of the first page of each batch in flight.
+    batch_starts: Vec<u64>,
+}
+
+impl Queue {
+    /// Every page queued before this ticket has been handled.
+    fn done_below(&self) -> u64 {
+        self.batch_starts
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(self.drained)
+    }
 }
 
 struct Inner {
@@ -248,6 +272,9 @@ struct Inner {
     epoch: Mutex<Epoch>,
     rng: Mutex<Rng>,
     own_drops: Mutex<Vec<(u64, u64)>>,
+    /// Probability (f64 bits) that a slow fault enters the per-page samples: the
+    /// current window's k/R.
+    slow_sample_p: AtomicU64,
     stop: AtomicBool,
     wake_fd: OwnedFd,
     fatal: Mutex<Option<String>>,
@@ -342,6 +369,9 @@ impl TierManager {
             queue: Mutex::new(Queue {
                 pages: VecDeque::new(),
                 in_flight: 0,
+                queued: 0,
+                drained: 0,
+                batch_starts: Vec::new(),
             }),
             queue_cv: Condvar::new(),
             idle_cv: Condvar::new(),
@@ -349,6 +379,7 @@ impl TierManager {
             epoch: Mutex::new(Epoch::default()),
             rng: Mutex::new(Rng::new(cfg.seed)),
             own_drops: Mutex::new(Vec::new()),
+            slow_sample_p: AtomicU64::new(1.0f64.to_bits()),
             stop: AtomicBool::new(false),
             wake_fd,
             fatal: Mutex::new(None),
@@ -384,9 +415,24 @@ impl TierManager {
     }
 
     /// Queues region pages for eviction (MaxMem demotions, or victims chosen by the
-    /// owner); returns at once.
-    pub fn evict(&self, pages: &[usize]) {
-        self.inner.enqueue(pages);
+    /// owner); returns at once, with a ticket for [`TierManager::wait_evicted`].
+    pub fn evict(&self, pages: &[usize]) -> u64 {
+        self.inner.enqueue(pages)
+    }
+
+    /// Waits until every page queued before `ticket` (returned by
+    /// [`TierManager::evict`]) has been handled (evicted, or refused), whatever was
+    /// queued after it: unlike [`TierManager::wait_evictions`], a steady stream of
+    /// fault victims cannot make it wait longer.
+    pub fn wait_evicted(&self, ticket: u64) {
+        let mut q = lock(&self.inner.queue);
+        while q.done_below() < ticket && !self.inner.stop.load(Ordering::Acquire) {
+            q = self
+                .inner
+                .idle_cv
+                .wait(q)
+                .unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     /// Waits until the eviction queue is empty and no batch is in flight.
@@ -403,19 +449,17 @@ impl TierManager {
 
     /// Brings stored pages in ahead of their faults (MaxMem promotions). Pages not
     /// stored are skipped. A failed load leaves the page stored (its fault will try
-    /// again) and is returned.
-    ///
-    /// # Errors
-    /// The first load's error.
-    pub fn prefetch(&self, pages: &[usize]) -> Result<(), TierError> {
-        let mut first_err = None;
+    /// again); the pages that failed are returned with their errors, so the owner can
+    /// tell the policy where they really are.
+    pub fn prefetch(&self, pages: &[usize]) -> Vec<(usize, TierError)> {
+        let mut failed = Vec::new();
         let mut buf = vec![0u8; PAGE];
         for &p in pages {
             if let Err(e) = self.inner.prefetch_one(p, &mut buf) {
-                first_err.get_or_insert(e);
+                failed.push((p, e));
             }
         }
-        first_err.map_or(Ok(()), Err)
+        failed
     }
 
     /// Starts a sampling window: samples up to [`TierConfig::sample_pages`] resident
@@ -553,15 +597,19 @@ impl Inner {
         PageKey::new(self.cfg.region_id, page as u64)
     }
 
-    fn enqueue(&self, pages: &[usize]) {
-        if pages.is_empty() {
-            return;
-        }
+    fn enqueue(&self, pages: &[usize]) -> u64 {
         let mut q = lock(&self.queue);
+        let before = q.pages.len();
         q.pages
             .extend(pages.iter().copied().filter(|&p| p < self.pages));
+        let added = (q.pages.len() - before) as u64;
+        q.queued += added;
+        let ticket = q.queued;
         drop(q);
-        self.queue_cv.notify_one();
+        if added > 0 {
+            self.queue_cv.notify_one();
+        }
+        ticket
     }
 
     fn set_fatal(&self, why: String) {
@@ -575,11 +623,22 @@ impl Inner {
     }
 
     fn record_sample(&self, page: usize, slow: bool) {
+        // A slow fault is a page touched in this window, known for sure; a resident
+        // page's touch is only seen if the page was among the window's k of R
+        // sampled. Slow faults enter the per-page samples with the same probability
+        // k/R, so the hotness bins weigh both tiers alike (the count of slow
+        // touches, `slow`, stays exact).
+        let keep = !slow || {
+            let p = f64::from_bits(self.slow_sample_p.load(Ordering::Relaxed));
+            p >= 1.0 || (lock(&self.rng).next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < p
+        };
         let mut e = lock(&self.epoch);
         if slow {
             e.slow += 1;
         }
-        *e.pages.entry(page).or_default() += 1;
+        if keep {
+            *e.pages.entry(page).or_default() += 1;
+        }
     }
 
     /// Asks the placement about newly mapped pages and queues the victims.
@@ -906,27 +965,49 @@ impl Inner {
     }
 
     fn evict_loop(&self) {
+        let batch_max = self.cfg.evict_batch.max(1);
         loop {
-            let batch: Vec<usize> = {
+            let (start, batch): (u64, Vec<usize>) = {
                 let mut q = lock(&self.queue);
                 while q.pages.is_empty() && !self.stop.load(Ordering::Acquire) {
                     q = self.queue_cv.wait(q).unwrap_or_else(|e| e.into_inner());
                 }
+                // A short batch waits up to the linger for more victims: one protect,
+                // drop (and TLB shootdown) and store round trip serves them all.
+                if !self.cfg.evict_linger.is_zero() && q.pages.len() < batch_max {
+                    let deadline = std::time::Instant::now() + self.cfg.evict_linger;
+                    while q.pages.len() < batch_max && !self.stop.load(Ordering::Acquire) {
+                        let now = std::time::Instant::now();
+                        if now >= deadline {
+                            break;
+                        }
+                        q = self
+                            .queue_cv
+                            .wait_timeout(q, deadline - now)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                }
                 if self.stop.load(Ordering::Acquire) {
                     q.pages.clear();
+                    q.drained = q.queued;
                     self.idle_cv.notify_all();
                     return;
                 }
-                let n = q.pages.len().min(self.cfg.evict_batch.max(1));
+                let n = q.pages.len().min(batch_max);
                 q.in_flight += 1;
-                q.pages.drain(..n).collect()
+                let start = q.drained;
+                q.drained += n as u64;
+                q.batch_starts.push(start);
+                (start, q.pages.drain(..n).collect())
             };
             self.evict_batch(batch);
             let mut q = lock(&self.queue);
             q.in_flight -= 1;
-            if q.pages.is_empty() && q.in_flight == 0 {
-                self.idle_cv.notify_all();
+            if let Some(k) = q.batch_starts.iter().position(|&b| b == start) {
+                q.batch_starts.swap_remove(k);
             }
+            self.idle_cv.notify_all();
         }
     }
 
@@ -1092,10 +1173,23 @@ impl Inner {
         }
         let (sampled, resident) = {
             let mut t = lock(&self.table);
-            let resident_pages: Vec<usize> = (0..self.pages)
-                .filter(|&p| t.st[p] == St::Resident)
-                .collect();
-            let chosen = choose(&mut lock(&self.rng), &resident_pages, self.cfg.sample_pages);
+            let k = self.cfg.sample_pages;
+            let mut rng = lock(&self.rng);
+            // Mostly resident (the common case): draw, never list every page.
+            let drawn = if t.resident as usize * 4 >= self.pages {
+                choose_by_rejection(&mut rng, self.pages, k, 64 * k + 1024, |p| {
+                    t.st[p] == St::Resident
+                })
+            } else {
+                None
+            };
+            let chosen = drawn.unwrap_or_else(|| {
+                let resident_pages: Vec<usize> = (0..self.pages)
+                    .filter(|&p| t.st[p] == St::Resident)
+                    .collect();
+                choose(&mut rng, &resident_pages, k)
+            });
+            drop(rng);
             for &p in &chosen {
                 t.st[p] = St::SampleDrop;
             }
@@ -1150,6 +1244,12 @@ impl Inner {
             }
         }
         let _ = self.protect_runs(&rs, false);
+        let p = if ok && resident > 0 {
+            (sampled.len() as f64 / resident as f64).min(1.0)
+        } else {
+            1.0
+        };
+        self.slow_sample_p.store(p.to_bits(), Ordering::Relaxed);
         let mut t = lock(&self.table);
         t.window = Some(Window {
             sampled: if ok { sampled.clone() } else { Vec::new() },

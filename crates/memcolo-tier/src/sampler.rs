@@ -31,6 +31,16 @@
 //! that is touched between the window's sampling and its drop is missed (the drop
 //! comes a few microseconds after the choice), and hits take one extra fault each:
 //! `k` faults per window at most.
+//!
+//! **Per-page samples (hotness bins).** MaxMem bins pages by their share of PEBS
+//! samples, which every page gets in proportion to its accesses whatever its tier.
+//! Here a slow page is seen on every touch (its fault) and a resident page only when
+//! it is among the window's `k` of `R` sampled: counting both as they come would rank
+//! a page that faults once above a resident page touched in every window, and make
+//! the hottest resident pages the first victims. So a slow fault enters the per-page
+//! samples only with probability `k/R` (the window's), like a resident page's touch:
+//! a page's count then estimates `k/R` × the windows it was touched in, in either
+//! tier. The count of slow touches behind `a_miss` stays exact.
 
 /// One sampling window's counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -108,6 +118,36 @@ pub fn choose<T: Copy + Ord>(rng: &mut Rng, candidates: &[T], k: usize) -> Vec<T
     picked.into_iter().map(|i| candidates[i]).collect()
 }
 
+/// Chooses `k` distinct indices of `0..n` uniformly at random among those for which
+/// `keep` holds, by rejection: uniform draws from `0..n`, keeping each qualifying
+/// index not drawn before, until `k` are kept. Cheap when most indices qualify (a
+/// region mostly resident: `O(k·n/m)` draws for `m` qualifying indices) and it never
+/// builds the list of candidates. Returns the indices in ascending order, or `None`
+/// once `max_draws` draws did not find `k` (the caller then falls back to
+/// [`choose`] over the list of candidates).
+pub fn choose_by_rejection(
+    rng: &mut Rng,
+    n: usize,
+    k: usize,
+    max_draws: usize,
+    keep: impl Fn(usize) -> bool,
+) -> Option<Vec<usize>> {
+    let mut picked = std::collections::BTreeSet::new();
+    if k == 0 {
+        return Some(Vec::new());
+    }
+    if n == 0 {
+        return None;
+    }
+    for _ in 0..max_draws {
+        let i = rng.below(n as u64) as usize;
+        if keep(i) && picked.insert(i) && picked.len() == k {
+            return Some(picked.into_iter().collect());
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +195,38 @@ mod tests {
         }
         assert_eq!(choose(&mut rng, &items, 50).len(), 20);
         assert!(choose(&mut rng, &Vec::<u32>::new(), 3).is_empty());
+    }
+
+    #[test]
+    fn rejection_choice_is_uniform_over_qualifying_indices() {
+        let mut rng = Rng::new(7);
+        // Indices divisible by 3 do not qualify.
+        let keep = |i: usize| !i.is_multiple_of(3);
+        let mut counts = [0u32; 30];
+        for _ in 0..20_000 {
+            let s = choose_by_rejection(&mut rng, 30, 4, 10_000, keep).unwrap();
+            assert_eq!(s.len(), 4);
+            assert!(s.windows(2).all(|w| w[0] < w[1]), "ascending, distinct");
+            for i in s {
+                assert!(keep(i));
+                counts[i] += 1;
+            }
+        }
+        // 20 qualifying indices, 4 chosen: 4000 expected each, sd ≈ 57.
+        for (i, &c) in counts.iter().enumerate() {
+            if keep(i) {
+                assert!((3750..4250).contains(&c), "{counts:?}");
+            } else {
+                assert_eq!(c, 0);
+            }
+        }
+        // Too few qualifying indices for the draws allowed: the caller scans.
+        assert_eq!(choose_by_rejection(&mut rng, 1000, 5, 50, |i| i == 3), None);
+        assert_eq!(choose_by_rejection(&mut rng, 0, 5, 50, |_| true), None);
+        assert_eq!(
+            choose_by_rejection(&mut rng, 10, 0, 50, |_| true),
+            Some(vec![])
+        );
     }
 
     /// The estimator against known access patterns, drawn exactly as the manager
