@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""Tiered-memory (MaxMem) benchmarks on this machine: GUPS (MaxMem §5.1.1).
+
+Plans (``--plan``):
+
+- ``overhead``  single-process management overhead: the same GUPS run unmanaged
+                (``off``), under the userfaultfd tier manager with everything fitting
+                in fast memory and t_miss = 0.1 (``maxmem``), and with t_miss = 1
+                (``maxmem-nonqos``, MaxMem's "non-QoS": the policy has nothing to do
+                in a single process, so this isolates its cost). Repetitions are
+                interleaved, the order rotated each round, so drift of the shared
+                machine falls on every configuration alike.
+- ``small``     fast memory smaller than the footprint: the same GUPS with 1/2, 3/7
+                (hot + warm exactly) and 1/4 of the table in fast memory, the rest in
+                the LZ4 slow tier; throughput, a_miss and the manager's counters.
+
+Every run is ``target/release/gups`` in a scratch memory cgroup
+``<own group>/memcolo-tiering-<pid>`` (limit ``--cg-limit-mib``, a safety net: the
+runs do not press on memory), removed afterwards. Results accumulate in ``--out``
+(default ``bench/tiering/results/<plan>``): ``runs.jsonl`` (one JSON object per run:
+the program's summary plus the cgroup's peak), ``timelines/<run>.csv`` (per second).
+A run already in ``runs.jsonl`` is not run again, so a plan is worked through in
+locked slices::
+
+    flock /tmp/memcolo-bench.lock /usr/bin/python3 bench/tiering/run.py --plan overhead --budget-s 450
+    /usr/bin/python3 bench/tiering/report.py bench/tiering/results/overhead
+
+Exit status 3 while runs of the plan are left.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CG_ROOT = "/sys/fs/cgroup/memory"
+
+
+def own_memory_cgroup():
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            if "memory" in ctrls.split(","):
+                return path
+    raise SystemExit("no cgroup v1 memory controller in /proc/self/cgroup")
+
+
+def cg_write(cg, name, value):
+    with open(os.path.join(cg, name), "w") as f:
+        f.write(str(value))
+
+
+def cg_int(cg, name):
+    try:
+        with open(os.path.join(cg, name)) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def cg_remove(cg):
+    if not os.path.isdir(cg):
+        return
+    for _ in range(100):
+        try:
+            with open(os.path.join(cg, "cgroup.procs")) as f:
+                pids = [int(x) for x in f.read().split()]
+        except OSError:
+            pids = []
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    try:
+        cg_write(cg, "memory.force_empty", 0)
+    except OSError:
+        pass
+    for _ in range(50):
+        try:
+            os.rmdir(cg)
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+def plan_runs(plan, reps):
+    """(run_id, config, gups args) in the order to run them."""
+    base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "15", "--measure-s", "20"]
+    if plan == "overhead":
+        configs = [
+            ("off", ["--manage", "off"]),
+            ("maxmem", ["--manage", "maxmem", "--t-miss", "0.1"]),
+            ("maxmem-nonqos", ["--manage", "maxmem", "--t-miss", "1"]),
+        ]
+    elif plan == "small":
+        configs = [
+            ("fast-512", ["--manage", "maxmem", "--fast-mib", "512"]),
+            ("fast-439", ["--manage", "maxmem", "--fast-mib", "439"]),
+            ("fast-256", ["--manage", "maxmem", "--fast-mib", "256"]),
+        ]
+        base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "30", "--measure-s", "20"]
+    else:
+        raise SystemExit("unknown plan %r" % plan)
+    out = []
+    for r in range(reps):
+        k = r % len(configs)
+        for name, a in configs[k:] + configs[:k]:
+            out.append(("%s-r%d" % (name, r), name, base + a + ["--seed", str(r + 1)]))
+    return out
+
+
+def done_ids(path):
+    ids = set()
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    ids.add(json.loads(line)["run"])
+                except (ValueError, KeyError):
+                    pass
+    return ids
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plan", default="overhead", choices=["overhead", "small"])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting runs after this long")
+    ap.add_argument("--cg-limit-mib", type=int, default=3072)
+    ap.add_argument("--gups", default=os.path.join(ROOT, "target", "release", "gups"))
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args()
+    out = args.out or os.path.join(HERE, "results", args.plan)
+    os.makedirs(os.path.join(out, "timelines"), exist_ok=True)
+    runs_path = os.path.join(out, "runs.jsonl")
+    todo = [r for r in plan_runs(args.plan, args.reps) if r[0] not in done_ids(runs_path)]
+    if args.dry_run:
+        for r in todo:
+            print(r[0], " ".join(r[2]))
+        print("%d runs of the plan left" % len(todo))
+        return 3 if todo else 0
+    if os.geteuid() != 0:
+        raise SystemExit("needs root (cgroups, userfaultfd)")
+    if not os.access(args.gups, os.X_OK):
+        raise SystemExit("%s missing: cargo build --release -p memcolo-tiering-bench" % args.gups)
+    cg = os.path.join(CG_ROOT + own_memory_cgroup(), "memcolo-tiering-%d" % os.getpid())
+
+    def cleanup(*_):
+        cg_remove(cg)
+        sys.exit(130)
+
+    signal.signal(signal.SIGTERM, cleanup)
+    signal.signal(signal.SIGINT, cleanup)
+    start = time.monotonic()
+    left = len(todo)
+    try:
+        for run_id, config, gargs in todo:
+            if time.monotonic() - start > args.budget_s:
+                break
+            os.makedirs(cg, exist_ok=True)
+            cg_write(cg, "memory.limit_in_bytes", args.cg_limit_mib << 20)
+            cg_write(cg, "memory.max_usage_in_bytes", 0)
+            timeline = os.path.join(out, "timelines", run_id + ".csv")
+            cmd = [args.gups] + gargs + ["--timeline", timeline, "--label", config]
+            print("run %s: %s" % (run_id, " ".join(gargs)), flush=True)
+            t0 = time.monotonic()
+            p = subprocess.run(
+                ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg] + cmd,
+                capture_output=True, text=True)
+            rec = {"run": run_id, "config": config, "args": gargs, "rc": p.returncode,
+                   "wall_s": time.monotonic() - t0,
+                   "cg_max_usage_bytes": cg_int(cg, "memory.max_usage_in_bytes"),
+                   "loadavg": open("/proc/loadavg").read().split()[:3]}
+            if p.returncode == 0:
+                rec.update(json.loads(p.stdout.strip().splitlines()[-1]))
+            else:
+                rec["stderr"] = p.stderr[-2000:]
+            with open(runs_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            print("  -> rc %d, %s MUPS" % (p.returncode, rec.get("mups")), flush=True)
+            cg_remove(cg)
+            left -= 1
+    finally:
+        cg_remove(cg)
+    print("%d runs of the plan left" % left)
+    return 3 if left else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
