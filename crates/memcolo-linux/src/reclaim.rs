@@ -194,8 +194,12 @@ pub fn reclaim_process(
 /// What one reclaim batch achieved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct BatchOutcome {
-    /// Bytes of memory freed from the target (RSS or cgroup usage before minus after;
-    /// 0 when the target grew meanwhile).
+    /// Bytes of memory taken from the target during the batch. A process: its RSS
+    /// before minus after (0 when it grew meanwhile). A cgroup: the larger of its usage
+    /// drop and what the kernel took from it meanwhile (v2 `pgsteal`, v1
+    /// `total_pgpgout`: pages uncharged, frees by the group's own processes included),
+    /// so that a group that keeps allocating while it is reclaimed — a batch job
+    /// refaulting what the batch swaps out — is not credited with only the net drop.
     pub reclaimed_bytes: u64,
     /// Bytes of address space advised (`process_madvise`) or requested (cgroup).
     pub requested_bytes: u64,
@@ -217,6 +221,7 @@ pub struct BatchOutcome {
 /// the group is left throttled until then).
 pub fn reclaim_cgroup(cg: &MemoryCgroup, bytes: u64) -> Result<BatchOutcome> {
     let before = cg.read_usage_bytes()?;
+    let taken_before = taken_pages(cg);
     match cg.version() {
         CgroupVersion::V2 => match cg.reclaim(bytes) {
             Ok(()) => {}
@@ -241,10 +246,26 @@ pub fn reclaim_cgroup(cg: &MemoryCgroup, bytes: u64) -> Result<BatchOutcome> {
         }
     }
     let after = cg.read_usage_bytes()?;
+    let taken = match (taken_before, taken_pages(cg)) {
+        (Some(a), Some(b)) => b.saturating_sub(a) * PAGE,
+        _ => 0,
+    };
     Ok(BatchOutcome {
-        reclaimed_bytes: before.saturating_sub(after),
+        reclaimed_bytes: before.saturating_sub(after).max(taken),
         requested_bytes: bytes,
     })
+}
+
+/// Pages the kernel has taken from `cg` so far: v2 `pgsteal` (reclaimed), v1
+/// `total_pgpgout` (uncharged: reclaimed or freed; v1 has no reclaim counter).
+/// `None` when the file or the field is missing.
+fn taken_pages(cg: &MemoryCgroup) -> Option<u64> {
+    let stat = cg.read_memory_stat().ok()?;
+    let key = match cg.version() {
+        CgroupVersion::V1 => "total_pgpgout",
+        CgroupVersion::V2 => "pgsteal",
+    };
+    stat.raw.get(key).copied()
 }
 
 const PAGE: u64 = 4096;
