@@ -209,8 +209,8 @@ pub struct ReclaimSection {
     pub swap_stop_free_ratio: f64,
     /// Nice value of the worker threads (0..=19). Default: 0 while the agent is
     /// confined off the LC processes' CPUs (reclaim then competes only with BE work,
-    /// which causes the pressure and must not starve it), 10 otherwise (LC threads
-    /// may share the CPU: reclaim yields to them).
+    /// which causes the pressure and must not starve it) or no LC process is
+    /// registered, 10 otherwise (LC threads may share the CPU: reclaim yields to them).
     pub nice: Option<i32>,
     /// `auto` (a target's own memory cgroup when it holds no LC process, else
     /// `process_madvise` on the process), `cgroup` or `process`. Default `auto`.

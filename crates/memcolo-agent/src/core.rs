@@ -445,6 +445,12 @@ impl Core {
         if class == Class::Lc {
             self.apply_cpu_affinity();
         }
+        // Reclaim learns of a new target (or a new LC process to protect) now, not at
+        // the next poll: a batch job starts allocating as soon as it is registered.
+        if self.reclaim.is_some() {
+            let procs = self.read_procs();
+            self.publish_reclaim_targets(&procs);
+        }
         Reply::Registered { pid: target, class }
     }
 

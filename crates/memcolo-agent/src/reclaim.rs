@@ -86,8 +86,53 @@ struct Pool {
     busy: Duration,
     cpu: Duration,
     batches: u64,
+    /// Where workers run and at which nice value, see [`Placement`].
+    place: Placement,
+    place_gen: u64,
+}
+
+/// Where the workers run: `cpus` (`None`: anywhere) at nice `nice`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Placement {
     cpus: Option<Vec<usize>>,
-    cpus_gen: u64,
+    nice: i32,
+}
+
+/// The workers' placement. CPUs: the agent's own (off the LC processes' CPUs) when
+/// the core confined it; with no LC process at all, the CPUs the reclaim targets are
+/// not confined to (a BE job pinned to some CPUs is the one whose faults the workers
+/// unblock: reclaiming beside it on its own CPU would only take its time), when there
+/// are any; else anywhere. Nice: the configured value, else 0 when the workers cannot
+/// meet an LC thread (confined off LC CPUs, or no LC process registered) and 10 when
+/// they may share a CPU with one.
+fn placement(
+    configured_nice: Option<i32>,
+    agent_cpus: &Option<Vec<usize>>,
+    lc_present: bool,
+    target_cpus: &BTreeSet<usize>,
+    online: usize,
+) -> Placement {
+    let cpus = match agent_cpus {
+        Some(c) => Some(c.clone()),
+        None if !lc_present && !target_cpus.is_empty() => {
+            let free: Vec<usize> = (0..online).filter(|c| !target_cpus.contains(c)).collect();
+            (!free.is_empty()).then_some(free)
+        }
+        None => None,
+    };
+    let nice = configured_nice.unwrap_or(if cpus.is_some() || !lc_present { 0 } else { 10 });
+    Placement { cpus, nice }
+}
+
+/// CPUs `pid` may run on, `None` when unreadable.
+fn affinity_of(pid: Pid) -> Option<BTreeSet<usize>> {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    let set = sched_getaffinity(nix::unistd::Pid::from_raw(pid)).ok()?;
+    Some(
+        (0..CpuSet::count().min(1024))
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect(),
+    )
 }
 
 /// Reclaim's state for `memcolo status` and `memcolo top`.
@@ -322,12 +367,6 @@ fn set_nice(nice: i32) {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
 }
 
-/// The workers' nice value: the configured one, else 0 while confined off LC CPUs
-/// and 10 when LC threads may share the CPU.
-fn effective_nice(configured: Option<i32>, cpus: &Option<Vec<usize>>) -> i32 {
-    configured.unwrap_or(if cpus.is_some() { 0 } else { 10 })
-}
-
 fn worker(
     idx: u32,
     sh: Arc<Shared>,
@@ -336,8 +375,8 @@ fn worker(
     batch_bytes: u64,
     journal: PathBuf,
 ) {
-    set_nice(effective_nice(nice, &None));
-    let mut cpus_gen = u64::MAX;
+    set_nice(nice.unwrap_or(10));
+    let mut place_gen = u64::MAX;
     loop {
         let (mut slot, batch, slot_idx) = {
             let mut p = sh.pool.lock().unwrap();
@@ -350,10 +389,10 @@ fn worker(
                 }
                 p = sh.cv.wait_timeout(p, Duration::from_millis(200)).unwrap().0;
             }
-            if cpus_gen != p.cpus_gen {
-                cpus_gen = p.cpus_gen;
-                set_cpus(&p.cpus);
-                set_nice(effective_nice(nice, &p.cpus));
+            if place_gen != p.place_gen {
+                place_gen = p.place_gen;
+                set_cpus(&p.place.cpus);
+                set_nice(p.place.nice);
             }
             let n = p.slots.len();
             let start = p.rr % n;
@@ -443,6 +482,8 @@ struct Controller {
     procfs: ProcFs,
     sched: ReclaimScheduler,
     budget_max: u32,
+    /// Online CPUs of the machine.
+    online: usize,
     metrics: Arc<Metrics>,
     page_size: u64,
     last_refaults: Option<u64>,
@@ -477,6 +518,8 @@ impl Controller {
             sched: ReclaimScheduler::new(cfg.reclaim.scheduler_config(budget))
                 .map_err(|e| anyhow::anyhow!("reclaim: {e}"))?,
             budget_max: budget,
+            // SAFETY: sysconf has no memory-safety preconditions.
+            online: unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize,
             cfg: cfg.clone(),
             scope,
             procfs,
@@ -661,9 +704,22 @@ impl Controller {
             p.slots.push(Some(Slot { id, mech, class }));
         }
         self.reclaimable = reclaimable;
-        if p.cpus != self.inputs.cpus {
-            p.cpus = self.inputs.cpus.clone();
-            p.cpus_gen += 1;
+        let mut target_cpus = BTreeSet::new();
+        for &(pid, _) in &self.inputs.targets {
+            if let Some(c) = affinity_of(pid) {
+                target_cpus.extend(c);
+            }
+        }
+        let place = placement(
+            rc.nice,
+            &self.inputs.cpus,
+            !self.inputs.lc_pids.is_empty(),
+            &target_cpus,
+            self.online,
+        );
+        if p.place != place || p.place_gen == 0 {
+            p.place = place;
+            p.place_gen += 1;
         }
         let targets: Vec<TargetStatus> = p
             .slots
@@ -729,9 +785,10 @@ impl Controller {
 
     fn tick(&mut self, sh: &Shared, now: Duration) {
         self.refresh(sh);
-        if self.cpus_applied.as_ref() != Some(&self.inputs.cpus) {
-            set_cpus(&self.inputs.cpus);
-            self.cpus_applied = Some(self.inputs.cpus.clone());
+        let cpus = sh.pool.lock().unwrap().place.cpus.clone();
+        if self.cpus_applied.as_ref() != Some(&cpus) {
+            set_cpus(&cpus);
+            self.cpus_applied = Some(cpus);
         }
         let mut obs = match self.observe() {
             Ok(o) => o,
@@ -748,7 +805,7 @@ impl Controller {
             obs.worker_busy = std::mem::take(&mut p.busy);
             self.totals.cpu += std::mem::take(&mut p.cpu);
             self.totals.batches += std::mem::take(&mut p.batches);
-            let budget = match (&p.cpus, self.cfg.reclaim.max_workers) {
+            let budget = match (&p.place.cpus, self.cfg.reclaim.max_workers) {
                 (_, Some(n)) => n,
                 (Some(c), None) => (c.len() as u32).clamp(1, self.budget_max),
                 (None, None) => self.budget_max,
@@ -902,8 +959,57 @@ mod tests {
 
     #[test]
     fn workers_yield_only_when_they_may_share_an_lc_cpu() {
-        assert_eq!(effective_nice(None, &Some(vec![1])), 0);
-        assert_eq!(effective_nice(None, &None), 10);
-        assert_eq!(effective_nice(Some(5), &Some(vec![1])), 5);
+        let none = BTreeSet::new();
+        let cpu0: BTreeSet<usize> = [0].into();
+        // Confined off the LC CPUs: there, and nice 0.
+        let p = placement(None, &Some(vec![1]), true, &cpu0, 2);
+        assert_eq!(
+            p,
+            Placement {
+                cpus: Some(vec![1]),
+                nice: 0
+            }
+        );
+        // LC processes may run anywhere: anywhere, yielding to them.
+        let p = placement(None, &None, true, &cpu0, 2);
+        assert_eq!(
+            p,
+            Placement {
+                cpus: None,
+                nice: 10
+            }
+        );
+        // The configured nice value wins.
+        assert_eq!(placement(Some(5), &Some(vec![1]), true, &none, 2).nice, 5);
+    }
+
+    #[test]
+    fn with_no_lc_workers_run_beside_the_jobs_they_serve_not_on_their_cpus() {
+        let cpu0: BTreeSet<usize> = [0].into();
+        // A BE job pinned to CPU 0 and no LC process: the workers take CPU 1 at nice 0.
+        let p = placement(None, &None, false, &cpu0, 2);
+        assert_eq!(
+            p,
+            Placement {
+                cpus: Some(vec![1]),
+                nice: 0
+            }
+        );
+        // Jobs that may run on every CPU leave none to prefer: anywhere, still nice 0.
+        let all: BTreeSet<usize> = [0, 1].into();
+        assert_eq!(
+            placement(None, &None, false, &all, 2),
+            Placement {
+                cpus: None,
+                nice: 0
+            }
+        );
+        assert_eq!(
+            placement(None, &None, false, &BTreeSet::new(), 4),
+            Placement {
+                cpus: None,
+                nice: 0
+            }
+        );
     }
 }
