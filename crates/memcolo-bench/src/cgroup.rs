@@ -184,6 +184,23 @@ impl ScratchNode {
         read_u64(&self.path.join("memory.usage_in_bytes"))
     }
 
+    /// Sets the node's memory (`memory.limit_in_bytes`); the kernel reclaims down to a
+    /// lower limit first (and refuses with `EBUSY` when it cannot).
+    pub fn set_limit(&mut self, limit_bytes: u64) -> Result<()> {
+        write(
+            &self.path.join("memory.limit_in_bytes"),
+            &limit_bytes.to_string(),
+        )?;
+        self.limit_bytes = limit_bytes;
+        Ok(())
+    }
+
+    /// Charges that found the node at its limit (`memory.failcnt`): each made the
+    /// charging task reclaim from the node on its own thread (direct reclaim).
+    pub fn limit_hits(&self) -> Result<u64> {
+        read_u64(&self.path.join("memory.failcnt"))
+    }
+
     /// The node's `oom_kill` counter.
     pub fn oom_kills(&self) -> Result<u64> {
         read_oom_kills(&self.path)

@@ -68,7 +68,7 @@ impl Mode {
     }
 
     /// The agent configuration (TOML) of the mode, beyond the command line.
-    fn agent_config(self, node_bytes: u64, extra: &[String]) -> Option<String> {
+    pub(crate) fn agent_config(self, node_bytes: u64, extra: &[String]) -> Option<String> {
         let mut base =
             "[hermes]\nenabled = false\n[m3]\nkill_after_s = 86400\n[reclaim]\nenabled = true\n"
                 .to_string();
@@ -201,6 +201,21 @@ pub struct ColocationArgs {
     /// reclaim modes (repeat for several), e.g. `--reclaim-set "nice = 0"`.
     #[arg(long = "reclaim-set")]
     pub reclaim_set: Vec<String>,
+    /// Hermit's batch experiment instead of the LC sweep: a k-means job alone in the
+    /// node, whose memory is each level's share of the job's working set (levels then
+    /// mean local memory, default 100,70,50 %; modes default kernel,fixed,reclaim).
+    /// See `bench/reclaim/README.md`.
+    #[arg(long)]
+    pub batch: bool,
+    /// Bytes of k-means points, the batch job's data [default: 1GiB].
+    #[arg(long, value_parser = parse_bytes_arg, value_name = "SIZE")]
+    pub batch_bytes: Option<u64>,
+    /// k-means iterations of the batch job [default: 8; 5 with --quick].
+    #[arg(long)]
+    pub batch_iters: Option<u32>,
+    /// Runs of each (level, mode) in the batch experiment, interleaved [default: 3; 2 with --quick].
+    #[arg(long)]
+    pub repeats: Option<u32>,
 }
 
 /// [`ColocationArgs`] with defaults applied and checked.
@@ -298,7 +313,7 @@ impl Settings {
 }
 
 /// Prints one progress line with the time since the sweep started.
-fn progress(t0: Instant, msg: &str) {
+pub(crate) fn progress(t0: Instant, msg: &str) {
     eprintln!("[{:>7.1}s] {msg}", t0.elapsed().as_secs_f64());
 }
 
@@ -324,6 +339,9 @@ struct Sweep<'a> {
 /// stress-ng. Everything it creates is removed on every exit path (Ctrl-C included),
 /// except the results and the reusable data file.
 pub fn run(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
+    if args.batch {
+        bail!("--batch is an experiment of `memcolo bench reclaim`");
+    }
     let s = Settings::resolve(args)?;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -507,6 +525,9 @@ pub fn run(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
 /// defaults (modes kernel, watermarks, fixed, reclaim; levels 0, 100, 125, 150 %;
 /// output `bench/results/<date>-<host>/reclaim`). Options given explicitly win.
 pub fn run_reclaim(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
+    if args.batch {
+        return crate::batch::run(args, memcolo_exe);
+    }
     let mut a = args.clone();
     if a.modes == [Mode::Kernel, Mode::Agent] {
         a.modes = vec![Mode::Kernel, Mode::Watermarks, Mode::Fixed, Mode::Reclaim];
@@ -520,7 +541,7 @@ pub fn run_reclaim(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<
     run(&a, memcolo_exe)
 }
 
-fn which(p: &Path) -> anyhow::Result<()> {
+pub(crate) fn which(p: &Path) -> anyhow::Result<()> {
     if p.components().count() > 1 {
         if p.exists() {
             return Ok(());
@@ -764,12 +785,7 @@ impl Sweep<'_> {
                     }
                     if let Some(sock) = &agent_socket {
                         if let Ok(st) = crate::agent::status(sock) {
-                            let r = &st["reclaim"];
-                            row.workers_desired = r["workers_desired"].as_u64();
-                            row.workers_active = r["workers_active"].as_u64();
-                            row.low_mark_bytes = r["low_mark_bytes"].as_u64();
-                            row.high_mark_bytes = r["high_mark_bytes"].as_u64();
-                            row.reclaim_state = r["state"].as_str().map(String::from);
+                            row.set_reclaim(&st);
                         }
                     }
                     smp.timeline.push(row);
@@ -890,26 +906,32 @@ impl Sweep<'_> {
 
 /// One 250 ms sample of the measured phase.
 #[derive(Clone, Debug, Default, serde::Serialize)]
-struct TimelineRow {
-    t_s: f64,
-    usage_bytes: u64,
-    headroom_bytes: u64,
-    swap_bytes: u64,
-    workers_desired: Option<u64>,
-    workers_active: Option<u64>,
-    low_mark_bytes: Option<u64>,
-    high_mark_bytes: Option<u64>,
-    reclaim_state: Option<String>,
+pub(crate) struct TimelineRow {
+    pub t_s: f64,
+    pub usage_bytes: u64,
+    pub headroom_bytes: u64,
+    pub swap_bytes: u64,
+    pub workers_desired: Option<u64>,
+    pub workers_active: Option<u64>,
+    pub low_mark_bytes: Option<u64>,
+    pub high_mark_bytes: Option<u64>,
+    pub reclaim_state: Option<String>,
 }
 
-/// `timeline-<tag>.csv` (node memory, reclaim workers and marks every 250 ms) and
-/// `latency-<tag>.csv` (per-second p50/p99/p99.9/max of requests due in that second).
-fn write_timelines(
-    out: &Path,
-    tag: &str,
-    rows: &[TimelineRow],
-    per_sec: &[hdrhistogram::Histogram<u64>],
-) -> Result<()> {
+impl TimelineRow {
+    /// Fills the reclaim columns from the agent's `status` answer.
+    pub(crate) fn set_reclaim(&mut self, status: &serde_json::Value) {
+        let r = &status["reclaim"];
+        self.workers_desired = r["workers_desired"].as_u64();
+        self.workers_active = r["workers_active"].as_u64();
+        self.low_mark_bytes = r["low_mark_bytes"].as_u64();
+        self.high_mark_bytes = r["high_mark_bytes"].as_u64();
+        self.reclaim_state = r["state"].as_str().map(String::from);
+    }
+}
+
+/// `timeline-<tag>.csv`: node memory, reclaim workers and marks every 250 ms.
+pub(crate) fn write_timeline(out: &Path, tag: &str, rows: &[TimelineRow]) -> Result<()> {
     let mut w = csv::Writer::from_writer(Vec::new());
     for r in rows {
         w.serialize(r)
@@ -919,7 +941,18 @@ fn write_timelines(
         .into_inner()
         .map_err(|e| BenchError::Process(format!("timeline csv: {e}")))?;
     let p = out.join(format!("timeline-{tag}.csv"));
-    std::fs::write(&p, bytes).map_err(|e| BenchError::io(&p, e))?;
+    std::fs::write(&p, bytes).map_err(|e| BenchError::io(&p, e))
+}
+
+/// [`write_timeline`] and `latency-<tag>.csv` (per-second p50/p99/p99.9/max of
+/// requests due in that second).
+fn write_timelines(
+    out: &Path,
+    tag: &str,
+    rows: &[TimelineRow],
+    per_sec: &[hdrhistogram::Histogram<u64>],
+) -> Result<()> {
+    write_timeline(out, tag, rows)?;
     let mut text = String::from("second,requests,p50_us,p99_us,p999_us,max_us\n");
     for (i, h) in per_sec.iter().enumerate() {
         if h.is_empty() {
@@ -1044,7 +1077,7 @@ fn write_results(
     Ok(())
 }
 
-fn mem_total_bytes() -> u64 {
+pub(crate) fn mem_total_bytes() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|t| {

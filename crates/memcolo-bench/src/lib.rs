@@ -6,6 +6,9 @@
 //!   the kernel alone and with the memcolo agent; query latency, SLO violations
 //!   (Hermes §5.3) and BE throughput.
 //! - [`agent_cost`]: CPU time and RSS of the agent managing many registered processes.
+//! - [`batch`]: a k-means batch job with part of its working set in zram swap, with the
+//!   kernel alone and with the agent's asynchronous reclaim (Hermit's throughput
+//!   experiment).
 //!
 //! The remaining modules are the pieces both use: a scratch cgroup v1 node
 //! ([`cgroup`]), zram swap ([`zram`]), child processes placed in cgroups ([`process`]),
@@ -14,6 +17,7 @@
 
 pub mod agent;
 pub mod agent_cost;
+pub mod batch;
 pub mod be;
 pub mod cgroup;
 pub mod colocation;

@@ -95,6 +95,11 @@ impl ChildGuard {
         self.child.as_ref().map(|c| c.id() as i32).unwrap_or(-1)
     }
 
+    /// The child's stdin, when it was spawned with `Stdio::piped()`.
+    pub fn stdin(&mut self) -> Option<&mut std::process::ChildStdin> {
+        self.child.as_mut()?.stdin.as_mut()
+    }
+
     /// The name given at spawn.
     pub fn name(&self) -> &str {
         &self.name
