@@ -160,7 +160,7 @@ int mc_central_fetch(unsigned shard, unsigned cls, void **out, int n) {
 }
 
 /* gives objects of one shard back; empty spans are collected in *empty */
-static void return_to_shard(unsigned shard, unsigned cls, void **objs, int n, mc_span_t **empty) {
+static void return_to_shard(unsigned shard, unsigned cls, void **objs, mc_span_t **spans, int n, mc_span_t **empty) {
   mc_central_t *ce = &mc_central[shard][cls];
   pthread_mutex_lock(&ce->lock);
   if (ce->ntransfer + n <= ce->transfer_max) {
@@ -171,7 +171,7 @@ static void return_to_shard(unsigned shard, unsigned cls, void **objs, int n, mc
   }
   for (int i = 0; i < n; i++) {
     void *p = objs[i];
-    mc_span_t *s = mc_pagemap_get(p);
+    mc_span_t *s = spans[i];
     unsigned idx = span_index(s, p, cls);
     uint64_t bit = (uint64_t)1 << (idx & 63);
     if (mc_unlikely((s->freemap[idx >> 6] & bit) != 0 || s->allocated == 0)) {
@@ -195,6 +195,7 @@ void mc_central_return(unsigned cls, void **objs, int n) {
   /* validate against the page map (a corrupted thread cache list, or an invalid free)
    * and group by shard: usually all objects belong to one */
   void *groups[MC_MAX_SHARDS][64];
+  mc_span_t *spans[MC_MAX_SHARDS][64]; /* the page map is read once per object */
   int counts[MC_MAX_SHARDS] = {0};
   mc_span_t *empty = NULL;
   for (int i = 0; i < n; i++) {
@@ -203,21 +204,17 @@ void mc_central_return(unsigned cls, void **objs, int n) {
       mc_fatal("corrupted free list or invalid free: object ", objs[i], (long)cls, "an object of this size class");
     }
     unsigned sh = (unsigned)(e >> MC_PM_SHARD_SHIFT) & (MC_MAX_SHARDS - 1);
+    spans[sh][counts[sh]] = (mc_span_t *)(e & MC_PM_SPAN_MASK);
     groups[sh][counts[sh]++] = objs[i];
     if (counts[sh] == 64) {
-      return_to_shard(sh, cls, groups[sh], 64, &empty);
+      return_to_shard(sh, cls, groups[sh], spans[sh], 64, &empty);
       counts[sh] = 0;
     }
   }
   for (unsigned sh = 0; sh < MC_MAX_SHARDS; sh++) {
-    if (counts[sh]) return_to_shard(sh, cls, groups[sh], counts[sh], &empty);
+    if (counts[sh]) return_to_shard(sh, cls, groups[sh], spans[sh], counts[sh], &empty);
   }
-  while (empty != NULL) {
-    mc_span_t *s = empty;
-    empty = s->next;
-    s->next = NULL;
-    mc_heap_free(s);
-  }
+  mc_heap_free_list(empty);
 }
 
 /* debug: is p free, in a transfer cache or in its span's bitmap? */

@@ -2,6 +2,7 @@
  * nothing, so the dynamic loader and libpthread may call malloc at any time), fork
  * safety (pthread_atfork takes every allocator lock around fork), and the library
  * constructor that starts the Hermes management thread for class lc. */
+#define _GNU_SOURCE
 #include <signal.h>
 #include <stdlib.h>
 #include <sched.h>
@@ -29,7 +30,10 @@ static void mc_atfork_prepare(void) { if (mc_initialized) mc_lock_all(); }
 static void mc_atfork_parent(void) { if (mc_initialized) mc_unlock_all(); }
 static void mc_atfork_child(void) {
   if (!mc_initialized) return;
-  pthread_mutex_init(&mc_heap.lock, NULL);
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+  pthread_mutex_init(&mc_heap.lock, &attr);
   mc_central_reinit_locks();
   mc_reserve_after_fork_child();
   mc_tcache_flush_all_for_fork_child();

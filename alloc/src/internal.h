@@ -230,6 +230,7 @@ mc_span_t *mc_heap_alloc(size_t pages, size_t kind, unsigned tag);
 void mc_heap_map_extra(mc_span_t *s, uintptr_t addr);     /* locks */
 bool mc_heap_region_resize(mc_span_t *s, size_t new_pages); /* mremap; locks */
 void mc_heap_free(mc_span_t *s);                   /* locks */
+void mc_heap_free_list(mc_span_t *list);           /* spans linked by next, one lock hold */
 bool mc_heap_try_grow(mc_span_t *s, size_t new_pages); /* in place; locks */
 void mc_heap_shrink(mc_span_t *s, size_t new_pages);   /* in place; locks */
 /* Releases up to `bytes` (0 = all) of free memory: cached regions, then backed free huge

@@ -17,12 +17,14 @@
  * page being collapsed is never released meanwhile, and subrelease or a whole release
  * ends its THP state. Every function here runs under
  * mc_heap.lock unless it says it takes it. */
+#define _GNU_SOURCE
 #include <string.h>
 #include <sys/mman.h>
 
 #include "internal.h"
 
-mc_heap_t mc_heap = {.lock = PTHREAD_MUTEX_INITIALIZER};
+/* short critical sections: spin a little before sleeping (glibc's adaptive mutex) */
+mc_heap_t mc_heap = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
 
 #define MC_REGION_CACHE_MAX 8
 #define MC_REGION_CACHE_BYTES ((size_t)64 << 20)
@@ -362,8 +364,7 @@ static void region_free_locked(mc_span_t *s) {
   mc_meta_span_free(s);
 }
 
-void mc_heap_free(mc_span_t *s) {
-  pthread_mutex_lock(&mc_heap.lock);
+static void heap_free_locked(mc_span_t *s) {
   mc_pagemap_clear_span(s);
   s->map_extra = 0;
   if (s->kind == MC_SPAN_REGION) {
@@ -375,6 +376,25 @@ void mc_heap_free(mc_span_t *s) {
     hp_mark_free(hp, first, s->pages);
     hp_place(hp);
     mc_meta_span_free(s);
+  }
+}
+
+void mc_heap_free(mc_span_t *s) {
+  pthread_mutex_lock(&mc_heap.lock);
+  heap_free_locked(s);
+  mc_release_on_heap_change_locked(mc_now_ms());
+  MC_HEAP_CHECK();
+  pthread_mutex_unlock(&mc_heap.lock);
+}
+
+void mc_heap_free_list(mc_span_t *list) {
+  if (list == NULL) return;
+  pthread_mutex_lock(&mc_heap.lock);
+  while (list != NULL) {
+    mc_span_t *s = list;
+    list = s->next;
+    s->next = NULL;
+    heap_free_locked(s);
   }
   mc_release_on_heap_change_locked(mc_now_ms());
   MC_HEAP_CHECK();

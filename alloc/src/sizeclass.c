@@ -1,7 +1,8 @@
 /* sizeclass.c — size classes: 16..128 B in steps of 16, then four classes per
  * doubling up to 32 KiB (the mimalloc/TCMalloc spacing; internal waste <= 25 %).
- * Each class has a span length in pages (>= 8 objects, at most MC_SPAN_MAX_OBJECTS,
- * tail waste <= 1/8 of the span), a batch size for moves between thread caches and
+ * Each class has a span length in pages (>= 8 objects; classes up to 1 KiB up to 32 KiB
+ * or MC_SPAN_MAX_OBJECTS objects, so that a thread turns fewer spans through the page
+ * heap; tail waste <= 1/8 of the span), a batch size for moves between thread caches and
  * the central lists (TCMalloc num_objects_to_move: 64 KiB worth, 2..32 objects), the
  * capacity of its thread cache array (a quarter of MEMCOLO_TCACHE's bytes, 2 batches
  * .. 512 objects) and the reciprocal that turns an offset into an object index. */
@@ -26,7 +27,12 @@ void mc_sizeclass_init(void) {
     uint32_t sz = mc_class_size[i];
     size_t pages = (sz * 8 + MC_PAGE_SIZE - 1) / MC_PAGE_SIZE;
     if (pages < 1) pages = 1;
-    if (sz <= 1024 && pages < 2 && 2 * MC_PAGE_SIZE / sz <= MC_SPAN_MAX_OBJECTS) pages = 2; /* fewer span turns */
+    if (sz <= 1024) {
+      /* fewer span turns: up to 32 KiB or MC_SPAN_MAX_OBJECTS objects */
+      size_t want = (size_t)MC_SPAN_MAX_OBJECTS * sz / MC_PAGE_SIZE;
+      if (want > 8) want = 8;
+      if (want > pages) pages = want;
+    }
     while (((pages * MC_PAGE_SIZE) % sz) > (pages * MC_PAGE_SIZE) / 8) pages++;
     mc_class_pages[i] = (uint16_t)pages;
     mc_class_recip[i] = (uint32_t)((((uint64_t)1 << 32) + sz - 1) / sz);

@@ -3,7 +3,7 @@
  * tcache bins, TCMalloc's per-CPU slabs). A list's bound starts at one batch and grows
  * by one batch on each underflow (TCMalloc's slow start) up to the class's capacity
  * (mc_class_tcap: a quarter of MEMCOLO_TCACHE's bytes); an overflow returns the oldest
- * batch to the central lists; a thread over its byte budget returns half of every
+ * half of the list to the central lists; a thread over its byte budget returns half of every
  * list. Each thread is given a central shard (round robin). Thread exit (pthread key
  * destructor) returns everything; caches and their arrays are recycled. */
 #include <string.h>
@@ -100,9 +100,13 @@ void *mc_tcache_refill(mc_tcache_t *tc, unsigned cls) {
   return b->slots[--b->count];
 }
 
-/* a full list (count == max): the oldest batch goes; over the byte budget, half of all */
+/* a full list (count == max): the oldest half goes (at least a batch; moving the rest
+ * down costs one pointer per object freed, where a batch at a time would move the whole
+ * list every batch); over the byte budget, half of all */
 void mc_tcache_overflow(mc_tcache_t *tc, unsigned cls) {
-  mc_tcache_flush_oldest(tc, cls, mc_class_batch[cls]);
+  uint32_t n = tc->bins[cls].count / 2;
+  if (n < mc_class_batch[cls]) n = mc_class_batch[cls];
+  mc_tcache_flush_oldest(tc, cls, n);
   size_t bytes = 0;
   for (unsigned c = 1; c < MC_CLASSES; c++) bytes += (size_t)tc->bins[c].count * mc_class_size[c];
   if (bytes > (size_t)MC_OPT(MC_OPT_TCACHE_BYTES)) {
