@@ -173,6 +173,12 @@ pub struct EventsSection {
     pub psi_window_us: u64,
     /// Shortest gap between two event-triggered polls, in milliseconds. Default 100.
     pub min_gap_ms: u64,
+    /// cgroup v1 scope: register memory usage thresholds (`cgroup.event_control`) at
+    /// every M3 threshold step (`m3.step_ratio` of top) from the initial low threshold
+    /// up to the scope's limit, so that usage crossing one of them triggers a poll at
+    /// once rather than at the next tick: between ticks a job can grow by more than
+    /// the margin between the top and the limit. Default true.
+    pub v1_usage_thresholds: bool,
 }
 
 impl Default for EventsSection {
@@ -182,6 +188,7 @@ impl Default for EventsSection {
             psi_stall_us: 100_000,
             psi_window_us: 2_000_000,
             min_gap_ms: 100,
+            v1_usage_thresholds: true,
         }
     }
 }

@@ -133,6 +133,24 @@ fn spawn_event_source(
     });
 }
 
+/// Usage thresholds, bytes, that trigger a poll on a cgroup v1 scope of
+/// `scope_bytes`: every M3 step from the initial low threshold up to (not including)
+/// the scope's limit, the top among them.
+fn usage_threshold_marks(cfg: &AgentConfig, scope_bytes: u64) -> Vec<u64> {
+    let m3 = cfg.m3_config(scope_bytes);
+    let step = m3.step_bytes.max(1);
+    let mut marks: Vec<u64> = (0..)
+        .map(|k| m3.low_bytes.saturating_add(k * step))
+        .take_while(|b| *b < scope_bytes)
+        .take(256)
+        .collect();
+    if m3.top_bytes < scope_bytes && !marks.contains(&m3.top_bytes) {
+        marks.push(m3.top_bytes);
+        marks.sort_unstable();
+    }
+    marks
+}
+
 /// Registers the kernel pressure events the scope offers.
 fn start_event_sources(
     cfg: &AgentConfig,
@@ -152,6 +170,18 @@ fn start_event_sources(
                 ) {
                     Ok(fd) => spawn_event_source("v1_pressure_level", fd, false, tx.clone()),
                     Err(e) => tracing::warn!(error = %e, "no v1 memory.pressure_level events"),
+                }
+            }
+            if cg.version() == memcolo_linux::cgroup::CgroupVersion::V1
+                && cfg.events.v1_usage_thresholds
+            {
+                let marks = scope
+                    .sample()
+                    .map(|s| usage_threshold_marks(cfg, s.total_bytes))
+                    .unwrap_or_default();
+                match memcolo_linux::events::v1_usage_threshold_eventfd(cg, &marks) {
+                    Ok(fd) => spawn_event_source("v1_usage_threshold", fd, false, tx.clone()),
+                    Err(e) => tracing::warn!(error = %e, "no v1 memory usage thresholds"),
                 }
             }
             if cg.version() == memcolo_linux::cgroup::CgroupVersion::V2
@@ -258,17 +288,29 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_poll = Instant::now() - min_gap;
+    // An event within `min_gap` of the last poll is not dropped: it polls when the gap
+    // has passed (a usage threshold crossed just after a poll must still be seen).
+    let mut deferred: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {
                 core.poll(boot_time_now(), Trigger::Tick);
                 last_poll = Instant::now();
+                deferred = None;
+            }
+            _ = tokio::time::sleep_until(deferred.unwrap_or_else(Instant::now).into()), if deferred.is_some() => {
+                core.poll(boot_time_now(), Trigger::Event);
+                last_poll = Instant::now();
+                deferred = None;
             }
             Some(src) = ev_rx.recv() => {
                 metrics.pressure_events.with_label_values(&[src]).inc();
                 if last_poll.elapsed() >= min_gap {
                     core.poll(boot_time_now(), Trigger::Event);
                     last_poll = Instant::now();
+                    deferred = None;
+                } else {
+                    deferred.get_or_insert(last_poll + min_gap);
                 }
             }
             Some(cmd) = cmd_rx.recv() => match cmd {
@@ -295,4 +337,24 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     core.shutdown();
     let _ = std::fs::remove_file(&socket);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_threshold_marks_step_from_low_to_the_limit() {
+        // 2 GiB scope: top = 2048 × 31/32 = 1984 MiB, low = top × 50/62 = 1600 MiB,
+        // step 2 % of top = 39.68 MiB: marks 1600, 1639.68, ... below 2048, and the top.
+        let cfg = AgentConfig::default();
+        let mib = 1u64 << 20;
+        let m3 = cfg.m3_config(2048 * mib);
+        let marks = usage_threshold_marks(&cfg, 2048 * mib);
+        assert_eq!(marks[0], m3.low_bytes);
+        assert!(marks.contains(&m3.top_bytes));
+        assert!(marks.iter().all(|b| *b < 2048 * mib));
+        assert!(marks.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(marks.len(), 13);
+    }
 }

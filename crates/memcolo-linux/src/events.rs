@@ -85,6 +85,51 @@ pub fn v1_pressure_level_eventfd(cg: &MemoryCgroup, level: &str, mode: &str) -> 
     Ok(efd)
 }
 
+/// Registers cgroup v1 memory thresholds on `cg` (Documentation/admin-guide/
+/// cgroup-v1/memory.rst, "Memory thresholds"): one eventfd that becomes readable each
+/// time `memory.usage_in_bytes` crosses any of `thresholds_bytes`, upwards or
+/// downwards. A poller woken by it sees usage at a threshold when it crosses, instead
+/// of up to a sampling period later. Returns a non-blocking, close-on-exec eventfd;
+/// [`read_eventfd`] resets it; closing it unregisters every threshold.
+///
+/// Errors: [`Error::Unsupported`] on cgroup v2 (it has no usage thresholds);
+/// [`Error::InvalidArgument`] for an empty list; [`Error::Io`] naming
+/// `cgroup.event_control` when the kernel refuses a registration.
+pub fn v1_usage_threshold_eventfd(cg: &MemoryCgroup, thresholds_bytes: &[u64]) -> Result<OwnedFd> {
+    if cg.version() != CgroupVersion::V1 {
+        return Err(Error::Unsupported {
+            what: format!(
+                "memory usage thresholds need cgroup v1; {} is v2",
+                cg.path().display()
+            ),
+        });
+    }
+    if thresholds_bytes.is_empty() {
+        return Err(Error::InvalidArgument {
+            what: "no memory threshold to register".into(),
+        });
+    }
+    // SAFETY: eventfd takes no pointers; a non-negative return is a new fd we own.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if raw < 0 {
+        return Err(Error::last_os_error("eventfd"));
+    }
+    // SAFETY: `raw` is a freshly created descriptor owned by nobody else.
+    let efd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let usage_path = cg.path().join("memory.usage_in_bytes");
+    let usage_file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&usage_path)
+        .map_err(|e| Error::io(&usage_path, e))?;
+    let control = cg.path().join("cgroup.event_control");
+    for t in thresholds_bytes {
+        let line = format!("{} {} {}", efd.as_raw_fd(), usage_file.as_raw_fd(), t);
+        std::fs::write(&control, line).map_err(|e| Error::io(&control, e))?;
+    }
+    Ok(efd)
+}
+
 /// Reads and resets an eventfd: `Ok(Some(n))` with the number of events since the last
 /// read, `Ok(None)` when none is pending.
 pub fn read_eventfd(fd: BorrowedFd<'_>) -> Result<Option<u64>> {

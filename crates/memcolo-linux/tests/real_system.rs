@@ -10,7 +10,10 @@ mod common;
 
 use memcolo_linux::actuate::{Actuator, LinuxActuator};
 use memcolo_linux::cgroup::{own_memory_cgroup, Limit};
-use memcolo_linux::events::{psi_trigger, read_eventfd, v1_pressure_level_eventfd, wait_for_event};
+use memcolo_linux::events::{
+    psi_trigger, read_eventfd, v1_pressure_level_eventfd, v1_usage_threshold_eventfd,
+    wait_for_event,
+};
 use memcolo_linux::filecache::{cache_stat, fadvise_dontneed, resident_bytes};
 use memcolo_linux::pidfd::{pidfd_exited, pidfd_open, pidfd_send_signal};
 use memcolo_linux::procfs::ProcFs;
@@ -398,6 +401,48 @@ fn v1_pressure_level_fires_when_a_child_fills_its_limit() {
     assert!(ev.max > 0, "{ev:?}");
     assert_eq!(ev.oom_kill, 0);
     assert!(cg.read_peak_bytes().unwrap() <= 32 * MIB);
+}
+
+#[test]
+fn v1_usage_threshold_fires_when_usage_crosses_it() {
+    if !common::real_cgroup_v1_available("v1_usage_threshold_fires_when_usage_crosses_it") {
+        return;
+    }
+    // A child in a scratch group reads 64 MiB of page cache (charged to the group):
+    // usage crosses the 16 MiB threshold on the way up.
+    let dir = disk_tempdir();
+    let data = dir.path().join("data-64m");
+    write_file(&data, 64 * MIB);
+    fadvise_dontneed(&data).unwrap();
+    let scratch = Scratch::new("threshold");
+    let cg = &scratch.cg;
+    assert!(matches!(
+        v1_usage_threshold_eventfd(cg, &[]),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let fd = v1_usage_threshold_eventfd(cg, &[16 * MIB, 1 << 40]).unwrap();
+    assert_eq!(
+        read_eventfd(fd.as_fd()).unwrap(),
+        None,
+        "fired before any use"
+    );
+    let mut child = Reaped(
+        Command::new("sh")
+            .args(["-c", "read _ && exec cat \"$0\"", data.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    cg.add_proc(child.0.id() as i32).unwrap();
+    child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    assert!(
+        wait_for_event(fd.as_fd(), 60_000).unwrap(),
+        "no threshold event within 60 s"
+    );
+    assert!(read_eventfd(fd.as_fd()).unwrap().unwrap() >= 1);
+    assert!(child.0.wait().unwrap().success());
+    assert!(cg.read_usage_bytes().unwrap() > 16 * MIB);
 }
 
 #[test]
