@@ -473,7 +473,9 @@ def run_once(ctx, run_id, kind, workload, config, spec, settings, rep):
     cpu1 = read_cpu()
     peaks = {j.idx: cg_int(j.cg, "memory.max_usage_in_bytes") for j in jobs}
     node_peak = cg_int(node, "memory.max_usage_in_bytes")
-    oom_kills = cg_oom_kills(node) - oom_before
+    # cgroup v1 counts an OOM kill in the victim's group (a job's child group), not
+    # in the node whose limit was hit: add the children's counters (new each run).
+    oom_kills = cg_oom_kills(node) - oom_before + sum(cg_oom_kills(j.cg) for j in jobs)
     if agent is not None:
         status.close()
         agent.send_signal(signal.SIGTERM)
