@@ -312,7 +312,7 @@ def main():
                 continue
             ts = job_times(w["configs"][label])
             v = m3.VARIANTS.get(label.split("+", 1)[1], {})
-            desc = ", ".join(["sort_order %s" % v["agent_m3"]["sort_order"]] if v.get("agent_m3") else []) or ""
+            desc = ", ".join("%s %s" % (k, json.dumps(x)) for k, x in v.get("agent_m3", {}).items())
             if v.get("num_epochs"):
                 desc = (desc + ", " if desc else "") + "NUM_epochs %d for J and P" % v["num_epochs"]
             if ts is None:

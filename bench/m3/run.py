@@ -162,6 +162,7 @@ VARIANTS = {
     "oldest": {"agent_m3": {"sort_order": "oldest_first"}},
     "e20": {"num_epochs": 20},
     "rss-e20": {"agent_m3": {"sort_order": "largest_rss"}, "num_epochs": 20},
+    "fair": {"agent_m3": {"fair_share": True}},
 }
 
 

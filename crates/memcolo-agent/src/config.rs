@@ -112,6 +112,9 @@ pub struct M3Section {
     /// Seconds before a process with an unanswered notification is notified again
     /// at the same level. Default 5.
     pub resignal_after_s: u64,
+    /// Algorithm 1 walks processes holding less than an equal share of top last
+    /// (rule R3c of `memcolo_policy::m3`). Default false (the paper's Algorithm 1).
+    pub fair_share: bool,
 }
 
 impl Default for M3Section {
@@ -128,6 +131,7 @@ impl Default for M3Section {
             kill_after_s: 30,
             reclaim_history: 5,
             resignal_after_s: 5,
+            fair_share: false,
         }
     }
 }
@@ -388,6 +392,7 @@ impl AgentConfig {
         c.kill_after = Duration::from_secs(self.m3.kill_after_s);
         c.reclaim_history = self.m3.reclaim_history;
         c.resignal_after = Duration::from_secs(self.m3.resignal_after_s);
+        c.fair_share = self.m3.fair_share;
         c
     }
 
