@@ -49,7 +49,8 @@
 //! write-protects → copies the pages out → stores them in the slow tier in one batch
 //! and waits for the confirmation → marks them stored → drops them from memory →
 //! unprotects and wakes any writer that faulted meanwhile (it retries and faults the
-//! page back in). A page leaves local memory only after the slow tier confirmed it; a
+//! page back in; where the drop cleared the protection with the page, as on
+//! anonymous memory, only the wake is needed, which saves a TLB shootdown). A page leaves local memory only after the slow tier confirmed it; a
 //! failed store unprotects the pages and leaves them resident.
 //!
 //! # Application frees
@@ -1158,8 +1159,14 @@ impl Inner {
             return;
         }
         // 7. Unprotect and wake writers, and faults left waiting on the drop: they
-        //    find the pages stored and fault them back in.
-        if let Err(e) = self.protect_runs(&rs, false) {
+        //    find the pages stored and fault them back in. Where the drop cleared the
+        //    protection with the page (anonymous memory), waking is enough and costs
+        //    no TLB shootdown.
+        if self.mem.drop_clears_write_protect() {
+            for &(first, count) in &rs {
+                let _ = self.uffd.wake(self.addr(first), (count * PAGE) as u64);
+            }
+        } else if let Err(e) = self.protect_runs(&rs, false) {
             self.note_error(format!("unprotecting evicted pages: {e}"));
         }
         self.n
@@ -1171,7 +1178,9 @@ impl Inner {
         if lock(&self.table).window.is_some() {
             self.sample_end();
         }
-        let (sampled, resident) = {
+        // Choose, and open the window at once: a hit may come as soon as the first
+        // run is dropped.
+        let (chosen, resident) = {
             let mut t = lock(&self.table);
             let k = self.cfg.sample_pages;
             let mut rng = lock(&self.rng);
@@ -1193,74 +1202,97 @@ impl Inner {
             for &p in &chosen {
                 t.st[p] = St::SampleDrop;
             }
-            (chosen, t.resident)
+            let resident = t.resident;
+            t.window = Some(Window {
+                sampled: chosen.clone(),
+                resident,
+                hits: 0,
+            });
+            (chosen, resident)
         };
-        let rs = runs(&sampled);
-        let mut ok = self.protect_runs(&rs, true).is_ok();
-        let mut copies = Vec::with_capacity(sampled.len());
-        if ok {
-            for &p in &sampled {
-                let mut b = vec![0u8; PAGE].into_boxed_slice();
-                if self.mem.read_page(p, &mut b).is_err() {
-                    ok = false;
-                    break;
-                }
-                copies.push(b);
-            }
-        }
-        if ok {
-            let mut t = lock(&self.table);
-            for (&p, b) in sampled.iter().zip(copies) {
-                if t.st[p] == St::SampleDrop {
-                    t.stash.insert(p, b);
-                    t.st[p] = St::SampleDropping;
-                }
-            }
-            drop(t);
-            let dropped = self.drop_runs(&rs);
-            let mut t = lock(&self.table);
-            for &p in &sampled {
-                if t.st[p] == St::SampleDropping {
-                    if dropped.is_ok() {
-                        t.st[p] = St::Sampled;
-                    } else {
-                        // Still mapped: nothing to sample.
+        // Run by run, so that a thread touching a page of one run waits for that
+        // run only: protect, copy aside, drop, then lift the protection (or, where
+        // the drop cleared it, just wake the writers that waited).
+        let wp_cleared = self.mem.drop_clears_write_protect();
+        let mut failed: Vec<usize> = Vec::new();
+        for run in runs(&chosen) {
+            let rs = [run];
+            let pages = run.0..run.0 + run.1;
+            let revert = |failed: &mut Vec<usize>, why: String| {
+                let mut t = lock(&self.table);
+                for p in pages.clone() {
+                    if matches!(t.st[p], St::SampleDrop | St::SampleDropping) {
                         t.stash.remove(&p);
                         t.st[p] = St::Resident;
                     }
                 }
+                drop(t);
+                let _ = self.protect_runs(&rs, false);
+                failed.extend(pages.clone());
+                self.note_error(format!("sampling: {why}"));
+            };
+            if let Err(e) = self.protect_runs(&rs, true) {
+                revert(&mut failed, format!("write-protecting page {}: {e}", run.0));
+                continue;
             }
-            drop(t);
-            if let Err(e) = dropped {
-                self.note_error(format!("sampling: dropping pages: {e}"));
-                ok = false;
+            let mut copies = Vec::with_capacity(run.1);
+            let mut read_ok = true;
+            for p in pages.clone() {
+                let mut b = vec![0u8; PAGE].into_boxed_slice();
+                if let Err(e) = self.mem.read_page(p, &mut b) {
+                    revert(&mut failed, format!("reading page {p}: {e}"));
+                    read_ok = false;
+                    break;
+                }
+                copies.push(b);
             }
-        } else {
-            let mut t = lock(&self.table);
-            for &p in &sampled {
-                if t.st[p] == St::SampleDrop {
-                    t.st[p] = St::Resident;
+            if !read_ok {
+                continue;
+            }
+            {
+                let mut t = lock(&self.table);
+                for (p, b) in pages.clone().zip(copies) {
+                    if t.st[p] == St::SampleDrop {
+                        t.stash.insert(p, b);
+                        t.st[p] = St::SampleDropping;
+                    }
                 }
             }
+            if let Err(e) = self.drop_runs(&rs) {
+                // Still mapped: nothing to sample.
+                revert(&mut failed, format!("dropping page {}: {e}", run.0));
+                continue;
+            }
+            {
+                let mut t = lock(&self.table);
+                for p in pages.clone() {
+                    if t.st[p] == St::SampleDropping {
+                        t.st[p] = St::Sampled;
+                    }
+                }
+            }
+            let (addr, len) = (self.addr(run.0), (run.1 * PAGE) as u64);
+            if wp_cleared {
+                let _ = self.uffd.wake(addr, len);
+            } else {
+                let _ = self.protect_runs(&rs, false);
+            }
         }
-        let _ = self.protect_runs(&rs, false);
-        let p = if ok && resident > 0 {
+        let sampled: Vec<usize> = if failed.is_empty() {
+            chosen
+        } else {
+            chosen.into_iter().filter(|p| !failed.contains(p)).collect()
+        };
+        if let Some(w) = lock(&self.table).window.as_mut() {
+            w.sampled.clone_from(&sampled);
+        }
+        let p = if resident > 0 {
             (sampled.len() as f64 / resident as f64).min(1.0)
         } else {
             1.0
         };
         self.slow_sample_p.store(p.to_bits(), Ordering::Relaxed);
-        let mut t = lock(&self.table);
-        t.window = Some(Window {
-            sampled: if ok { sampled.clone() } else { Vec::new() },
-            resident,
-            hits: 0,
-        });
-        if ok {
-            sampled
-        } else {
-            Vec::new()
-        }
+        sampled
     }
 
     fn sample_end(&self) -> WindowEstimate {

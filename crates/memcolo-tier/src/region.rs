@@ -50,6 +50,14 @@ pub trait RegionMemory: Send + Sync {
     /// userfaultfd that asked for remove events (`madvise` does, `fallocate` does
     /// not).
     fn drop_raises_remove_event(&self) -> bool;
+    /// Whether [`RegionMemory::drop_pages`] also clears the userfaultfd write
+    /// protection of the pages it drops, so that waking the threads that wait on them
+    /// is enough afterwards. True for private anonymous memory: zapping an anonymous
+    /// page table entry drops everything, the write-protect bit included (no
+    /// marker is left, unlike shmem's). Default false: the caller unprotects.
+    fn drop_clears_write_protect(&self) -> bool {
+        false
+    }
 }
 
 fn mmap(len: usize, prot: i32, flags: i32, fd: i32) -> io::Result<usize> {
@@ -117,6 +125,9 @@ impl RegionMemory for LocalAnon {
         }
     }
     fn drop_raises_remove_event(&self) -> bool {
+        true
+    }
+    fn drop_clears_write_protect(&self) -> bool {
         true
     }
 }

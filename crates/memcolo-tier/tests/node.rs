@@ -181,7 +181,9 @@ fn latency_sensitive_process_gets_fast_memory_from_an_idle_best_effort_one() {
     for proc in [ls, be] {
         drop(proc.manager);
         let m = node.detach(proc.pid, proc.first).unwrap();
-        let m = Arc::try_unwrap(m).ok().expect("the node held the last reference");
+        let m = Arc::try_unwrap(m)
+            .ok()
+            .expect("the node held the last reference");
         m.stop().unwrap();
         for p in 0..256 {
             check_page(proc.region.as_ptr(), p, if proc.pid == 1 { 7 } else { 1 });
