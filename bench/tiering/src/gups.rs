@@ -278,7 +278,13 @@ fn manage(region: &AnonRegion, args: &Args) -> Result<Managed> {
         std::thread::Builder::new()
             .name("gups-policy".into())
             .spawn(move || {
-                node.run(timing, &stop, |out, _applied| {
+                node.run(timing, &stop, |out, applied| {
+                    // A page that cannot come back: stop the process with the reason
+                    // (the thread that touched it stays blocked; it never sees zeros).
+                    if let Some((_, _, why)) = applied.fatal.first() {
+                        eprintln!("gups: stopped: {why}");
+                        std::process::exit(70);
+                    }
                     let Some(p) = out.procs.iter().find(|p| p.pid == pid) else {
                         return;
                     };

@@ -1,8 +1,10 @@
 //! `memcolo`: the command-line front end — the agent daemon, its clients (`status`,
-//! `top`, `register`, `unregister`, `run`, `alloc-stats`) and the benchmarks (`bench`).
+//! `top`, `register`, `unregister`, `run`, `alloc-stats`), the benchmarks (`bench`) and
+//! the memory server of far-memory tiers (`memserver`).
 
 mod alloc_stats;
 mod client;
+mod memserver;
 mod run;
 mod status;
 mod top;
@@ -88,6 +90,9 @@ enum Cmd {
     /// Benchmarks on real services; results under bench/results/<date>-<host>/.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Serve pages of far-memory tiers over TCP (the slow tier of MaxMem tiering): an
+    /// LZ4 compressed store with checksummed pages, in memory only.
+    Memserver(memserver::MemserverArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -237,6 +242,7 @@ fn main() -> std::process::ExitCode {
         }
         Cmd::Run(a) => return run::run(a),
         Cmd::AllocStats(a) => alloc_stats::run(&a),
+        Cmd::Memserver(a) => memserver::run(&a),
         Cmd::Bench(b) => {
             let exe = std::env::current_exe().expect("path of the running memcolo binary");
             match b {

@@ -1,0 +1,307 @@
+//! Fault injection between a managed process and a real `memcolo memserver`
+//! process: the server killed, and pages damaged in transit. Either way the process
+//! whose page cannot come back is stopped with a clear reason (exit status 70 and
+//! the reason on stderr) and the thread that touched the page never sees zeros.
+//!
+//! The managed process is this test binary run again in child mode
+//! (`MEMCOLO_TIER_CHILD=ADDR`, test `tier_child`): a region under a tier manager in
+//! its own process whose slow tier is the memory server at ADDR, and a watcher that
+//! stops the process once the manager reports a lost page, as the agent and
+//! `gups` do. Needs userfaultfd (root, or vm.unprivileged_userfaultfd = 1).
+
+use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
+use memcolo_tier::region::{AnonRegion, PAGE};
+use memcolo_tier::remote::{RemoteConfig, RemoteTier};
+use memcolo_tier::uffd::{self, features, mode, Uffd};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+const PAGES: usize = 64;
+const TOUCHED: usize = 10;
+
+fn quick(addr: &str) -> RemoteConfig {
+    RemoteConfig {
+        connect_timeout: Duration::from_millis(200),
+        io_timeout: Duration::from_millis(300),
+        attempts: 3,
+        backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(50),
+        ..RemoteConfig::new(addr, PAGE)
+    }
+}
+
+fn byte(p: usize, i: usize) -> u8 {
+    (p * 31 + i * 7 + 1) as u8
+}
+
+/// Child mode: see the module documentation. Prints `READY` once every page is in
+/// the memory server and verified, then touches page `TOUCHED` when a line arrives
+/// on stdin; prints `RETURNED` if the access ever returns.
+#[test]
+fn tier_child() {
+    let Ok(addr) = std::env::var("MEMCOLO_TIER_CHILD") else {
+        return; // Only the parent's tests run this in a child.
+    };
+    let region = AnonRegion::new(PAGES).unwrap();
+    let base = region.as_ptr();
+    let u = Uffd::open(features::PAGEFAULT_FLAG_WP).unwrap();
+    u.register(base as u64, region.len() as u64, mode::MISSING | mode::WP)
+        .unwrap();
+    let tier = Arc::new(RemoteTier::connect(quick(&addr)).unwrap());
+    let m = Arc::new(
+        TierManager::start(
+            u,
+            Box::new(region.memory()),
+            tier,
+            Box::new(NoPlacement),
+            TierConfig::new(1),
+        )
+        .unwrap(),
+    );
+    {
+        let m = m.clone();
+        std::thread::spawn(move || loop {
+            if let Some(why) = m.fatal() {
+                eprintln!("STOPPED: {why}");
+                let _ = std::io::stderr().flush();
+                std::process::exit(70);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        });
+    }
+    for p in 0..PAGES {
+        for i in 0..PAGE {
+            // SAFETY: inside the live region.
+            unsafe { *base.add(p * PAGE + i) = byte(p, i) };
+        }
+    }
+    m.evict(&(0..PAGES).collect::<Vec<_>>());
+    m.wait_evictions();
+    assert_eq!(m.stats().stored_pages, PAGES as u64, "{:?}", m.last_error());
+    for p in 0..4 {
+        for i in (0..PAGE).step_by(97) {
+            // SAFETY: inside the live region; faults it back from the server.
+            assert_eq!(unsafe { *base.add(p * PAGE + i) }, byte(p, i));
+        }
+    }
+    println!("READY");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    // SAFETY: inside the live region.
+    let v = unsafe { std::ptr::read_volatile(base.add(TOUCHED * PAGE + 5)) };
+    println!("RETURNED {}", v == byte(TOUCHED, 5));
+    std::io::stdout().flush().unwrap();
+    std::process::exit(0);
+}
+
+/// A child process killed when dropped (a failing test leaves nothing behind).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn memserver() -> (Killed, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_memcolo"))
+        .args([
+            "memserver",
+            "--listen",
+            "127.0.0.1:0",
+            "--capacity-mib",
+            "64",
+        ])
+        .env("MEMCOLO_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("memserver said {line:?}"))
+        .to_string();
+    (Killed(c), addr)
+}
+
+struct ChildRun {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+fn managed_child(addr: &str) -> ChildRun {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "tier_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("MEMCOLO_TIER_CHILD", addr)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let start = Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            // (libtest prints "test tier_child ... " first, on the same line.)
+            Ok(l) if l.trim_end().ends_with("READY") => break,
+            Ok(_) => {}
+            Err(e) => {
+                let _ = child.kill();
+                let mut err = String::new();
+                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                panic!(
+                    "child never got ready ({e:?}, {:?}): {err}",
+                    start.elapsed()
+                );
+            }
+        }
+    }
+    ChildRun { child, lines: rx }
+}
+
+/// Lets the child touch its page; waits for it to end (at most `limit`). Returns its
+/// exit status, its stderr, whether the access returned, and how long it took.
+fn touch_and_wait(mut run: ChildRun, limit: Duration) -> (Option<i32>, String, bool, Duration) {
+    let start = Instant::now();
+    writeln!(run.child.stdin.as_mut().unwrap(), "go").unwrap();
+    let status = loop {
+        if let Some(s) = run.child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = run.child.kill();
+            break run.child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = start.elapsed();
+    let mut err = String::new();
+    let _ = run.child.stderr.take().unwrap().read_to_string(&mut err);
+    let returned = run.lines.try_iter().any(|l| l.contains("RETURNED"));
+    (status.code(), err, returned, took)
+}
+
+fn permitted() -> bool {
+    match uffd::check_permission() {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            false
+        }
+    }
+}
+
+#[test]
+fn killed_memserver_stops_the_process_with_a_reason_never_zeros() {
+    if !permitted() {
+        return;
+    }
+    let (mut server, addr) = memserver();
+    let run = managed_child(&addr);
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    let bound = quick(&addr).retry_bound();
+    let (code, err, returned, took) = touch_and_wait(run, bound + Duration::from_secs(20));
+    assert!(!returned, "the access returned: {err}");
+    assert_eq!(code, Some(70), "{err}");
+    assert!(
+        err.contains("STOPPED")
+            && err.contains(&format!("page {TOUCHED} "))
+            && err.contains("unreachable"),
+        "{err}"
+    );
+    // Retries within the bound, then the watcher's poll.
+    assert!(
+        took <= bound + Duration::from_secs(2),
+        "{took:?} > {bound:?}"
+    );
+}
+
+/// Forwards one connection both ways; in the server-to-client direction it parses
+/// response frames (24-byte header, payload length at 16..20) and, while `damage`
+/// is set, flips one bit of every page-sized payload.
+fn pump_responses(mut from: TcpStream, mut to: TcpStream, damage: Arc<AtomicBool>) {
+    let mut hdr = [0u8; 24];
+    loop {
+        if from.read_exact(&mut hdr).is_err() {
+            return;
+        }
+        let len = u32::from_le_bytes(hdr[16..20].try_into().unwrap()) as usize;
+        let mut payload = vec![0u8; len];
+        if from.read_exact(&mut payload).is_err() {
+            return;
+        }
+        if len == PAGE && damage.load(Ordering::Relaxed) {
+            payload[100] ^= 0x10;
+        }
+        if to.write_all(&hdr).is_err() || to.write_all(&payload).is_err() {
+            return;
+        }
+    }
+}
+
+fn damaging_proxy(server: String, damage: Arc<AtomicBool>) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { return };
+            let Ok(s) = TcpStream::connect(&server) else {
+                continue;
+            };
+            let (c2, s2) = (c.try_clone().unwrap(), s.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let (mut c2, mut s2) = (c2, s2);
+                let _ = std::io::copy(&mut c2, &mut s2);
+            });
+            let d = damage.clone();
+            std::thread::spawn(move || pump_responses(s, c, d));
+        }
+    });
+    addr
+}
+
+#[test]
+fn pages_damaged_in_transit_stop_the_process_with_a_reason() {
+    if !permitted() {
+        return;
+    }
+    let (server, addr) = memserver();
+    let damage = Arc::new(AtomicBool::new(false));
+    let proxy = damaging_proxy(addr, damage.clone());
+    let run = managed_child(&proxy);
+    damage.store(true, Ordering::Relaxed);
+    let (code, err, returned, _) = touch_and_wait(run, Duration::from_secs(30));
+    drop(server);
+    assert!(!returned, "the access returned: {err}");
+    assert_eq!(code, Some(70), "{err}");
+    assert!(
+        err.contains("STOPPED")
+            && err.contains(&format!("page {TOUCHED} "))
+            && err.contains("checksum mismatch"),
+        "{err}"
+    );
+}
