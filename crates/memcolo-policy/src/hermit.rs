@@ -35,6 +35,20 @@
 //!   the high mark: once headroom is that low the kernel would reclaim anyway, on the
 //!   allocating thread of whichever process faults next — an LC one included.
 //!
+//! - **not churning**: the mean refault distance — bytes evicted between a page's
+//!   eviction and its refault — is about the swapped population (Little's law again:
+//!   in steady state pages leave swap as fast as they enter it, so a page that comes
+//!   back has seen `swapped_bytes` evicted after it). While pages refault and that
+//!   distance is below `churn_ratio × low`, the pages held out would have fit in the
+//!   free headroom the proactive band keeps: the band itself causes the refaults it
+//!   then has to absorb (Hermit's "reclaim too early: memory underutilization"). The
+//!   low mark is then capped at `max(high, swapped / churn_ratio)`, which shrinks it
+//!   towards the high mark as long as the churn lasts, and the high mark is sized by
+//!   the burst envelope of allocation net of swap-ins (refaults of pages the marks
+//!   keep out are no demand to make room for, and counting them would keep the churn
+//!   going). A job whose working set does not fit keeps far more than the headroom
+//!   in swap and keeps its band and its high mark.
+//!
 //! Hermit also caps workers by "swap intensity" (swap-in rate ÷ swap-out rate). That
 //! ratio measures how much of the reclaim comes back, which the turnaround feedback
 //! above already acts on; the cap here is the CPU budget, so that reclaim never takes
@@ -87,6 +101,9 @@ pub struct ReclaimConfig {
     pub adapt_period: Duration,
     /// Periods the scheduler stays backed off after turnaround fell. Default 3.
     pub backoff_periods: u32,
+    /// While pages refault, the low mark is at most `max(high, swapped / churn_ratio)`:
+    /// proactive headroom must stay well below the mean refault distance. Default 2.
+    pub churn_ratio: f64,
     /// Stop reclaiming while free swap is below this share of total swap. Default 0.05.
     pub swap_stop_free_ratio: f64,
     /// Worker throughput assumed before the first measurement, bytes/s. Default
@@ -114,6 +131,7 @@ impl Default for ReclaimConfig {
             turnaround_drop_ratio: 0.5,
             adapt_period: Duration::from_secs(1),
             backoff_periods: 3,
+            churn_ratio: 2.0,
             swap_stop_free_ratio: 0.05,
             initial_worker_rate: 256.0 * (1 << 20) as f64,
             fixed_low_bytes: None,
@@ -168,6 +186,13 @@ impl ReclaimConfig {
                 "must be in (0, 1)",
             ));
         }
+        if !(self.churn_ratio >= 1.0 && self.churn_ratio.is_finite()) {
+            return Err(bad(
+                "churn_ratio",
+                self.churn_ratio,
+                "must be finite and >= 1",
+            ));
+        }
         if !(self.turnaround_drop_ratio > 0.0 && self.turnaround_drop_ratio < 1.0) {
             return Err(bad(
                 "turnaround_drop_ratio",
@@ -212,6 +237,11 @@ pub struct ReclaimObservation {
     pub used_bytes: u64,
     /// Bytes memcolo's workers reclaimed since the previous observation.
     pub reclaimed_bytes: u64,
+    /// Bytes charged to the scope since the previous observation (gross allocation,
+    /// refaults included: cgroup v1 `total_pgpgin`), when the scope counts them.
+    /// `None`: the allocation rate is estimated as usage growth plus
+    /// `reclaimed_bytes`, which arrives in lumps at the end of each batch.
+    pub charged_bytes: Option<u64>,
     /// Time memcolo's workers spent reclaiming since the previous observation, summed
     /// over workers.
     pub worker_busy: Duration,
@@ -282,6 +312,11 @@ pub struct ReclaimDecision {
     pub worker_rate: f64,
     /// Estimated page turnaround in seconds; `None` while nothing refaults (infinite).
     pub turnaround_s: Option<f64>,
+    /// Estimated mean refault distance in bytes (the swapped population); `None`
+    /// while nothing refaults.
+    pub refault_distance_bytes: Option<u64>,
+    /// Whether the low mark is capped because the proactive band churns.
+    pub churn_capped: bool,
     pub state: ReclaimState,
 }
 
@@ -292,6 +327,8 @@ pub struct ReclaimScheduler {
     last: Option<(Duration, u64)>,
     alloc_rate: f64,
     burst_rate: f64,
+    /// Burst envelope of allocation net of refaults (swap-ins): new memory only.
+    burst_new_rate: f64,
     worker_rate: f64,
     swapin_rate: f64,
     k: f64,
@@ -316,6 +353,7 @@ impl ReclaimScheduler {
             last: None,
             alloc_rate: 0.0,
             burst_rate: 0.0,
+            burst_new_rate: 0.0,
             swapin_rate: 0.0,
             period_start: None,
             prev_turnaround: None,
@@ -337,16 +375,22 @@ impl ReclaimScheduler {
             Some((t, _)) => now.saturating_sub(t),
             None => Duration::ZERO,
         };
-        // Gross allocation: usage growth plus what we took away meanwhile.
+        // Gross allocation: what was charged, else usage growth plus what we took away
+        // meanwhile.
         if let Some((_, prev_used)) = self.last {
             if !dt.is_zero() {
-                let growth = obs.used_bytes as f64 - prev_used as f64 + obs.reclaimed_bytes as f64;
+                let growth = match obs.charged_bytes {
+                    Some(c) => c as f64,
+                    None => obs.used_bytes as f64 - prev_used as f64 + obs.reclaimed_bytes as f64,
+                };
                 let inst = (growth / dt.as_secs_f64()).max(0.0);
                 let w = ewma_weight(dt, cfg.rate_half_life);
                 self.alloc_rate += w * (inst - self.alloc_rate);
                 // Fast attack, decay with the same half-life.
                 self.burst_rate = inst.max(self.burst_rate * (1.0 - w));
                 let swapin = obs.swapin_bytes as f64 / dt.as_secs_f64();
+                let new = (inst - swapin).max(0.0);
+                self.burst_new_rate = new.max(self.burst_new_rate * (1.0 - w));
                 self.swapin_rate += w * (swapin - self.swapin_rate);
             }
         }
@@ -392,19 +436,35 @@ impl ReclaimScheduler {
         let tick = dt.as_secs_f64();
         let limit = obs.limit_bytes as f64;
         let max_low = cfg.max_low_ratio * limit;
-        let mut high = (self.burst_rate * (batch_time + tick))
-            .max(cfg.min_high_bytes as f64)
-            .min(max_low / cfg.low_multiplier_min);
+        let high_for = |burst: f64| {
+            (burst * (batch_time + tick))
+                .max(cfg.min_high_bytes as f64)
+                .min(max_low / cfg.low_multiplier_min)
+        };
+        let mut high = high_for(self.burst_rate);
         let mut low = (self.k * high).min(max_low).max(high);
         let mut backing_off = self.backoff_left > 0;
         if backing_off {
             low = high + (cfg.batch_bytes as f64).min(high);
+        }
+        let distance = turnaround.map(|_| obs.swapped_bytes as f64);
+        let mut churn_capped = false;
+        if let Some(d) = distance {
+            if d < cfg.churn_ratio * low {
+                // The refaults are of pages the marks themselves keep out: they are no
+                // demand to make room for. Size the high mark by new memory only.
+                high = high_for(self.burst_new_rate);
+                let cap = (d / cfg.churn_ratio).max(high);
+                churn_capped = cap < low;
+                low = low.min(cap);
+            }
         }
         if let Some(fixed) = cfg.fixed_low_bytes {
             // kswapd-like: a constant mark, one worker, reclaim back up to the mark.
             high = fixed as f64;
             low = fixed as f64;
             backing_off = false;
+            churn_capped = false;
         }
         let headroom = obs.limit_bytes.saturating_sub(obs.used_bytes);
         let h = headroom as f64;
@@ -451,6 +511,8 @@ impl ReclaimScheduler {
             burst_rate: self.burst_rate,
             worker_rate: self.worker_rate,
             turnaround_s: turnaround,
+            refault_distance_bytes: distance.map(|d| d as u64),
+            churn_capped,
             state,
         }
     }
@@ -658,6 +720,76 @@ mod tests {
     }
 
     #[test]
+    fn a_band_whose_evictions_would_fit_in_it_shrinks_to_the_high_mark() {
+        // The job fits: what is in swap is only what the band evicted (≈ low), and it
+        // refaults at 64 MiB/s. Each period the low mark is capped at swapped / 2.
+        let mut s = sched();
+        let limit = 4 * GIB;
+        let mut d = s.step(ms(0), &obs(limit - 300 * MIB));
+        for i in 1..=20 {
+            d = s.step(Duration::from_secs(i), &obs(limit - 300 * MIB));
+        }
+        let band = d.low_mark_bytes;
+        assert!(band > 300 * MIB, "{d:?}");
+        let mut swapped = band;
+        for i in 21..=40 {
+            d = s.step(
+                Duration::from_secs(i),
+                &ReclaimObservation {
+                    // Workers evict what refaults: allocation is all refaults.
+                    reclaimed_bytes: 64 * MIB,
+                    swapin_bytes: 64 * MIB,
+                    swapped_bytes: swapped,
+                    ..obs(limit - 300 * MIB)
+                },
+            );
+            // What stays out follows the band.
+            swapped = d.low_mark_bytes;
+        }
+        assert_eq!(d.low_mark_bytes, d.high_mark_bytes, "{d:?}");
+        // Refaults of what the marks keep out do not inflate the high mark.
+        assert_eq!(d.high_mark_bytes, 32 * MIB, "{d:?}");
+        assert_eq!(d.refault_distance_bytes, Some(swapped));
+
+        // A job that does not fit keeps much more than the band in swap: no cap.
+        let mut s = sched();
+        s.step(ms(0), &obs(limit - 300 * MIB));
+        for i in 1..=20 {
+            d = s.step(
+                Duration::from_secs(i),
+                &ReclaimObservation {
+                    swapin_bytes: 64 * MIB,
+                    swapped_bytes: 2 * GIB,
+                    ..obs(limit - 300 * MIB)
+                },
+            );
+        }
+        assert!(!d.churn_capped, "{d:?}");
+        assert!(d.low_mark_bytes > 300 * MIB, "{d:?}");
+    }
+
+    #[test]
+    fn charges_measure_allocation_without_the_lumps_of_batch_credit() {
+        // 1 MiB charged per 20 ms tick (50 MiB/s) while a worker's 16 MiB batch is
+        // credited in one tick every 10: the burst envelope follows the charges.
+        let mut s = sched();
+        let mut d = s.step(ms(0), &obs(GIB));
+        for i in 1..=500u64 {
+            d = s.step(
+                ms(20 * i),
+                &ReclaimObservation {
+                    charged_bytes: Some(MIB),
+                    reclaimed_bytes: if i % 10 == 0 { 16 * MIB } else { 0 },
+                    ..obs(GIB)
+                },
+            );
+        }
+        let rate = 50.0 * MIB as f64;
+        assert!((d.burst_rate - rate).abs() < 0.01 * rate, "{d:?}");
+        assert!((d.alloc_rate - rate).abs() < 0.05 * rate, "{d:?}");
+    }
+
+    #[test]
     fn backing_off_never_abandons_the_high_mark() {
         let mut s = sched();
         s.k = 2.0;
@@ -765,6 +897,10 @@ mod tests {
             },
             ReclaimConfig {
                 initial_worker_rate: f64::NAN,
+                ..Default::default()
+            },
+            ReclaimConfig {
+                churn_ratio: 0.5,
                 ..Default::default()
             },
         ] {

@@ -426,6 +426,11 @@ fn reclaim_scheduler_invariants() {
                 limit_bytes: limit,
                 used_bytes: used,
                 reclaimed_bytes: rng.range(0, 128 << 20),
+                charged_bytes: if rng.chance(2) {
+                    Some(rng.range(0, 256 << 20))
+                } else {
+                    None
+                },
                 worker_busy: Duration::from_millis(rng.range(0, 400)),
                 swapin_bytes: rng.range(0, 256 << 20),
                 swapped_bytes: rng.range(0, swap_total),
