@@ -149,6 +149,11 @@ pub struct ReclaimStatus {
     pub alloc_rate_bytes_per_s: f64,
     pub worker_rate_bytes_per_s: f64,
     pub turnaround_s: Option<f64>,
+    /// Mean refault distance (the swapped population), bytes; `None` while nothing
+    /// refaults.
+    pub refault_distance_bytes: Option<u64>,
+    /// The low mark is capped because the proactive band would only churn.
+    pub churn_capped: bool,
     pub refault_bytes_per_s: f64,
     pub reclaimed_bytes_total: u64,
     pub cpu_seconds_total: f64,
@@ -487,6 +492,8 @@ struct Controller {
     metrics: Arc<Metrics>,
     page_size: u64,
     last_refaults: Option<u64>,
+    /// Pages charged to the scope at the previous observation (v1 `total_pgpgin`).
+    last_charged: Option<u64>,
     last_refresh: Option<Instant>,
     inputs: ReclaimInputs,
     reclaimable: u64,
@@ -526,6 +533,7 @@ impl Controller {
             metrics,
             page_size: ProcFs::page_size(),
             last_refaults: None,
+            last_charged: None,
             last_refresh: None,
             inputs: ReclaimInputs::default(),
             reclaimable: 0,
@@ -737,7 +745,7 @@ impl Controller {
 
     fn observe(&mut self) -> memcolo_linux::Result<ReclaimObservation> {
         let mi = self.procfs.read_meminfo()?;
-        let (limit, used, swapped, refaults) = match &self.scope {
+        let (limit, used, swapped, refaults, charged) = match &self.scope {
             Scope::Cgroup(cg) => {
                 let limit = cg
                     .read_effective_limit()?
@@ -749,11 +757,16 @@ impl Controller {
                     CgroupVersion::V1 => "total_workingset_refault_anon",
                     CgroupVersion::V2 => "workingset_refault_anon",
                 };
+                let charged = match cg.version() {
+                    CgroupVersion::V1 => stat.raw.get("total_pgpgin").copied(),
+                    CgroupVersion::V2 => None,
+                };
                 (
                     limit,
                     cg.read_usage_bytes()?,
                     stat.swap_bytes,
                     stat.raw.get(key).copied().unwrap_or(0),
+                    charged,
                 )
             }
             Scope::Host(_) => {
@@ -763,6 +776,7 @@ impl Controller {
                     mi.mem_total_bytes.saturating_sub(mi.mem_free_bytes),
                     mi.swap_total_bytes.saturating_sub(mi.swap_free_bytes),
                     vm.get("workingset_refault_anon").copied().unwrap_or(0),
+                    None,
                 )
             }
         };
@@ -771,10 +785,16 @@ impl Controller {
             None => 0,
         };
         self.last_refaults = Some(refaults);
+        let charged_bytes = match (self.last_charged, charged) {
+            (Some(prev), Some(now)) => Some(now.saturating_sub(prev) * self.page_size),
+            _ => None,
+        };
+        self.last_charged = charged;
         Ok(ReclaimObservation {
             limit_bytes: limit,
             used_bytes: used,
             swapin_bytes: swapin,
+            charged_bytes,
             swapped_bytes: swapped,
             swap_total_bytes: mi.swap_total_bytes,
             swap_free_bytes: mi.swap_free_bytes,
@@ -889,6 +909,8 @@ impl Controller {
         st.alloc_rate_bytes_per_s = d.alloc_rate;
         st.worker_rate_bytes_per_s = d.worker_rate;
         st.turnaround_s = d.turnaround_s;
+        st.refault_distance_bytes = d.refault_distance_bytes;
+        st.churn_capped = d.churn_capped;
         st.refault_bytes_per_s = self.totals.refault_rate;
         st.reclaimed_bytes_total = total;
         st.cpu_seconds_total = self.totals.cpu.as_secs_f64();
