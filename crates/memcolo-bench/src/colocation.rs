@@ -697,10 +697,12 @@ impl Sweep<'_> {
         }
 
         let demand: BeDemand = be_demand(level, s.node_bytes, s.split);
+        // The jobs outlive the measured phase and are stopped after it: a job exiting
+        // (freeing, swap slots released) must not fall into the last measured second.
         let mut jobs = BeJobs::start(
             demand,
             &self.data_file,
-            s.warmup + s.duration,
+            s.warmup + s.duration + Duration::from_secs(30),
             &Self::place(&be, &self.be_cpus),
             &self.log_dir,
             &tag,
@@ -831,7 +833,7 @@ impl Sweep<'_> {
             });
         write_timelines(&s.out, &tag, &samples.timeline, &load.per_sec_us)?;
         progress(t0, &format!("{label}: teardown"));
-        let work = jobs.stop(Duration::from_secs(5))?;
+        let work = jobs.stop(Duration::ZERO)?;
         let agent_kills = match agent.take() {
             Some(a) => {
                 a.stop(Duration::from_secs(10))?;
