@@ -3,7 +3,7 @@
  * Each class has a span length in pages (>= 8 objects; classes up to 1 KiB up to 32 KiB
  * or MC_SPAN_MAX_OBJECTS objects, so that a thread turns fewer spans through the page
  * heap; tail waste <= 1/8 of the span), a batch size for moves between thread caches and
- * the central lists (TCMalloc num_objects_to_move: 64 KiB worth, 2..32 objects), the
+ * the central lists (TCMalloc num_objects_to_move: 64 KiB worth, 2..64 objects), the
  * capacity of its thread cache array (a quarter of MEMCOLO_TCACHE's bytes, 2 batches
  * .. 512 objects) and the reciprocal that turns an offset into an object index. */
 #include "internal.h"
@@ -38,7 +38,7 @@ void mc_sizeclass_init(void) {
     mc_class_recip[i] = (uint32_t)((((uint64_t)1 << 32) + sz - 1) / sz);
     uint32_t batch = (uint32_t)(65536 / sz);
     if (batch < 2) batch = 2;
-    if (batch > 32) batch = 32;
+    if (batch > 64) batch = 64;
     mc_class_batch[i] = (uint16_t)batch;
     size_t cap = (size_t)MC_OPT(MC_OPT_TCACHE_BYTES) / 4 / sz;
     if (cap > 512) cap = 512;

@@ -22,7 +22,8 @@ TEST(test_size_classes) {
     CHECK(mc_class_size[c] % 16 == 0);
     CHECK(span / mc_class_size[c] >= 8 || mc_class_size[c] > 4096);
     CHECK(span % mc_class_size[c] <= span / 8);
-    CHECK(mc_class_batch[c] >= 2 && mc_class_batch[c] <= 32);
+    CHECK(mc_class_batch[c] >= 2 && mc_class_batch[c] <= 64);
+    CHECK((size_t)mc_class_pages[c] * MC_PAGE_SIZE / mc_class_size[c] <= MC_SPAN_MAX_OBJECTS);
     if (c > 1) CHECK(mc_class_size[c] > mc_class_size[c - 1]);
     /* internal waste at most 25 % above 128 bytes */
     if (c > 1 && mc_class_size[c] > 128) CHECK(mc_class_size[c - 1] * 5 / 4 >= mc_class_size[c]);
