@@ -647,6 +647,10 @@ def plan(args, runs):
                     cands.append(c)
             for combo in cands:
                 out.append((static_id(wname, combo, rep), "workload", wname, "static", spec, list(combo), rep))
+    for rep in range(args.reps, max(args.reps, args.memcolo_reps)):
+        # Extra repetitions of the memcolo runs only (`--memcolo-reps`).
+        for wname, spec in args.workloads:
+            out.append(("%s.memcolo.r%d" % (wname, rep), "workload", wname, "memcolo", spec, [0] * len(spec), rep))
     return out
 
 
@@ -684,6 +688,8 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     ap.add_argument("--variants", default="", help="memcolo ablations to add: " + ", ".join(VARIANTS))
     ap.add_argument("--rerun", help="comma-separated run ids to run again (replacing their records)")
+    ap.add_argument("--memcolo-reps", type=int, default=0,
+                    help="repetitions of the memcolo runs (default: as many as the others)")
     args = ap.parse_args()
     args.reps = 1 if args.quick else 3
     args.profile_reps = 1
