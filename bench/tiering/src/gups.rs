@@ -114,6 +114,11 @@ struct Args {
     /// Per-second CSV.
     #[arg(long)]
     timeline: Option<std::path::PathBuf>,
+    /// After the run, replay the same updates (XOR undoes them, as HPCC
+    /// RandomAccess verifies) and count the words that are not back at their initial
+    /// value: any lost or wrong page shows. Needs `--threads 1`.
+    #[arg(long)]
+    verify: bool,
     /// A label copied into the summary.
     #[arg(long, default_value = "")]
     label: String,
@@ -173,17 +178,46 @@ fn phase_name(p: u8) -> &'static str {
     }
 }
 
+/// The update stream of one thread: xorshift64* seeded from `seed`.
+struct Stream(u64);
+
+impl Stream {
+    fn new(seed: u64) -> Self {
+        Stream(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    #[inline(always)]
+    fn next(&mut self) -> u64 {
+        let x = &mut self.0;
+        *x ^= *x >> 12;
+        *x ^= *x << 25;
+        *x ^= *x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// Replays `n` updates of the stream of `seed` (undoing them) and counts the words
+/// not equal to their index.
+fn verify(table: &[AtomicU64], sets: Sets, seed: u64, n: u64) -> u64 {
+    let mut s = Stream::new(seed);
+    for _ in 0..n {
+        let r = s.next();
+        let w = &table[sets.pick(r) as usize];
+        w.store(w.load(Ordering::Relaxed) ^ r, Ordering::Relaxed);
+    }
+    table
+        .iter()
+        .enumerate()
+        .filter(|(i, w)| w.load(Ordering::Relaxed) != *i as u64)
+        .count() as u64
+}
+
 /// One updating thread: updates in blocks of 4096, publishing its count after each.
 fn updater(table: &[AtomicU64], sets: Sets, seed: u64, count: &AtomicU64, phase: &AtomicU8) {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut s = Stream::new(seed);
     let mut n = 0u64;
     while phase.load(Ordering::Relaxed) < PHASE_DONE {
         for _ in 0..4096 {
-            // xorshift64*
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            let r = s.next();
             let w = &table[sets.pick(r) as usize];
             w.store(w.load(Ordering::Relaxed) ^ r, Ordering::Relaxed);
         }
@@ -332,6 +366,9 @@ fn main() -> Result<()> {
     if args.hot_pct + args.warm_pct > 100 {
         bail!("--hot-pct + --warm-pct must not pass 100");
     }
+    if args.verify && args.threads != 1 {
+        bail!("--verify needs --threads 1");
+    }
     if args.footprint_mib == 0 || args.threads == 0 {
         bail!("--footprint-mib and --threads must be positive");
     }
@@ -471,6 +508,9 @@ fn main() -> Result<()> {
     let (t0, n0) = measure_start.expect("measured");
     let measured_s = end.duration_since(t0).as_secs_f64();
     let mups = (n_end - n0) as f64 / measured_s / 1e6;
+    let verify_errors = args
+        .verify
+        .then(|| verify(table, sets, args.seed, counts[0].load(Ordering::Relaxed)));
 
     let mut summary = json!({
         "label": args.label,
@@ -486,6 +526,10 @@ fn main() -> Result<()> {
         "per_second_mups": per_second,
         "vm_hwm_kib": vm_hwm_kib(),
     });
+    if let Some(e) = verify_errors {
+        summary["verify_errors"] = json!(e);
+        summary["updates"] = json!(counts[0].load(Ordering::Relaxed));
+    }
     if let Some(m) = managed {
         m.stop.store(true, Ordering::Release);
         let _ = m.driver.join();

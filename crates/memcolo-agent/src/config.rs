@@ -62,6 +62,7 @@ pub struct AgentConfig {
     pub hermes: HermesSection,
     pub events: EventsSection,
     pub reclaim: ReclaimSection,
+    pub tier: crate::tier::TierSection,
 }
 
 impl Default for AgentConfig {
@@ -79,6 +80,7 @@ impl Default for AgentConfig {
             hermes: HermesSection::default(),
             events: EventsSection::default(),
             reclaim: ReclaimSection::default(),
+            tier: crate::tier::TierSection::default(),
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod reclaim;
 pub mod registry;
 pub mod server;
+pub mod tier;
 
 use crate::config::AgentConfig;
 use crate::core::{Core, ExitWatcher, Trigger};
@@ -269,6 +270,11 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     } else {
         None
     };
+    let tier = if cfg.tier.enabled {
+        Some(tier::TierService::start(&cfg.tier, &cfg.socket, &metrics)?)
+    } else {
+        None
+    };
     let mut core = Core::new(
         cfg,
         scope,
@@ -333,6 +339,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     }
     if let Some(r) = reclaim {
         r.stop();
+    }
+    if let Some(t) = tier {
+        t.stop();
     }
     core.shutdown();
     let _ = std::fs::remove_file(&socket);

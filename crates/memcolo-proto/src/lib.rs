@@ -14,6 +14,8 @@
 //! [`ErrorCode::BadRequest`] error and the connection stays open.
 
 pub use memcolo_policy::{Class, Level, Pid};
+
+pub mod tier;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this crate speaks.

@@ -542,11 +542,19 @@ impl TierManager {
         self.stop_inner()
     }
 
-    fn stop_inner(&mut self) -> Result<(), String> {
-        if self.stopped {
-            return Ok(());
-        }
+    /// Stops the threads and forgets the region without bringing its pages back: its
+    /// slow-tier copies are dropped and the range is unregistered (errors ignored:
+    /// the process may be gone). Only for a region that is being unmapped, or whose
+    /// process exited: its stored contents are lost.
+    pub fn discard(mut self) {
         self.stopped = true;
+        self.halt_threads();
+        let _ = self.inner.tier.remove_region(self.inner.cfg.region_id);
+        let len = (self.inner.pages * PAGE) as u64;
+        let _ = self.inner.uffd.unregister(self.inner.base, len);
+    }
+
+    fn halt_threads(&mut self) {
         self.inner.stop.store(true, Ordering::Release);
         self.inner.queue_cv.notify_all();
         let one: u64 = 1;
@@ -561,6 +569,14 @@ impl TierManager {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+
+    fn stop_inner(&mut self) -> Result<(), String> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stopped = true;
+        self.halt_threads();
         let result = self.inner.restore_all();
         match &result {
             Ok(()) => {

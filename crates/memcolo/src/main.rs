@@ -7,6 +7,7 @@ mod client;
 mod memserver;
 mod run;
 mod status;
+mod tier;
 mod top;
 
 use anyhow::{Context, Result};
@@ -93,6 +94,9 @@ enum Cmd {
     /// Serve pages of far-memory tiers over TCP (the slow tier of MaxMem tiering): an
     /// LZ4 compressed store with checksummed pages, in memory only.
     Memserver(memserver::MemserverArgs),
+    /// MaxMem tiering: status of tiered processes, and their target fast-memory miss
+    /// ratio changed live.
+    Tier(tier::TierArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -243,6 +247,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Run(a) => return run::run(a),
         Cmd::AllocStats(a) => alloc_stats::run(&a),
         Cmd::Memserver(a) => memserver::run(&a),
+        Cmd::Tier(a) => tier::run(&a),
         Cmd::Bench(b) => {
             let exe = std::env::current_exe().expect("path of the running memcolo binary");
             match b {

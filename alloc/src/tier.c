@@ -1,0 +1,494 @@
+/* tier.c — tiered regions (MaxMem §3.3, libMaxMem): large anonymous mappings handed
+ * to the memcolo agent, which keeps their hot pages in local memory and the rest in
+ * a slow tier (compressed memory, a memory server), through userfaultfd.
+ *
+ * Opt in with MEMCOLO_TIER=1. Then an mmap(NULL, len, PROT_READ|PROT_WRITE,
+ * MAP_PRIVATE|MAP_ANONYMOUS[|MAP_NORESERVE], -1, 0) called by the program (not by
+ * libmemcolo itself) with len >= MEMCOLO_TIER_THRESHOLD (default 1g, as the paper) is
+ * backed by a memfd mapped MAP_SHARED (so the agent can read pages out and punch them
+ * out of memory), registered with a new userfaultfd (MISSING + WP), and both
+ * descriptors are sent to the agent's tiering socket with SCM_RIGHTS
+ * (docs/protocol.md §11: tier_register). If anything fails (no agent, no
+ * userfaultfd permission), the call falls back to a plain mapping: tiering is never
+ * a reason for mmap to fail.
+ *
+ * Semantics the program relies on, on a tiered region:
+ *   - zero fill: untouched pages read as zeros (the agent maps zero pages);
+ *   - madvise(MADV_DONTNEED | MADV_FREE | MADV_REMOVE): becomes MADV_REMOVE (hole
+ *     punched in the memfd, and a UFFD remove event the agent reads before the call
+ *     returns), so the pages read as zeros afterwards, as on private memory;
+ *   - munmap of the whole region: tier_unregister, answered once the agent stopped
+ *     managing it; of a part: MADV_REMOVE of that part, then the unmap;
+ *   - mremap: refused with ENOMEM and one warning (realloc falls back to a copy);
+ *   - fork: the region is MADV_DONTFORK — a MAP_SHARED memfd would otherwise be
+ *     shared with the child instead of copied — so the child does not inherit it
+ *     (an access there is a SIGSEGV), said once on stderr in the child.
+ * If the agent's connection closes without "tier_released" (the agent died holding
+ * pages of the process's regions), the process is stopped (SIGKILL) with the reason
+ * on stderr: its evicted pages are gone with the agent and it must never read zeros
+ * in their place. After "tier_released" the regions are plain shared memory.
+ *
+ * Options (environment): MEMCOLO_TIER (0), MEMCOLO_TIER_THRESHOLD (1g; suffix k/m/g),
+ * MEMCOLO_T_MISS (target fast-memory miss ratio sent with each region; the agent's
+ * default when unset), MEMCOLO_TIER_SOCKET (default: tier.sock next to
+ * MEMCOLO_SOCKET, or /run/memcolo/tier.sock), MEMCOLO_VERBOSE (1).
+ *
+ * The file is self-contained (no allocator state): it may be built alone as a
+ * preload library. It never calls malloc; mmap and friends of its own go straight to
+ * the system calls. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <linux/userfaultfd.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#ifndef MADV_REMOVE
+#define MADV_REMOVE 9
+#endif
+#ifndef UFFD_FEATURE_WP_HUGETLBFS_SHMEM
+#define UFFD_FEATURE_WP_HUGETLBFS_SHMEM (1 << 12)
+#endif
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+#define MC_TIER_API __attribute__((visibility("default")))
+#define MC_TIER_MAX_REGIONS 64
+#define MC_TIER_PAGE 4096UL
+
+typedef struct {
+  uintptr_t start;
+  size_t len;
+  size_t unmapped;  /* bytes unmapped piecewise */
+  int uffd;         /* kept open: faults wait, never see zeros, if the agent dies */
+  int managed;      /* 0 once the agent released it: plain shared memory */
+  int used;
+} mc_tier_region_t;
+
+static struct {
+  int enabled, verbose;
+  size_t threshold;
+  char t_miss[32];
+  char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+  uintptr_t self_lo, self_hi;
+  pthread_mutex_t lock;     /* the region table, the connection */
+  pthread_mutex_t req_lock; /* one request at a time */
+  pthread_cond_t reply_cv;
+  int fd;                   /* the tiering socket, -1 when not connected */
+  unsigned long gen;        /* connection generation */
+  char reply[512];
+  int reply_ready;
+  int released;
+  int nregions;
+  int warned_mremap, warned_connect;
+  mc_tier_region_t regions[MC_TIER_MAX_REGIONS];
+} T = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .req_lock = PTHREAD_MUTEX_INITIALIZER,
+       .reply_cv = PTHREAD_COND_INITIALIZER};
+
+/* ---------------------------------------------------------------- system calls */
+
+static void *raw_mmap(void *a, size_t l, int p, int f, int fd, off_t o) {
+  return (void *)syscall(SYS_mmap, a, l, p, f, fd, o);
+}
+static int raw_munmap(void *a, size_t l) { return (int)syscall(SYS_munmap, a, l); }
+static int raw_madvise(void *a, size_t l, int adv) { return (int)syscall(SYS_madvise, a, l, adv); }
+
+static void say(const char *fmt, ...) {
+  if (!T.verbose) return;
+  char buf[400];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n > 0) {
+    if (n > (int)sizeof buf - 1) n = sizeof buf - 1;
+    ssize_t w = write(2, buf, (size_t)n);
+    (void)w;
+  }
+}
+
+static size_t parse_size(const char *s, size_t def) {
+  if (s == NULL || *s < '0' || *s > '9') return def;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  switch (*end) {
+    case 'k': case 'K': v <<= 10; break;
+    case 'm': case 'M': v <<= 20; break;
+    case 'g': case 'G': v <<= 30; break;
+    default: break;
+  }
+  return v ? (size_t)v : def;
+}
+
+/* ------------------------------------------------------------ who is calling */
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  uintptr_t me = (uintptr_t)data, lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+    if (a < lo) lo = a;
+    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
+  }
+  if (me >= lo && me < hi) {
+    T.self_lo = lo;
+    T.self_hi = hi;
+    return 1;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the link */
+
+static void stop_process(const char *why) {
+  char buf[300];
+  int n = snprintf(buf, sizeof buf, "memcolo: %s; stopping the process (its evicted pages cannot come back)\n", why);
+  if (n > 0) { ssize_t w = write(2, buf, (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1)); (void)w; }
+  kill(getpid(), SIGKILL);
+}
+
+/* Reads the agent's lines: replies go to the waiting request, "tier_released" marks
+ * every region plain memory, end of stream without it stops the process. */
+static void *reader(void *arg) {
+  int fd = (int)(intptr_t)arg;
+  char buf[1024];
+  size_t have = 0;
+  for (;;) {
+    ssize_t n = recv(fd, buf + have, sizeof buf - 1 - have, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += (size_t)n;
+    char *nl;
+    while ((nl = memchr(buf, '\n', have)) != NULL) {
+      size_t len = (size_t)(nl - buf);
+      pthread_mutex_lock(&T.lock);
+      if (memmem(buf, len, "\"tier_released\"", 15) != NULL) {
+        T.released = 1;
+        for (int i = 0; i < MC_TIER_MAX_REGIONS; i++)
+          if (T.regions[i].used && T.regions[i].managed) {
+            T.regions[i].managed = 0;
+            close(T.regions[i].uffd);
+            T.regions[i].uffd = -1;
+          }
+      } else {
+        size_t c = len < sizeof T.reply - 1 ? len : sizeof T.reply - 1;
+        memcpy(T.reply, buf, c);
+        T.reply[c] = 0;
+        T.reply_ready = 1;
+        pthread_cond_broadcast(&T.reply_cv);
+      }
+      pthread_mutex_unlock(&T.lock);
+      have -= len + 1;
+      memmove(buf, nl + 1, have);
+    }
+    if (have == sizeof buf - 1) have = 0; /* an overlong line: drop it */
+  }
+  pthread_mutex_lock(&T.lock);
+  int managed = 0;
+  for (int i = 0; i < MC_TIER_MAX_REGIONS; i++) managed += T.regions[i].used && T.regions[i].managed;
+  int released = T.released;
+  if (T.fd == fd) {
+    close(fd);
+    T.fd = -1;
+    T.gen++;
+  }
+  T.reply_ready = -1;
+  pthread_cond_broadcast(&T.reply_cv);
+  pthread_mutex_unlock(&T.lock);
+  if (managed && !released) stop_process("the agent managing this process's tiered memory is gone");
+  return NULL;
+}
+
+/* Connects if needed; T.lock held. */
+static int connect_locked(void) {
+  if (T.fd >= 0) return 0;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, T.path, sizeof sa.sun_path - 1);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    if (!T.warned_connect++) say("memcolo: tiering socket %s: %s; large mappings stay plain\n", T.path, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  pthread_attr_t attr;
+  pthread_t th;
+  sigset_t all, old;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 << 10);
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&th, &attr, reader, (void *)(intptr_t)fd);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) { close(fd); return -1; }
+  T.fd = fd;
+  T.released = 0;
+  return 0;
+}
+
+/* Sends one line (with descriptors, if any) and waits for its reply into out. */
+static int request(const char *line, const int *fds, int nfds, char *out, size_t outlen) {
+  pthread_mutex_lock(&T.req_lock);
+  pthread_mutex_lock(&T.lock);
+  int rc = -1;
+  if (connect_locked() != 0) goto done;
+  struct iovec iov = {.iov_base = (void *)line, .iov_len = strlen(line)};
+  union { char buf[CMSG_SPACE(sizeof(int) * 2)]; struct cmsghdr align; } u;
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (nfds > 0) {
+    memset(&u, 0, sizeof u);
+    mh.msg_control = u.buf;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+  }
+  T.reply_ready = 0;
+  if (sendmsg(T.fd, &mh, MSG_NOSIGNAL) != (ssize_t)iov.iov_len) goto done;
+  while (T.reply_ready == 0) pthread_cond_wait(&T.reply_cv, &T.lock);
+  if (T.reply_ready > 0) {
+    snprintf(out, outlen, "%s", T.reply);
+    rc = 0;
+  }
+  T.reply_ready = 0;
+done:
+  pthread_mutex_unlock(&T.lock);
+  pthread_mutex_unlock(&T.req_lock);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- regions */
+
+static mc_tier_region_t *find(uintptr_t a, size_t len) {
+  for (int i = 0; i < MC_TIER_MAX_REGIONS; i++) {
+    mc_tier_region_t *r = &T.regions[i];
+    if (r->used && a < r->start + r->len && a + len > r->start) return r;
+  }
+  return NULL;
+}
+
+static void *tier_map(size_t len, int flags) {
+  len = (len + MC_TIER_PAGE - 1) & ~(MC_TIER_PAGE - 1);
+  int memfd = (int)syscall(SYS_memfd_create, "memcolo-tier", MFD_CLOEXEC);
+  if (memfd < 0) return NULL;
+  if (ftruncate(memfd, (off_t)len) != 0) { close(memfd); return NULL; }
+  void *p = raw_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | (flags & MAP_NORESERVE), memfd, 0);
+  if (p == MAP_FAILED) { close(memfd); return NULL; }
+  int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+  struct uffdio_api api = {.api = UFFD_API,
+                           .features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_MISSING_SHMEM |
+                                       UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_EVENT_REMOVE};
+  struct uffdio_register reg = {.range = {.start = (uintptr_t)p, .len = len},
+                                .mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP};
+  char line[200], reply[512];
+  if (uffd < 0) {
+    say("memcolo: no userfaultfd (%s); a %zu-byte mapping stays plain\n", strerror(errno), len);
+    goto fail;
+  }
+  if (ioctl(uffd, UFFDIO_API, &api) != 0 || ioctl(uffd, UFFDIO_REGISTER, &reg) != 0) {
+    say("memcolo: userfaultfd setup failed (%s); a %zu-byte mapping stays plain\n", strerror(errno), len);
+    goto fail;
+  }
+  raw_madvise(p, len, MADV_DONTFORK);
+  if (T.t_miss[0])
+    snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_register\",\"start\":%lu,\"length\":%zu,\"t_miss\":%s}\n",
+             (unsigned long)(uintptr_t)p, len, T.t_miss);
+  else
+    snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_register\",\"start\":%lu,\"length\":%zu}\n",
+             (unsigned long)(uintptr_t)p, len);
+  int fds[2] = {uffd, memfd};
+  if (request(line, fds, 2, reply, sizeof reply) != 0) goto fail;
+  if (strstr(reply, "\"tier_registered\"") == NULL) {
+    say("memcolo: the agent refused a tiered region: %s\n", reply);
+    goto fail;
+  }
+  close(memfd); /* the mapping and the agent hold the file */
+  pthread_mutex_lock(&T.lock);
+  mc_tier_region_t *slot = NULL;
+  for (int i = 0; i < MC_TIER_MAX_REGIONS && !slot; i++)
+    if (!T.regions[i].used) slot = &T.regions[i];
+  if (slot) {
+    *slot = (mc_tier_region_t){.start = (uintptr_t)p, .len = len, .uffd = uffd, .managed = 1, .used = 1};
+    T.nregions++;
+  }
+  pthread_mutex_unlock(&T.lock);
+  if (slot) return p;
+  /* No slot: hand it back (the agent forgets it) and map plainly. */
+  snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_unregister\",\"start\":%lu}\n", (unsigned long)(uintptr_t)p);
+  request(line, NULL, 0, reply, sizeof reply);
+  memfd = -1;
+fail:
+  if (uffd >= 0) close(uffd);
+  raw_munmap(p, len);
+  if (memfd >= 0) close(memfd);
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- interposers */
+
+static int eligible(size_t len, int prot, int flags, int fd, void *addr) {
+  const int kind = MAP_ANONYMOUS | MAP_PRIVATE | MAP_SHARED | MAP_FIXED | MAP_FIXED_NOREPLACE |
+                   MAP_HUGETLB | MAP_GROWSDOWN | MAP_STACK | MAP_POPULATE;
+  return T.enabled && len >= T.threshold && addr == NULL && fd == -1 &&
+         (flags & kind) == (MAP_ANONYMOUS | MAP_PRIVATE) && prot == (PROT_READ | PROT_WRITE);
+}
+
+MC_TIER_API void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+  if (eligible(len, prot, flags, fd, addr) && !(ra >= T.self_lo && ra < T.self_hi)) {
+    void *p = tier_map(len, flags);
+    if (p != NULL) return p;
+  }
+  return raw_mmap(addr, len, prot, flags, fd, off);
+}
+
+MC_TIER_API void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+  if (eligible(len, prot, flags, fd, addr) && !(ra >= T.self_lo && ra < T.self_hi)) {
+    void *p = tier_map(len, flags);
+    if (p != NULL) return p;
+  }
+  return raw_mmap(addr, len, prot, flags, fd, off);
+}
+
+MC_TIER_API int munmap(void *addr, size_t len) {
+  if (__atomic_load_n(&T.nregions, __ATOMIC_ACQUIRE) == 0) return raw_munmap(addr, len);
+  uintptr_t a = (uintptr_t)addr;
+  pthread_mutex_lock(&T.lock);
+  mc_tier_region_t *r = find(a, len);
+  if (r == NULL) {
+    pthread_mutex_unlock(&T.lock);
+    return raw_munmap(addr, len);
+  }
+  uintptr_t lo = a > r->start ? a : r->start;
+  uintptr_t hi = a + len < r->start + r->len ? a + len : r->start + r->len;
+  hi = (hi + MC_TIER_PAGE - 1) & ~(MC_TIER_PAGE - 1);
+  int whole = r->unmapped + (hi - lo) >= r->len;
+  mc_tier_region_t copy = *r;
+  if (whole) {
+    r->used = 0;
+    T.nregions--;
+  } else {
+    r->unmapped += hi - lo;
+  }
+  pthread_mutex_unlock(&T.lock);
+  if (whole) {
+    if (copy.managed) {
+      char line[120], reply[512];
+      snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_unregister\",\"start\":%lu}\n",
+               (unsigned long)copy.start);
+      request(line, NULL, 0, reply, sizeof reply);
+      close(copy.uffd);
+    }
+  } else if (copy.managed) {
+    /* The agent frees that part (a remove event) before it is unmapped. */
+    raw_madvise((void *)lo, hi - lo, MADV_REMOVE);
+  }
+  return raw_munmap(addr, len);
+}
+
+MC_TIER_API int madvise(void *addr, size_t len, int advice) {
+  if (__atomic_load_n(&T.nregions, __ATOMIC_ACQUIRE) == 0 ||
+      (advice != MADV_DONTNEED && advice != MADV_FREE && advice != MADV_REMOVE))
+    return raw_madvise(addr, len, advice);
+  uintptr_t a = (uintptr_t)addr;
+  pthread_mutex_lock(&T.lock);
+  mc_tier_region_t *r = find(a, len);
+  uintptr_t rs = r ? r->start : 0, re = r ? r->start + r->len : 0;
+  pthread_mutex_unlock(&T.lock);
+  if (r == NULL) return raw_madvise(addr, len, advice);
+  /* On the shared memfd, DONTNEED would keep the data: punch it out instead, so the
+   * pages read as zeros as on private memory. The parts outside keep the advice. */
+  uintptr_t lo = a > rs ? a : rs, end = a + len, hi = end < re ? end : re;
+  int rc = 0;
+  if (a < lo && raw_madvise(addr, lo - a, advice) != 0) rc = -1;
+  if (raw_madvise((void *)lo, hi - lo, MADV_REMOVE) != 0) rc = -1;
+  if (hi < end && raw_madvise((void *)hi, end - hi, advice) != 0) rc = -1;
+  return rc;
+}
+
+MC_TIER_API void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
+  void *new_addr = NULL;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    new_addr = va_arg(ap, void *);
+    va_end(ap);
+  }
+  if (__atomic_load_n(&T.nregions, __ATOMIC_ACQUIRE) != 0) {
+    pthread_mutex_lock(&T.lock);
+    mc_tier_region_t *r = find((uintptr_t)old, old_len ? old_len : 1);
+    int warn = r != NULL && !T.warned_mremap++;
+    pthread_mutex_unlock(&T.lock);
+    if (r != NULL) {
+      if (warn) say("memcolo: mremap of a tiered region refused (ENOMEM); callers copy instead\n");
+      errno = ENOMEM;
+      return MAP_FAILED;
+    }
+  }
+  return (void *)syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static void tier_atfork_child(void) {
+  int had = 0;
+  pthread_mutex_init(&T.lock, NULL);
+  pthread_mutex_init(&T.req_lock, NULL);
+  pthread_cond_init(&T.reply_cv, NULL);
+  if (T.fd >= 0) close(T.fd);
+  T.fd = -1;
+  T.gen++;
+  for (int i = 0; i < MC_TIER_MAX_REGIONS; i++) {
+    if (!T.regions[i].used) continue;
+    had++;
+    if (T.regions[i].uffd >= 0) close(T.regions[i].uffd);
+    T.regions[i].used = 0;
+  }
+  T.nregions = 0;
+  if (had) say("memcolo: %d tiered region(s) are not inherited by this child (MADV_DONTFORK)\n", had);
+}
+
+__attribute__((constructor)) static void mc_tier_init(void) {
+  const char *e = getenv("MEMCOLO_TIER");
+  T.enabled = e != NULL && e[0] == '1';
+  e = getenv("MEMCOLO_VERBOSE");
+  T.verbose = e == NULL || e[0] != '0';
+  if (!T.enabled) return;
+  T.threshold = parse_size(getenv("MEMCOLO_TIER_THRESHOLD"), 1UL << 30);
+  if (T.threshold < MC_TIER_PAGE) T.threshold = MC_TIER_PAGE;
+  e = getenv("MEMCOLO_T_MISS");
+  if (e != NULL && strspn(e, "0123456789.eE-+") == strlen(e) && strlen(e) < sizeof T.t_miss && e[0])
+    snprintf(T.t_miss, sizeof T.t_miss, "%s", e);
+  e = getenv("MEMCOLO_TIER_SOCKET");
+  if (e != NULL && e[0]) {
+    snprintf(T.path, sizeof T.path, "%s", e);
+  } else {
+    const char *s = getenv("MEMCOLO_SOCKET");
+    if (s == NULL || !s[0]) s = "/run/memcolo/agent.sock";
+    const char *slash = strrchr(s, '/');
+    int dir = slash ? (int)(slash - s) : 0;
+    snprintf(T.path, sizeof T.path, "%.*s%stier.sock", dir, s, slash ? "/" : "");
+  }
+  dl_iterate_phdr(find_self, (void *)(uintptr_t)&mc_tier_init);
+  pthread_atfork(NULL, NULL, tier_atfork_child);
+}

@@ -1,0 +1,818 @@
+//! MaxMem tiered memory in the agent (MaxMem §3.3, the central manager): processes
+//! hand their large anonymous regions to the agent over the tiering socket
+//! (`tier.sock` next to the agent's socket, protocol in `docs/protocol.md` §11), and
+//! the agent runs a tier manager per region ([`memcolo_tier::manager`]: fault thread,
+//! eviction worker, sampler) and the MaxMem policy over all of them
+//! ([`memcolo_tier::node`]: a 1 s epoch of 50 ms sampling windows).
+//!
+//! A region arrives as a `tier_register` line carrying two descriptors
+//! (`SCM_RIGHTS`): the userfaultfd the process registered the region with, and the
+//! memfd backing it (`MAP_SHARED`), which the agent maps too, so that it can read
+//! pages out and punch them out of memory ([`memcolo_tier::region::SharedFile`]).
+//! libmemcolo sends them (`alloc/src/tier.c`); any program may.
+//!
+//! Lifetimes:
+//! - `tier_unregister` (the process is unmapping the region): the manager stops
+//!   without bringing pages back and the region's slow-tier copies are dropped.
+//! - The connection closes: the process exited (its regions are discarded), or, if it
+//!   still runs, its regions are handed back (every page brought back, the range
+//!   unregistered) and keep working as plain memory.
+//! - A page that cannot come back (the memory server stayed unreachable past its
+//!   retry bound, a page failed its checksum): the process is stopped with SIGKILL
+//!   and the reason is logged and kept in the status; it never reads zeros.
+//! - The agent stops: every region is handed back, and `tier_released` is pushed to
+//!   each connection before it is closed. A library that sees its connection close
+//!   without it knows the agent died holding its pages and stops its process.
+//!
+//! Status (`tier_status`, `memcolo tier status`) and metrics (`memcolo_tier_*`) give,
+//! per process: t_miss, a_miss, fast memory allotted and held, slow pages, and the
+//! infeasible flag of MaxMem's first-come-first-served rule (§3.1).
+
+use crate::metrics::Metrics;
+use memcolo_policy::maxmem::{validate_t_miss, MaxMemConfig};
+use memcolo_policy::{Pid, PolicyError};
+use memcolo_proto::tier::{decode_tier_request, TierReply, TierRequest, TIER_SOCKET_NAME};
+use memcolo_proto::{encode, ErrorCode, MAX_LINE_BYTES};
+use memcolo_tier::compressed::CompressedStore;
+use memcolo_tier::manager::{TierConfig, TierManager};
+use memcolo_tier::node::{EpochApplied, NodeTiming, TierNode};
+use memcolo_tier::region::{SharedFile, PAGE};
+use memcolo_tier::remote::{RemoteConfig, RemoteTier};
+use memcolo_tier::uffd::{features, Uffd};
+use memcolo_tier::SlowTier;
+use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::{IoSliceMut, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// `[tier]`: MaxMem tiering (off by default).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TierSection {
+    /// Serve the tiering socket and manage the regions processes send. Default false.
+    pub enabled: bool,
+    /// The tiering socket. Default `tier.sock` in the agent socket's directory.
+    pub socket: Option<PathBuf>,
+    /// Fast memory shared by every tiered region, bytes (MaxMem's DRAM tier).
+    /// Default 1 GiB.
+    pub fast_bytes: u64,
+    /// Target FMMR of a process that names none, `]0, 1]`. Default 1 (best effort).
+    pub default_t_miss: f64,
+    /// Slow tier: `compressed` (LZ4 in the agent's memory) or `remote:HOST:PORT`
+    /// (a `memcolo memserver`). Default `compressed`.
+    pub slow: String,
+    /// Bytes the compressed slow tier may hold. Default 8 GiB.
+    pub slow_capacity_bytes: u64,
+    /// Policy migrations per epoch, bytes (MaxMem §3.1: 4 GB per epoch; half for
+    /// reallocation, half for hot/cold exchange). Default 256 MiB.
+    pub migration_cap_bytes: u64,
+    /// Sampling window, ms. Default 50.
+    pub window_ms: u64,
+    /// Windows per policy epoch. Default 20 (1 s epochs, MaxMem §3.1).
+    pub windows_per_epoch: u32,
+    /// Resident pages sampled per region and window. Default 64.
+    pub sample_pages: usize,
+    /// Eviction worker threads per region. Default 1.
+    pub evict_workers: usize,
+}
+
+impl Default for TierSection {
+    fn default() -> Self {
+        TierSection {
+            enabled: false,
+            socket: None,
+            fast_bytes: 1 << 30,
+            default_t_miss: 1.0,
+            slow: "compressed".into(),
+            slow_capacity_bytes: 8 << 30,
+            migration_cap_bytes: 256 << 20,
+            window_ms: 50,
+            windows_per_epoch: 20,
+            sample_pages: 64,
+            evict_workers: 1,
+        }
+    }
+}
+
+impl TierSection {
+    /// Checks the section.
+    ///
+    /// # Errors
+    /// A message naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.fast_bytes < PAGE as u64 {
+            return Err(format!(
+                "tier.fast_bytes {} is below one page",
+                self.fast_bytes
+            ));
+        }
+        validate_t_miss(self.default_t_miss).map_err(|e| format!("tier.default_t_miss: {e}"))?;
+        if self.slow != "compressed" && !self.slow.starts_with("remote:") {
+            return Err(format!(
+                "tier.slow {:?}: `compressed` or `remote:HOST:PORT`",
+                self.slow
+            ));
+        }
+        if self.window_ms == 0 || self.windows_per_epoch == 0 || self.sample_pages == 0 {
+            return Err(
+                "tier.window_ms, windows_per_epoch and sample_pages must be positive".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The tiering socket for an agent socket at `agent_socket`.
+    pub fn socket_path(&self, agent_socket: &Path) -> PathBuf {
+        self.socket.clone().unwrap_or_else(|| {
+            agent_socket
+                .parent()
+                .unwrap_or(Path::new("/"))
+                .join(TIER_SOCKET_NAME)
+        })
+    }
+}
+
+/// Features the library negotiates on a region's userfaultfd.
+const REGION_FEATURES: u64 = features::PAGEFAULT_FLAG_WP
+    | features::MISSING_SHMEM
+    | features::WP_HUGETLBFS_SHMEM
+    | features::EVENT_REMOVE;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Region {
+    id: u64,
+    pid: Pid,
+    start: u64,
+    length: u64,
+    first_page: u64,
+    conn: u64,
+}
+
+struct Metricset {
+    a_miss: prometheus::GaugeVec,
+    t_miss: prometheus::GaugeVec,
+    bytes: IntGaugeVec,
+    infeasible: IntGaugeVec,
+    faults: IntGaugeVec,
+    free_bytes: IntGauge,
+    regions: IntGauge,
+    migrations: IntCounter,
+    stopped: IntCounter,
+}
+
+impl Metricset {
+    fn new(m: &Metrics) -> Self {
+        let r = &m.registry;
+        let gv = |name: &str, help: &str, labels: &[&str]| {
+            let g = prometheus::GaugeVec::new(Opts::new(name, help), labels).expect("metric");
+            let _ = r.register(Box::new(g.clone()));
+            g
+        };
+        let igv = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("metric");
+            let _ = r.register(Box::new(g.clone()));
+            g
+        };
+        let free_bytes = IntGauge::new(
+            "memcolo_tier_free_bytes",
+            "fast memory held by no tiered process",
+        )
+        .expect("metric");
+        let regions = IntGauge::new("memcolo_tier_regions", "tiered regions").expect("metric");
+        let migrations = IntCounter::new(
+            "memcolo_tier_migrations_total",
+            "MaxMem policy migrations carried out (pages)",
+        )
+        .expect("metric");
+        let stopped = IntCounter::new(
+            "memcolo_tier_processes_stopped_total",
+            "processes stopped because a page could not come back",
+        )
+        .expect("metric");
+        for c in [&free_bytes, &regions] {
+            let _ = r.register(Box::new(c.clone()));
+        }
+        for c in [&migrations, &stopped] {
+            let _ = r.register(Box::new(c.clone()));
+        }
+        Metricset {
+            a_miss: gv(
+                "memcolo_tier_a_miss",
+                "measured fast-memory miss ratio (EWMA, MaxMem §3.1)",
+                &["pid"],
+            ),
+            t_miss: gv(
+                "memcolo_tier_t_miss",
+                "target fast-memory miss ratio",
+                &["pid"],
+            ),
+            bytes: igv(
+                "memcolo_tier_bytes",
+                "tiered memory of a process by kind: alloc (fast allotted), fast, slow",
+                &["pid", "kind"],
+            ),
+            infeasible: igv(
+                "memcolo_tier_infeasible",
+                "1 if the target cannot be met (first come, first served)",
+                &["pid"],
+            ),
+            faults: igv(
+                "memcolo_tier_faults",
+                "faults since the region arrived, by kind: slow, zero, sample",
+                &["pid", "kind"],
+            ),
+            free_bytes,
+            regions,
+            migrations,
+            stopped,
+        }
+    }
+}
+
+struct Shared {
+    cfg: TierSection,
+    node: TierNode,
+    slow: Arc<dyn SlowTier>,
+    regions: Mutex<Vec<Region>>,
+    /// Write halves of the open connections, by connection id.
+    conns: Mutex<HashMap<u64, (Pid, UnixStream)>>,
+    next_region: AtomicU64,
+    next_conn: AtomicU64,
+    stop: AtomicBool,
+    metrics: Metricset,
+    /// Processes stopped because a page could not come back: `(pid, reason)`.
+    stopped: Mutex<Vec<(Pid, String)>>,
+    epoch: AtomicU64,
+}
+
+/// The running tiering service; [`TierService::stop`] hands every region back.
+pub struct TierService {
+    shared: Arc<Shared>,
+    socket: PathBuf,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn slow_tier(cfg: &TierSection) -> anyhow::Result<Arc<dyn SlowTier>> {
+    if let Some(addr) = cfg.slow.strip_prefix("remote:") {
+        let t = RemoteTier::connect(RemoteConfig::new(addr, PAGE))
+            .map_err(|e| anyhow::anyhow!("tier.slow: {e}"))?;
+        Ok(Arc::new(t))
+    } else {
+        Ok(Arc::new(CompressedStore::new(
+            PAGE,
+            cfg.slow_capacity_bytes,
+        )))
+    }
+}
+
+impl TierService {
+    /// Binds the tiering socket and starts the accept and policy threads.
+    ///
+    /// # Errors
+    /// An invalid section, an unreachable memory server, a socket that cannot be bound.
+    pub fn start(
+        cfg: &TierSection,
+        agent_socket: &Path,
+        metrics: &Metrics,
+    ) -> anyhow::Result<Self> {
+        cfg.validate()
+            .map_err(|e| anyhow::anyhow!("invalid config: {e}"))?;
+        let policy = MaxMemConfig {
+            migration_cap_pages: (cfg.migration_cap_bytes / PAGE as u64).max(2),
+            ..MaxMemConfig::with_capacity(cfg.fast_bytes / PAGE as u64, PAGE as u64)
+        };
+        let node = TierNode::new(policy).map_err(|e| anyhow::anyhow!("tier policy: {e}"))?;
+        let socket = cfg.socket_path(agent_socket);
+        if let Some(dir) = socket.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        if socket.exists() {
+            if UnixStream::connect(&socket).is_ok() {
+                anyhow::bail!("another agent serves {}", socket.display());
+            }
+            std::fs::remove_file(&socket)?;
+        }
+        let listener = UnixListener::bind(&socket)
+            .map_err(|e| anyhow::anyhow!("cannot bind {}: {e}", socket.display()))?;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666))?;
+        listener.set_nonblocking(true)?;
+        let shared = Arc::new(Shared {
+            slow: slow_tier(cfg)?,
+            cfg: cfg.clone(),
+            node,
+            regions: Mutex::new(Vec::new()),
+            conns: Mutex::new(HashMap::new()),
+            next_region: AtomicU64::new(1),
+            next_conn: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+            metrics: Metricset::new(metrics),
+            stopped: Mutex::new(Vec::new()),
+            epoch: AtomicU64::new(0),
+        });
+        let mut threads = Vec::new();
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("tier-accept".into())
+                .spawn(move || accept_loop(&s, listener))?,
+        );
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("tier-policy".into())
+                .spawn(move || policy_loop(&s))?,
+        );
+        tracing::info!(socket = %socket.display(), fast_bytes = cfg.fast_bytes, slow = %cfg.slow, "tiering: serving");
+        Ok(TierService {
+            shared,
+            socket,
+            threads,
+        })
+    }
+
+    /// The tiering state, as `tier_status` answers it.
+    pub fn status(&self) -> serde_json::Value {
+        status_json(&self.shared)
+    }
+
+    /// Stops: every region is handed back (pages brought back, range unregistered),
+    /// each connection gets `tier_released` and is closed.
+    pub fn stop(mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let regions: Vec<Region> = std::mem::take(&mut *lock(&self.shared.regions));
+        for r in regions {
+            release(&self.shared, &r, true);
+        }
+        let conns: Vec<(Pid, UnixStream)> =
+            lock(&self.shared.conns).drain().map(|(_, c)| c).collect();
+        for (_, mut c) in conns {
+            let _ = c.write_all(encode(&TierReply::TierReleased).as_bytes());
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// Takes a region out of the node and stops its manager: `restore` brings every page
+/// back (the process keeps the region as plain memory), otherwise the pages are
+/// dropped (the region is being unmapped, or its process exited).
+fn release(shared: &Shared, r: &Region, restore: bool) {
+    let Some(m) = shared.node.detach(r.pid, r.first_page) else {
+        return;
+    };
+    let m = match Arc::try_unwrap(m) {
+        Ok(m) => m,
+        Err(m) => {
+            // Still referenced by a running epoch: it stops when the last reference goes
+            // (and its Drop brings the pages back).
+            tracing::warn!(region = r.id, "tiering: region still in use while released");
+            drop(m);
+            return;
+        }
+    };
+    if restore {
+        if let Err(why) = m.stop() {
+            tracing::error!(pid = r.pid, region = r.id, reason = %why, "tiering: region could not be handed back");
+        }
+    } else {
+        m.discard();
+    }
+    // A process with no region left leaves the policy: its fast memory returns to
+    // the free pool (§3.1 "Process exit").
+    if !lock(&shared.regions).iter().any(|x| x.pid == r.pid) {
+        shared.node.unregister(r.pid);
+    }
+}
+
+fn alive(pid: Pid) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: UnixListener) {
+    while !shared.stop.load(Ordering::Acquire) {
+        let mut pfd = libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polling one valid descriptor.
+        unsafe { libc::poll(&mut pfd, 1, 200) };
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "tiering: accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let _ = stream.set_nonblocking(false);
+        let s = shared.clone();
+        let conn = s.next_conn.fetch_add(1, Ordering::Relaxed);
+        let _ = std::thread::Builder::new()
+            .name(format!("tier-conn-{conn}"))
+            .spawn(move || connection(&s, conn, stream));
+    }
+}
+
+/// Reads what is available: bytes into `buf`, descriptors into `fds`. Returns the
+/// bytes read (0 at end of stream).
+fn recv_with_fds(
+    stream: &UnixStream,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+) -> std::io::Result<usize> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!([RawFd; 8]);
+    let msg = recvmsg::<()>(
+        stream.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(std::io::Error::from)?;
+    let n = msg.bytes;
+    for c in msg.cmsgs().map_err(std::io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(rs) = c {
+            for fd in rs {
+                // SAFETY: the kernel just installed this descriptor for us.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    Ok(n)
+}
+
+fn connection(shared: &Arc<Shared>, conn: u64, stream: UnixStream) {
+    let cred =
+        match nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "tiering: no peer credentials");
+                return;
+            }
+        };
+    let (pid, uid) = (cred.pid(), cred.uid());
+    let Ok(writer) = stream.try_clone() else {
+        return;
+    };
+    lock(&shared.conns).insert(conn, (pid, writer));
+    let mut pending: Vec<u8> = Vec::new();
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    'read: loop {
+        let n = match recv_with_fds(&stream, &mut buf, &mut fds) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        while let Some(i) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=i).collect();
+            let text = String::from_utf8_lossy(&line);
+            if text.trim().is_empty() {
+                continue;
+            }
+            let reply = match decode_tier_request(&text) {
+                Err(e) => TierReply::Error {
+                    code: e.code(),
+                    message: e.to_string(),
+                },
+                Ok(req) => handle(shared, conn, pid, uid, req, &mut fds),
+            };
+            let mut conns = lock(&shared.conns);
+            let Some((_, w)) = conns.get_mut(&conn) else {
+                break 'read;
+            };
+            if w.write_all(encode(&reply).as_bytes()).is_err() {
+                break 'read;
+            }
+        }
+        if pending.len() > MAX_LINE_BYTES {
+            pending.clear();
+        }
+    }
+    lock(&shared.conns).remove(&conn);
+    if shared.stop.load(Ordering::Acquire) {
+        return; // The stop hands the regions back.
+    }
+    // The process exited (or closed its link): discard or hand back its regions.
+    let mine: Vec<Region> = {
+        let mut rs = lock(&shared.regions);
+        let (mine, rest) = rs.drain(..).partition(|r| r.conn == conn);
+        *rs = rest;
+        mine
+    };
+    let restore = alive(pid);
+    for r in &mine {
+        tracing::info!(
+            pid,
+            region = r.id,
+            restore,
+            "tiering: connection closed; region leaves management"
+        );
+        release(shared, r, restore);
+    }
+}
+
+fn err(code: ErrorCode, message: impl Into<String>) -> TierReply {
+    TierReply::Error {
+        code,
+        message: message.into(),
+    }
+}
+
+fn policy_err(e: PolicyError) -> TierReply {
+    match e {
+        PolicyError::UnknownProcess { pid } => err(
+            ErrorCode::NotRegistered,
+            format!("pid {pid} has no tiered region"),
+        ),
+        other => err(ErrorCode::BadRequest, other.to_string()),
+    }
+}
+
+fn handle(
+    shared: &Arc<Shared>,
+    conn: u64,
+    pid: Pid,
+    uid: u32,
+    req: TierRequest,
+    fds: &mut Vec<OwnedFd>,
+) -> TierReply {
+    match req {
+        TierRequest::TierRegister {
+            start,
+            length,
+            t_miss,
+        } => {
+            if fds.len() < 2 {
+                return err(
+                    ErrorCode::BadRequest,
+                    "tier_register needs two descriptors (userfaultfd, memfd) as SCM_RIGHTS",
+                );
+            }
+            let mut it = fds.drain(..2);
+            let (ufd, memfd) = (it.next().expect("two"), it.next().expect("two"));
+            drop(it);
+            register(shared, conn, pid, start, length, t_miss, ufd, memfd)
+        }
+        TierRequest::TierUnregister { start } => {
+            let r = {
+                let mut rs = lock(&shared.regions);
+                match rs.iter().position(|r| r.pid == pid && r.start == start) {
+                    Some(k) => rs.swap_remove(k),
+                    None => {
+                        return err(
+                            ErrorCode::NotRegistered,
+                            format!("no tiered region of pid {pid} at {start:#x}"),
+                        )
+                    }
+                }
+            };
+            release(shared, &r, false);
+            TierReply::Ok
+        }
+        TierRequest::TierTarget {
+            pid: target,
+            t_miss,
+        } => {
+            let target = target.unwrap_or(pid);
+            if uid != 0 && target != pid {
+                return err(
+                    ErrorCode::PermissionDenied,
+                    format!("pid {target} is not yours"),
+                );
+            }
+            match shared.node.set_t_miss(target, t_miss) {
+                Ok(()) => {
+                    tracing::info!(pid = target, t_miss, "tiering: target changed");
+                    TierReply::Ok
+                }
+                Err(e) => policy_err(e),
+            }
+        }
+        TierRequest::TierStatus => TierReply::TierStatus {
+            status: status_json(shared),
+        },
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn register(
+    shared: &Arc<Shared>,
+    conn: u64,
+    pid: Pid,
+    start: u64,
+    length: u64,
+    t_miss: Option<f64>,
+    ufd: OwnedFd,
+    memfd: OwnedFd,
+) -> TierReply {
+    if length == 0 || !start.is_multiple_of(PAGE as u64) || !length.is_multiple_of(PAGE as u64) {
+        return err(
+            ErrorCode::BadRequest,
+            format!("region {start:#x}+{length} is not page aligned"),
+        );
+    }
+    let t_miss = t_miss.unwrap_or(shared.cfg.default_t_miss);
+    if let Err(e) = validate_t_miss(t_miss) {
+        return err(ErrorCode::BadRequest, e.to_string());
+    }
+    let pages = (length / PAGE as u64) as usize;
+    let first_page = TierNode::first_page_of(start);
+    if !shared.node.lock_policy().is_managed(pid) {
+        if let Err(e) = shared.node.register(pid, t_miss) {
+            return policy_err(e);
+        }
+    }
+    let mem = match SharedFile::new(memfd, start, pages) {
+        Ok(m) => m,
+        Err(e) => {
+            return err(
+                ErrorCode::Internal,
+                format!("mapping the region's memfd: {e}"),
+            )
+        }
+    };
+    let id = shared.next_region.fetch_add(1, Ordering::Relaxed);
+    let tcfg = TierConfig {
+        sample_pages: shared.cfg.sample_pages,
+        evict_workers: shared.cfg.evict_workers.max(1),
+        track_remove: true,
+        ..TierConfig::new(id)
+    };
+    let placement = shared.node.placement(pid, first_page, pages);
+    let uffd = Uffd::from_fd(ufd, REGION_FEATURES);
+    let m = match TierManager::start(
+        uffd,
+        Box::new(mem),
+        shared.slow.clone(),
+        Box::new(placement),
+        tcfg,
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            return err(
+                ErrorCode::Internal,
+                format!("starting the tier manager: {e}"),
+            )
+        }
+    };
+    shared.node.attach(pid, first_page, Arc::new(m));
+    lock(&shared.regions).push(Region {
+        id,
+        pid,
+        start,
+        length,
+        first_page,
+        conn,
+    });
+    tracing::info!(
+        pid,
+        region = id,
+        start = format!("{start:#x}"),
+        length,
+        t_miss,
+        "tiering: region registered"
+    );
+    TierReply::TierRegistered { region: id }
+}
+
+fn policy_loop(shared: &Arc<Shared>) {
+    let timing = NodeTiming {
+        window: Duration::from_millis(shared.cfg.window_ms),
+        windows_per_epoch: shared.cfg.windows_per_epoch,
+    };
+    shared.node.run(timing, &shared.stop, |out, applied| {
+        shared.epoch.store(out.epoch, Ordering::Relaxed);
+        on_fatal(shared, applied);
+        let m = &shared.metrics;
+        m.a_miss.reset();
+        m.t_miss.reset();
+        m.bytes.reset();
+        m.infeasible.reset();
+        for p in &out.procs {
+            let pid = p.pid.to_string();
+            m.a_miss.with_label_values(&[&pid]).set(p.a_miss);
+            m.t_miss.with_label_values(&[&pid]).set(p.t_miss);
+            let page = PAGE as i64;
+            m.bytes
+                .with_label_values(&[&pid, "alloc"])
+                .set(p.alloc_pages as i64 * page);
+            m.bytes
+                .with_label_values(&[&pid, "fast"])
+                .set(p.fast_pages as i64 * page);
+            m.bytes
+                .with_label_values(&[&pid, "slow"])
+                .set(p.slow_pages as i64 * page);
+            m.infeasible
+                .with_label_values(&[&pid])
+                .set(p.infeasible as i64);
+        }
+        m.free_bytes.set((out.free_pages * PAGE as u64) as i64);
+        m.migrations.inc_by(applied.demoted + applied.promoted);
+        m.faults.reset();
+        let regions = shared.node.regions();
+        m.regions.set(regions.len() as i64);
+        for (pid, _, _, mgr) in regions {
+            let s = mgr.stats();
+            let pid = pid.to_string();
+            for (kind, v) in [
+                ("slow", s.slow_faults),
+                ("zero", s.zero_faults),
+                ("sample", s.sample_hits),
+            ] {
+                m.faults.with_label_values(&[&pid, kind]).add(v as i64);
+            }
+        }
+    });
+}
+
+/// Stops every process that lost a page: SIGKILL, the reason logged and kept.
+fn on_fatal(shared: &Arc<Shared>, applied: &EpochApplied) {
+    for (pid, first_page, why) in &applied.fatal {
+        let r = {
+            let mut rs = lock(&shared.regions);
+            rs.iter()
+                .position(|r| r.pid == *pid && r.first_page == *first_page)
+                .map(|k| rs.swap_remove(k))
+        };
+        tracing::error!(pid, reason = %why, "tiering: a page cannot come back; stopping the process");
+        // SAFETY: sending SIGKILL to the process whose page is lost.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+        shared.metrics.stopped.inc();
+        lock(&shared.stopped).push((*pid, why.clone()));
+        if let Some(r) = r {
+            release(shared, &r, false);
+        }
+    }
+}
+
+fn status_json(shared: &Shared) -> serde_json::Value {
+    let policy = shared.node.lock_policy();
+    let statuses = policy.statuses();
+    let free = policy.free_pages();
+    drop(policy);
+    let regions = lock(&shared.regions);
+    let managers = shared.node.regions();
+    let procs: Vec<serde_json::Value> = statuses
+        .iter()
+        .map(|p| {
+            let rs: Vec<serde_json::Value> = regions
+                .iter()
+                .filter(|r| r.pid == p.pid)
+                .map(|r| {
+                    let st = managers
+                        .iter()
+                        .find(|(pid, first, _, _)| *pid == r.pid && *first == r.first_page)
+                        .map(|(_, _, _, m)| m.stats())
+                        .unwrap_or_default();
+                    serde_json::json!({
+                        "region": r.id, "start": r.start, "length_bytes": r.length,
+                        "resident_pages": st.resident_pages, "stored_pages": st.stored_pages,
+                        "slow_faults": st.slow_faults, "zero_faults": st.zero_faults,
+                        "sample_hits": st.sample_hits, "evictions": st.evictions,
+                        "prefetches": st.prefetches, "freed_pages": st.freed_pages,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "pid": p.pid, "t_miss": p.t_miss, "a_miss": p.a_miss, "need": p.need,
+                "infeasible": p.infeasible,
+                "alloc_bytes": p.alloc_pages * PAGE as u64,
+                "fast_bytes": p.fast_pages * PAGE as u64,
+                "slow_bytes": p.slow_pages * PAGE as u64,
+                "regions": rs,
+            })
+        })
+        .collect();
+    let stopped: Vec<serde_json::Value> = lock(&shared.stopped)
+        .iter()
+        .map(|(pid, why)| serde_json::json!({"pid": pid, "reason": why}))
+        .collect();
+    let st = shared.slow.stats();
+    serde_json::json!({
+        "epoch": shared.epoch.load(Ordering::Relaxed),
+        "fast_capacity_bytes": shared.cfg.fast_bytes,
+        "free_bytes": free * PAGE as u64,
+        "slow": {"kind": shared.slow.name(), "pages": st.pages, "stored_bytes": st.stored_bytes},
+        "processes": procs,
+        "stopped": stopped,
+    })
+}
