@@ -108,6 +108,15 @@ def plan_runs(plan, reps):
             ("fast-256", ["--manage", "maxmem", "--fast-mib", "256"]),
         ]
         base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "30", "--measure-s", "20"]
+    elif plan == "diag":
+        # Where the overhead comes from: no sampling at all, fewer sampled pages.
+        configs = [
+            ("off", ["--manage", "off"]),
+            ("maxmem", ["--manage", "maxmem"]),
+            ("maxmem-k0", ["--manage", "maxmem", "--sample-pages", "0"]),
+            ("maxmem-k16", ["--manage", "maxmem", "--sample-pages", "16"]),
+        ]
+        base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "10", "--measure-s", "15"]
     else:
         raise SystemExit("unknown plan %r" % plan)
     out = []
@@ -132,7 +141,7 @@ def done_ids(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", default="overhead", choices=["overhead", "small"])
+    ap.add_argument("--plan", default="overhead", choices=["overhead", "small", "diag"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default=None)
     ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting runs after this long")

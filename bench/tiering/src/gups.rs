@@ -76,6 +76,19 @@ struct Args {
     /// gets what is left.
     #[arg(long, default_value_t = 30)]
     warm_pct: u32,
+    /// Size of the hot set, percent of the table (default 1/7: sizes 1:2:4).
+    #[arg(long, default_value_t = 100.0 / 7.0)]
+    hot_size_pct: f64,
+    /// Size of the warm set, percent of the table (default 2/7); the rest is the rest.
+    #[arg(long, default_value_t = 200.0 / 7.0)]
+    warm_size_pct: f64,
+    /// Seconds after the end of `init` at which the hot set grows (MaxMem §5.1.2's
+    /// changing access pattern), taking from the warm set, then the rest.
+    #[arg(long)]
+    grow_hot_at_s: Option<f64>,
+    /// Factor the hot set grows by.
+    #[arg(long, default_value_t = 1.5)]
+    grow_hot_by: f64,
     /// Management of the table.
     #[arg(long, value_enum, default_value_t = Manage::Off)]
     manage: Manage,
@@ -136,15 +149,28 @@ struct Sets {
 }
 
 impl Sets {
-    fn new(words: u64, hot_pct: u32, warm_pct: u32) -> Self {
-        let hot = words / 7;
-        let warm = 2 * words / 7;
+    fn new(words: u64, hot_size_pct: f64, warm_size_pct: f64, hot_pct: u32, warm_pct: u32) -> Self {
+        let hot = ((words as f64 * hot_size_pct / 100.0) as u64).clamp(1, words);
+        let warm = ((words as f64 * warm_size_pct / 100.0) as u64).min(words - hot);
         Sets {
             hot,
             warm,
             rest: words - hot - warm,
             t_hot: hot_pct * 65536 / 100,
             t_warm: (hot_pct + warm_pct) * 65536 / 100,
+        }
+    }
+
+    /// The sets after the hot set grew by `factor` (from the warm set, then the rest).
+    fn grown(&self, factor: f64) -> Sets {
+        let words = self.hot + self.warm + self.rest;
+        let hot = ((self.hot as f64 * factor) as u64).clamp(1, words);
+        let from_warm = (hot - self.hot.min(hot)).min(self.warm);
+        Sets {
+            hot,
+            warm: self.warm - from_warm,
+            rest: words - hot - (self.warm - from_warm),
+            ..*self
         }
     }
 
@@ -212,10 +238,22 @@ fn verify(table: &[AtomicU64], sets: Sets, seed: u64, n: u64) -> u64 {
 }
 
 /// One updating thread: updates in blocks of 4096, publishing its count after each.
-fn updater(table: &[AtomicU64], sets: Sets, seed: u64, count: &AtomicU64, phase: &AtomicU8) {
+/// Switches to `grown` once `grow` is set.
+fn updater(
+    table: &[AtomicU64],
+    mut sets: Sets,
+    grown: Sets,
+    grow: &AtomicBool,
+    seed: u64,
+    count: &AtomicU64,
+    phase: &AtomicU8,
+) {
     let mut s = Stream::new(seed);
     let mut n = 0u64;
     while phase.load(Ordering::Relaxed) < PHASE_DONE {
+        if grow.load(Ordering::Relaxed) {
+            sets = grown;
+        }
         for _ in 0..4096 {
             let r = s.next();
             let w = &table[sets.pick(r) as usize];
@@ -366,8 +404,14 @@ fn main() -> Result<()> {
     if args.hot_pct + args.warm_pct > 100 {
         bail!("--hot-pct + --warm-pct must not pass 100");
     }
-    if args.verify && args.threads != 1 {
-        bail!("--verify needs --threads 1");
+    if args.verify && (args.threads != 1 || args.grow_hot_at_s.is_some()) {
+        bail!("--verify needs --threads 1 and no --grow-hot-at-s");
+    }
+    if !(args.hot_size_pct > 0.0
+        && args.warm_size_pct >= 0.0
+        && args.hot_size_pct + args.warm_size_pct <= 100.0)
+    {
+        bail!("--hot-size-pct and --warm-size-pct: positive, at most 100 together");
     }
     if args.footprint_mib == 0 || args.threads == 0 {
         bail!("--footprint-mib and --threads must be positive");
@@ -383,7 +427,15 @@ fn main() -> Result<()> {
     // page, and lives until the end of main; AtomicU64 has the layout of u64.
     let table: &[AtomicU64] =
         unsafe { std::slice::from_raw_parts(region.as_ptr() as *const AtomicU64, words as usize) };
-    let sets = Sets::new(words, args.hot_pct, args.warm_pct);
+    let sets = Sets::new(
+        words,
+        args.hot_size_pct,
+        args.warm_size_pct,
+        args.hot_pct,
+        args.warm_pct,
+    );
+    let grown = sets.grown(args.grow_hot_by);
+    let grow = Arc::new(AtomicBool::new(false));
 
     let mut timeline = match &args.timeline {
         Some(p) => {
@@ -412,7 +464,7 @@ fn main() -> Result<()> {
     let table_addr = table.as_ptr() as usize;
     let workers: Vec<_> = (0..args.threads)
         .map(|k| {
-            let (phase, counts) = (phase.clone(), counts.clone());
+            let (phase, counts, grow) = (phase.clone(), counts.clone(), grow.clone());
             let seed = args.seed.wrapping_add(k as u64 * 7919);
             std::thread::Builder::new()
                 .name(format!("gups-{k}"))
@@ -421,7 +473,7 @@ fn main() -> Result<()> {
                     let table = unsafe {
                         std::slice::from_raw_parts(table_addr as *const AtomicU64, words as usize)
                     };
-                    updater(table, sets, seed, &counts[k], &phase)
+                    updater(table, sets, grown, &grow, seed, &counts[k], &phase)
                 })
         })
         .collect::<Result<_, _>>()?;
@@ -441,11 +493,21 @@ fn main() -> Result<()> {
     let mut phase_end = t_warm + warmup;
     let mut measure_start: Option<(Instant, u64)> = None;
     let mut per_second: Vec<f64> = Vec::new();
+    let mut grow_at = args
+        .grow_hot_at_s
+        .map(|s| t_warm + Duration::from_secs_f64(s));
     loop {
-        let deadline = next_row.min(phase_end);
+        let mut deadline = next_row.min(phase_end);
+        if let Some(g) = grow_at {
+            deadline = deadline.min(g);
+        }
         let now = Instant::now();
         if deadline > now {
             std::thread::sleep(deadline - now);
+        }
+        if grow_at.is_some_and(|g| Instant::now() >= g) {
+            grow.store(true, Ordering::Relaxed);
+            grow_at = None;
         }
         let now = Instant::now();
         let n = total();
