@@ -174,6 +174,22 @@ static void *mc_realloc_move(void *p, size_t old_usable, size_t size) {
   return q;
 }
 
+/* Growth past MC_GROW_MIN_BYTES: one copy into a growth region, whose later growth is
+ * in place (or an mremap); the copies of a growth chain stop there instead of going on
+ * at every size class and every move of a large block (glibc grows its top chunk in
+ * place and mremaps mmapped chunks). */
+static void *mc_realloc_grow(void *p, size_t old_usable, size_t size) {
+  if (size >= MC_GROW_MIN_BYTES && size <= ((size_t)1 << 46)) {
+    mc_span_t *g = mc_heap_growth_alloc((size + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT);
+    if (g != NULL) {
+      memcpy((void *)g->start, p, old_usable < size ? old_usable : size);
+      MC_NAME(free)(p);
+      return (void *)g->start;
+    }
+  }
+  return mc_realloc_move(p, old_usable, size);
+}
+
 MC_EXPORT void *MC_NAME(realloc)(void *p, size_t size) {
   if (p == NULL) return MC_NAME(malloc)(size);
   if (size == 0) { MC_NAME(free)(p); return NULL; }
@@ -183,33 +199,29 @@ MC_EXPORT void *MC_NAME(realloc)(void *p, size_t size) {
     size_t cur = mc_class_size[s->sclass];
     if (size <= cur && size > cur / 2) return p;            /* same or adjacent class */
     if (size <= cur && cur <= 128) return p;
+    if (size > cur) return mc_realloc_grow(p, cur, size);
     return mc_realloc_move(p, cur, size);
   }
   size_t usable = mc_usable_size(p);
   if ((uintptr_t)p != s->start) return mc_realloc_move(p, usable, size); /* aligned block */
   size_t pages = (size + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
-  if (size <= MC_SMALL_MAX) {
-    if (size <= usable && size > usable / 2) return p; /* shrinks by less than half: keep */
-    return mc_realloc_move(p, usable, size);
-  }
-  if (pages == s->pages) return p;
-  if (pages < s->pages) {
+  if (size <= usable) {
+    if (s->growth) { /* a growth region shrinks in place and keeps its room */
+      if (pages < s->pages) mc_heap_shrink(s, pages);
+      return p;
+    }
+    if (size <= MC_SMALL_MAX) {
+      if (size > usable / 2) return p; /* shrinks by less than half: keep */
+      return mc_realloc_move(p, usable, size);
+    }
+    if (pages == s->pages) return p;
     if (s->kind == MC_SPAN_REGION && pages <= MC_REGION_PAGES) return mc_realloc_move(p, usable, size);
     mc_heap_shrink(s, pages);
     return p;
   }
   if (s->kind == MC_SPAN_LARGE && mc_heap_try_grow(s, pages)) return p;
-  if (s->kind == MC_SPAN_REGION && mc_heap_region_resize(s, pages + pages / 8)) {
-    return (void *)s->start;
-  }
-  /* geometric headroom for growth chains of large blocks */
-  size_t want = size;
-  if (size > ((size_t)1 << 20) && usable < size) want = size + size / 8;
-  void *q = MC_NAME(malloc)(want);
-  if (q == NULL) return NULL;
-  memcpy(q, p, usable);
-  MC_NAME(free)(p);
-  return q;
+  if (s->kind == MC_SPAN_REGION && mc_heap_region_grow(s, pages)) return (void *)s->start;
+  return mc_realloc_grow(p, usable, size);
 }
 
 MC_EXPORT void *MC_NAME(reallocarray)(void *p, size_t n, size_t size) {

@@ -11,7 +11,9 @@
  *   filler    the set of huge pages from which spans < MC_REGION_PAGES are cut,
  *             packing onto the fullest huge page (TCMalloc HugePageFiller).
  *   hp cache  free huge pages, backed ("pre-faulted") or released.
- *   region    a dedicated 2 MiB-aligned mapping for a block > MC_REGION_PAGES pages.
+ *   region    a dedicated 2 MiB-aligned mapping for a block > MC_REGION_PAGES pages, or
+ *             a growth region: the mapping of a block that realloc grows past
+ *             MC_GROW_MIN_BYTES, with room (cap_pages) to grow in place.
  *   pool      Hermes' segregated free list of pre-faulted large blocks (formula (1)).
  *   tcache    a thread's cache of free objects: per size class an array (stack) of
  *             pointers; objects themselves are never written by the allocator.
@@ -63,6 +65,8 @@
 #define MC_POOL_BUCKETS 8                 /* Hermes table_size (1 MiB / 128 KiB) */
 #define MC_SPAN_MAX_OBJECTS 256           /* objects in a small span, at most */
 #define MC_MAX_SHARDS 8
+#define MC_GROW_MIN_BYTES ((size_t)1024) /* realloc growth past this goes to a growth region */
+#define MC_GROW_REGIONS_MAX 64           /* live growth regions, at most (then copies as before) */
 
 #ifndef MC_DEBUG
 #define MC_DEBUG 0 /* 0: release checks only; 1: + cheap invariants; 2: + full walks */
@@ -91,6 +95,10 @@ typedef struct mc_span_s {
   struct mc_span_s *prev;
   struct mc_hugepage_s *hp; /* owning huge page (filler spans) */
   uintptr_t map_extra;      /* an interior page also in the page map (aligned blocks), or 0 */
+  uint32_t cap_pages;       /* regions: pages mapped (>= pages); growth within them is in place */
+  uint32_t acct_pages;      /* regions: pages counted in the heap's totals (lags pages by a
+                               bounded amount while a growth region grows without the lock) */
+  uint8_t growth;           /* a growth region (made by realloc, counted in mc_heap.growth_regions) */
 } __attribute__((aligned(64))) mc_span_t;
 
 typedef struct mc_hugepage_s {
@@ -129,6 +137,7 @@ typedef struct mc_heap_s {
   size_t hugepages, hugepages_broken;
   size_t hugepages_thp, used_thp_pages; /* THP-backed huge pages, used pages on them */
   size_t region_pages;       /* pages in live regions */
+  size_t growth_regions;     /* live growth regions */
   /* cumulative */
   uint64_t released_total_pages, subreleased_pages, os_mmap_calls;
   uint64_t reserve_hits, reserve_misses;
@@ -228,7 +237,13 @@ void mc_heap_init(void);
  * size class | shard << 8, set before the span enters the page map. */
 mc_span_t *mc_heap_alloc(size_t pages, size_t kind, unsigned tag);
 void mc_heap_map_extra(mc_span_t *s, uintptr_t addr);     /* locks */
-bool mc_heap_region_resize(mc_span_t *s, size_t new_pages); /* mremap; locks */
+/* A growth region of `pages` pages (realloc): NULL when MC_GROW_REGIONS_MAX are live or
+ * on OOM. Locks. */
+mc_span_t *mc_heap_growth_alloc(size_t pages);
+/* Grows a region to new_pages: in place within cap_pages (without the lock while the
+ * growth not yet counted in the heap's totals stays small), else mremap (no copy) to a
+ * mapping of twice new_pages; false if it cannot. */
+bool mc_heap_region_grow(mc_span_t *s, size_t new_pages);
 void mc_heap_free(mc_span_t *s);                   /* locks */
 void mc_heap_free_list(mc_span_t *list);           /* spans linked by next, one lock hold */
 bool mc_heap_try_grow(mc_span_t *s, size_t new_pages); /* in place; locks */

@@ -250,32 +250,60 @@ static mc_span_t *filler_alloc(size_t n, unsigned *first_out, mc_hugepage_t **hp
   return (mc_span_t *)hp; /* non-NULL marker */
 }
 
-static mc_span_t *region_alloc(size_t pages) {
-  /* best fit among cached regions no more than 25 % larger */
+/* A region of `pages` pages whose mapping holds min_cap..max_cap pages: the best fit
+ * among cached regions, else a new mapping of new_cap pages. A cached region counts its
+ * last length as free backed pages (what it may still have resident). */
+static mc_span_t *region_alloc(size_t pages, size_t min_cap, size_t max_cap, size_t new_cap) {
   mc_span_t *best = NULL, **best_link = NULL;
   for (mc_span_t **l = &mc_heap.region_cache; *l; l = &(*l)->next) {
     mc_span_t *r = *l;
-    if (r->pages >= pages && r->pages <= pages + pages / 4 && (!best || r->pages < best->pages)) { best = r; best_link = l; }
+    if (r->cap_pages >= min_cap && r->cap_pages <= max_cap && (!best || r->cap_pages < best->cap_pages)) {
+      best = r;
+      best_link = l;
+    }
   }
   if (best) {
     *best_link = best->next;
     mc_heap.region_cache_n--;
-    mc_heap.region_cache_bytes -= (size_t)best->pages << MC_PAGE_SHIFT;
+    mc_heap.region_cache_bytes -= (size_t)best->cap_pages << MC_PAGE_SHIFT;
     mc_heap.free_backed_pages -= best->pages;
     mc_heap.reserve_hits++;
     best->next = best->prev = NULL;
     best->fresh = 0;
+    best->pages = (uint32_t)pages;
     return best;
   }
   mc_span_t *s = mc_meta_span_alloc();
   if (!s) return NULL;
-  void *mem = mc_os_map_huge(pages << MC_PAGE_SHIFT);
+  void *mem = mc_os_map_huge(new_cap << MC_PAGE_SHIFT);
   if (!mem) { mc_meta_span_free(s); return NULL; }
   s->start = (uintptr_t)mem;
   s->pages = (uint32_t)pages;
+  s->cap_pages = (uint32_t)new_cap;
   s->fresh = 1;
   mc_heap.reserve_misses++;
   return s;
+}
+
+/* brings the heap's totals from a region's counted pages to `pages` */
+static void region_account(mc_span_t *s, size_t pages) {
+  mc_heap.used_pages += pages - s->acct_pages;
+  mc_heap.used_intact_pages += pages - s->acct_pages;
+  mc_heap.region_pages += pages - s->acct_pages;
+  s->acct_pages = (uint32_t)pages;
+}
+
+static void region_account_new(mc_span_t *s) {
+  s->kind = MC_SPAN_REGION;
+  s->hp = NULL;
+  s->acct_pages = 0;
+  region_account(s, s->pages);
+}
+
+/* room for a growth region of `pages`: twice as much, in whole huge pages */
+static size_t growth_cap(size_t pages) {
+  size_t cap = 2 * pages;
+  return (cap + MC_HP_PAGES - 1) & ~(size_t)(MC_HP_PAGES - 1);
 }
 
 #if MC_DEBUG >= 2
@@ -288,14 +316,8 @@ mc_span_t *mc_heap_alloc(size_t pages, size_t kind, unsigned tag) {
   pthread_mutex_lock(&mc_heap.lock);
   mc_span_t *s;
   if (pages > MC_REGION_PAGES) {
-    s = region_alloc(pages);
-    if (s) {
-      s->kind = MC_SPAN_REGION;
-      s->hp = NULL;
-      mc_heap.used_pages += s->pages;
-      mc_heap.used_intact_pages += s->pages;
-      mc_heap.region_pages += s->pages;
-    }
+    s = region_alloc(pages, pages, pages + pages / 4, pages);
+    if (s) region_account_new(s);
   } else {
     unsigned first;
     mc_hugepage_t *hp;
@@ -344,11 +366,29 @@ void mc_heap_map_extra(mc_span_t *s, uintptr_t addr) {
   pthread_mutex_unlock(&mc_heap.lock);
 }
 
+mc_span_t *mc_heap_growth_alloc(size_t pages) {
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_span_t *s = NULL;
+  if (mc_heap.growth_regions < MC_GROW_REGIONS_MAX && pages <= UINT32_MAX / 4) {
+    size_t cap = growth_cap(pages);
+    s = region_alloc(pages, 2 * pages, cap * 4, cap);
+    if (s) {
+      region_account_new(s);
+      s->growth = 1;
+      s->fresh = 0;
+      mc_heap.growth_regions++;
+      mc_pagemap_set(s->start, s);
+      mc_release_on_heap_change_locked(mc_now_ms());
+    }
+  }
+  pthread_mutex_unlock(&mc_heap.lock);
+  return s;
+}
+
 static void region_free_locked(mc_span_t *s) {
-  size_t bytes = (size_t)s->pages << MC_PAGE_SHIFT;
-  mc_heap.used_pages -= s->pages;
-  mc_heap.used_intact_pages -= s->pages;
-  mc_heap.region_pages -= s->pages;
+  size_t bytes = (size_t)s->cap_pages << MC_PAGE_SHIFT;
+  region_account(s, 0);
+  if (s->growth) { s->growth = 0; mc_heap.growth_regions--; }
   if (bytes <= MC_REGION_CACHE_BYTES / 2 && mc_heap.region_cache_n < MC_REGION_CACHE_MAX &&
       mc_heap.region_cache_bytes + bytes <= MC_REGION_CACHE_BYTES) {
     s->kind = MC_SPAN_REGION;
@@ -428,10 +468,14 @@ void mc_heap_shrink(mc_span_t *s, size_t new_pages) {
   pthread_mutex_lock(&mc_heap.lock);
   if (s->kind == MC_SPAN_REGION) {
     size_t cut = s->pages - new_pages;
-    mc_os_unmap((void *)(s->start + (new_pages << MC_PAGE_SHIFT)), cut << MC_PAGE_SHIFT);
-    mc_heap.used_pages -= cut;
-    mc_heap.used_intact_pages -= cut;
-    mc_heap.region_pages -= cut;
+    if (s->growth) {
+      /* keep the room to grow; the cut pages go back to the OS */
+      mc_os_release((void *)(s->start + (new_pages << MC_PAGE_SHIFT)), cut << MC_PAGE_SHIFT);
+    } else {
+      mc_os_unmap((void *)(s->start + (new_pages << MC_PAGE_SHIFT)), ((size_t)s->cap_pages - new_pages) << MC_PAGE_SHIFT);
+      s->cap_pages = (uint32_t)new_pages;
+    }
+    region_account(s, new_pages);
     mc_heap.released_total_pages += cut;
     s->pages = (uint32_t)new_pages;
   } else {
@@ -446,23 +490,37 @@ void mc_heap_shrink(mc_span_t *s, size_t new_pages) {
   pthread_mutex_unlock(&mc_heap.lock);
 }
 
-/* moves a region to a bigger mapping (mremap, no copy); false if it cannot */
-bool mc_heap_region_resize(mc_span_t *s, size_t new_pages) {
-  size_t old_bytes = (size_t)s->pages << MC_PAGE_SHIFT, new_bytes = new_pages << MC_PAGE_SHIFT;
-  pthread_mutex_lock(&mc_heap.lock);
-  mc_pagemap_clear_span(s);
-  void *q = mc_os_remap((void *)s->start, old_bytes, new_bytes);
-  if (q != NULL) {
-    mc_heap.used_pages += new_pages - s->pages;
-    mc_heap.used_intact_pages += new_pages - s->pages;
-    mc_heap.region_pages += new_pages - s->pages;
-    s->start = (uintptr_t)q;
+bool mc_heap_region_grow(mc_span_t *s, size_t new_pages) {
+  if (new_pages > UINT32_MAX / 4) return false;
+  /* in place, lock-free: only the block's owner changes its length (the totals catch
+   * up at the next locked change, and lag by at most 1 MiB or a quarter per region) */
+  size_t slack = s->acct_pages / 4 > MC_REGION_PAGES ? s->acct_pages / 4 : MC_REGION_PAGES;
+  if (new_pages <= s->cap_pages && new_pages <= s->acct_pages + slack) {
     s->pages = (uint32_t)new_pages;
+    return true;
   }
-  mc_pagemap_set(s->start, s);
-  mc_release_on_heap_change_locked(mc_now_ms());
+  pthread_mutex_lock(&mc_heap.lock);
+  bool ok = true;
+  if (new_pages > s->cap_pages) {
+    /* move the pages to a mapping with room (mremap, no copy) */
+    size_t cap = growth_cap(new_pages);
+    mc_pagemap_clear_span(s);
+    void *q = mc_os_remap((void *)s->start, (size_t)s->cap_pages << MC_PAGE_SHIFT, cap << MC_PAGE_SHIFT);
+    if (q != NULL) {
+      s->start = (uintptr_t)q;
+      s->cap_pages = (uint32_t)cap;
+    } else {
+      ok = false;
+    }
+    mc_pagemap_set(s->start, s);
+  }
+  if (ok) {
+    region_account(s, new_pages);
+    s->pages = (uint32_t)new_pages;
+    mc_release_on_heap_change_locked(mc_now_ms());
+  }
   pthread_mutex_unlock(&mc_heap.lock);
-  return q != NULL;
+  return ok;
 }
 
 /* ------------------------------------------------------------ release */
@@ -502,11 +560,11 @@ size_t mc_heap_release_locked(size_t bytes, bool cache_only, size_t protect_cach
     mc_span_t *r = mc_heap.region_cache;
     mc_heap.region_cache = r->next;
     mc_heap.region_cache_n--;
-    mc_heap.region_cache_bytes -= (size_t)r->pages << MC_PAGE_SHIFT;
+    mc_heap.region_cache_bytes -= (size_t)r->cap_pages << MC_PAGE_SHIFT;
     mc_heap.free_backed_pages -= r->pages;
     mc_heap.released_total_pages += r->pages;
     done += r->pages;
-    mc_os_unmap((void *)r->start, (size_t)r->pages << MC_PAGE_SHIFT);
+    mc_os_unmap((void *)r->start, (size_t)r->cap_pages << MC_PAGE_SHIFT);
     mc_meta_span_free(r);
   }
   for (mc_hugepage_t *next_hp = mc_heap.cache_backed.head; done < want && next_hp && mc_heap.cache_backed_n > protect_hp;) {

@@ -254,6 +254,67 @@ TEST(test_realized_fragmentation) {
   mc_fake_now_ms = 0;
 }
 
+TEST(test_realloc_growth_region) {
+  MC_API(free)(MC_API(malloc)(600));
+  CHECK(heap_ok());
+  size_t base = used_pages(), base_growth = mc_heap.growth_regions;
+  unsigned char *p = (unsigned char *)MC_API(malloc)(600);
+  memset(p, 5, 600);
+  /* growth past MC_GROW_MIN_BYTES: one move into a growth region, then in place */
+  p = (unsigned char *)MC_API(realloc)(p, 1500);
+  mc_span_t *g = mc_pagemap_get(p);
+  CHECK(g != NULL && g->kind == MC_SPAN_REGION && g->growth);
+  CHECK(mc_heap.growth_regions == base_growth + 1);
+  CHECK(p[0] == 5 && p[599] == 5);
+  unsigned char *first = p;
+  size_t n = 1500;
+  int moved = 0;
+  for (; n < (1u << 20); n += n / 2) {
+    p = (unsigned char *)MC_API(realloc)(p, n + n / 2);
+    moved += p != first;
+    p[n + n / 2 - 1] = 7;
+  }
+  CHECK(moved == 0);
+  CHECK(p[0] == 5 && p[599] == 5);
+  CHECK(MC_API(malloc_usable_size)(p) >= n);
+  /* past its room: mremap, the content stays */
+  p = (unsigned char *)MC_API(realloc)(p, 8u << 20);
+  CHECK(p != NULL && p[0] == 5 && p[599] == 5);
+  g = mc_pagemap_get(p);
+  CHECK(g != NULL && g->growth && g->cap_pages >= g->pages && g->pages == (8u << 20) / MC_PAGE_SIZE);
+  /* a shrink keeps the pointer and the room */
+  unsigned char *q = (unsigned char *)MC_API(realloc)(p, 3000);
+  CHECK(q == p && q[0] == 5 && q[599] == 5);
+  CHECK(g->pages == 1);
+  q = (unsigned char *)MC_API(realloc)(q, 100000);
+  CHECK(q == p && q[0] == 5);
+  CHECK(heap_ok());
+  MC_API(free)(q);
+  CHECK(mc_heap.growth_regions == base_growth);
+  CHECK(used_pages() == base);
+  CHECK(heap_ok());
+  /* at most MC_GROW_REGIONS_MAX live: the others grow by copying, as before */
+  enum { N = MC_GROW_REGIONS_MAX + 6 };
+  unsigned char *b[N];
+  int regions = 0, bad = 0;
+  for (int i = 0; i < N; i++) {
+    b[i] = (unsigned char *)MC_API(malloc)(500);
+    memset(b[i], i, 500);
+    b[i] = (unsigned char *)MC_API(realloc)(b[i], 5000);
+    mc_span_t *s = mc_pagemap_get(b[i]);
+    regions += s->kind == MC_SPAN_REGION && s->growth;
+  }
+  CHECK(regions == MC_GROW_REGIONS_MAX - (int)base_growth);
+  CHECK(mc_heap.growth_regions == MC_GROW_REGIONS_MAX);
+  for (int i = 0; i < N; i++) {
+    for (int k = 0; k < 500; k++) bad += b[i][k] != (unsigned char)i;
+    MC_API(free)(b[i]);
+  }
+  CHECK(bad == 0);
+  CHECK(mc_heap.growth_regions == base_growth);
+  CHECK(heap_ok());
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--print-options") == 0) {
     free(malloc(1));
@@ -265,6 +326,7 @@ int main(int argc, char **argv) {
   RUN(test_size_classes);
   RUN(test_options_from_env);
   RUN(test_filler_packing);
+  RUN(test_realloc_growth_region);
   RUN(test_subrelease_breaks_and_heals);
   RUN(test_release_cache_only);
   RUN(test_skip_subrelease_and_tracker);
