@@ -109,12 +109,13 @@ def plan_runs(plan, reps):
         ]
         base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "30", "--measure-s", "20"]
     elif plan == "diag":
-        # Where the overhead comes from: no sampling at all, fewer sampled pages.
+        # Where the overhead comes from: always 64 sampled pages (the sampler before it
+        # sized its samples), none at all, always 16.
         configs = [
             ("off", ["--manage", "off"]),
-            ("maxmem", ["--manage", "maxmem"]),
+            ("maxmem", ["--manage", "maxmem", "--sample-target-hits", "0"]),
             ("maxmem-k0", ["--manage", "maxmem", "--sample-pages", "0"]),
-            ("maxmem-k16", ["--manage", "maxmem", "--sample-pages", "16"]),
+            ("maxmem-k16", ["--manage", "maxmem", "--sample-pages", "16", "--sample-target-hits", "0"]),
         ]
         base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "10", "--measure-s", "15"]
     else:

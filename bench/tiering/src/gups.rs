@@ -112,9 +112,12 @@ struct Args {
     /// Windows per policy epoch.
     #[arg(long, default_value_t = 20)]
     windows_per_epoch: u32,
-    /// Resident pages sampled per window.
+    /// Most resident pages sampled per window.
     #[arg(long, default_value_t = 64)]
     sample_pages: usize,
+    /// Sample hits aimed at per window (0: always `--sample-pages`).
+    #[arg(long, default_value_t = 16)]
+    sample_target_hits: usize,
     /// Untouched pages zero-filled per first-touch fault.
     #[arg(long, default_value_t = 64)]
     zero_fill_ahead: usize,
@@ -325,6 +328,7 @@ fn manage(region: &AnonRegion, args: &Args) -> Result<Managed> {
     let tier = slow_tier(&args.slow, footprint)?;
     let tcfg = TierConfig {
         sample_pages: args.sample_pages,
+        sample_target_hits: args.sample_target_hits,
         zero_fill_ahead: args.zero_fill_ahead.max(1),
         evict_workers: args.evict_workers.max(1),
         ..TierConfig::new(1)

@@ -78,8 +78,11 @@ pub struct TierSection {
     pub window_ms: u64,
     /// Windows per policy epoch. Default 20 (1 s epochs, MaxMem §3.1).
     pub windows_per_epoch: u32,
-    /// Resident pages sampled per region and window. Default 64.
+    /// Most resident pages sampled per region and window. Default 64.
     pub sample_pages: usize,
+    /// Sample hits aimed at per region and window (each costs the process a fault;
+    /// 0: always `sample_pages`). Default 16.
+    pub sample_target_hits: usize,
     /// Eviction worker threads per region. Default 1.
     pub evict_workers: usize,
 }
@@ -97,6 +100,7 @@ impl Default for TierSection {
             window_ms: 50,
             windows_per_epoch: 20,
             sample_pages: 64,
+            sample_target_hits: 16,
             evict_workers: 1,
         }
     }
@@ -653,6 +657,7 @@ fn register(
     let id = shared.next_region.fetch_add(1, Ordering::Relaxed);
     let tcfg = TierConfig {
         sample_pages: shared.cfg.sample_pages,
+        sample_target_hits: shared.cfg.sample_target_hits,
         evict_workers: shared.cfg.evict_workers.max(1),
         track_remove: true,
         ..TierConfig::new(id)

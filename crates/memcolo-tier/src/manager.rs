@@ -115,8 +115,15 @@ pub struct TierConfig {
     pub evict_workers: usize,
     /// Untouched pages zero-filled per missing fault, the faulting one included (1).
     pub zero_fill_ahead: usize,
-    /// Resident pages sampled per window (64).
+    /// Most resident pages sampled per window (64).
     pub sample_pages: usize,
+    /// Sample hits aimed at per window (16; 0: always sample `sample_pages`). Each
+    /// hit costs the touching thread a fault, and the estimate's error depends on the
+    /// hits, not on the pages sampled: the manager samples
+    /// `clamp(⌈target / p̂⌉, 8, sample_pages)` pages, `p̂` being a moving average
+    /// (weight 1/4) of the share of sampled pages hit in past windows. The choice uses
+    /// past windows only, so each window's estimate stays unbiased.
+    pub sample_target_hits: usize,
     /// Seed of the sampler's random choices.
     pub seed: u64,
     /// Handle `UFFD_EVENT_REMOVE` (the userfaultfd must have the feature).
@@ -133,6 +140,7 @@ impl TierConfig {
             evict_workers: 1,
             zero_fill_ahead: 1,
             sample_pages: 64,
+            sample_target_hits: 16,
             seed: 0x5EED ^ region_id,
             track_remove: false,
         }
@@ -276,6 +284,8 @@ struct Inner {
     /// Probability (f64 bits) that a slow fault enters the per-page samples: the
     /// current window's k/R.
     slow_sample_p: AtomicU64,
+    /// Moving average (f64 bits) of the share of sampled pages hit per window.
+    hit_share: AtomicU64,
     stop: AtomicBool,
     wake_fd: OwnedFd,
     fatal: Mutex<Option<String>>,
@@ -381,6 +391,7 @@ impl TierManager {
             rng: Mutex::new(Rng::new(cfg.seed)),
             own_drops: Mutex::new(Vec::new()),
             slow_sample_p: AtomicU64::new(1.0f64.to_bits()),
+            hit_share: AtomicU64::new(1.0f64.to_bits()),
             stop: AtomicBool::new(false),
             wake_fd,
             fatal: Mutex::new(None),
@@ -1198,7 +1209,7 @@ impl Inner {
         // run is dropped.
         let (chosen, resident) = {
             let mut t = lock(&self.table);
-            let k = self.cfg.sample_pages;
+            let k = self.sample_size();
             let mut rng = lock(&self.rng);
             // Mostly resident (the common case): draw, never list every page.
             let drawn = if t.resident as usize * 4 >= self.pages {
@@ -1338,8 +1349,24 @@ impl Inner {
             hits: w.hits,
         };
         lock(&self.epoch).fast += est.estimate();
+        if est.sampled > 0 {
+            let p = est.hits as f64 / est.sampled as f64;
+            let old = f64::from_bits(self.hit_share.load(Ordering::Relaxed));
+            self.hit_share
+                .store((0.75 * old + 0.25 * p).to_bits(), Ordering::Relaxed);
+        }
         self.n.sample_windows.fetch_add(1, Ordering::Relaxed);
         est
+    }
+
+    /// Pages to sample in the next window (see [`TierConfig::sample_target_hits`]).
+    fn sample_size(&self) -> usize {
+        let max = self.cfg.sample_pages;
+        if self.cfg.sample_target_hits == 0 {
+            return max;
+        }
+        let p = f64::from_bits(self.hit_share.load(Ordering::Relaxed)).max(0.01);
+        ((self.cfg.sample_target_hits as f64 / p).ceil() as usize).clamp(8.min(max), max)
     }
 
     /// Reads pending events after the fault thread stopped: remove events are

@@ -324,14 +324,12 @@ fn sampled_estimate_matches_a_known_access_pattern() {
     let pages = 1024;
     let touched = 300;
     let (r, u) = anon(pages, 0);
-    let m = TierManager::start(
-        u,
-        Box::new(r.memory()),
-        store(),
-        Box::new(NoPlacement),
-        TierConfig::new(5),
-    )
-    .unwrap();
+    let cfg = TierConfig {
+        sample_target_hits: 0, // always 64 pages
+        ..TierConfig::new(5)
+    };
+    let m =
+        TierManager::start(u, Box::new(r.memory()), store(), Box::new(NoPlacement), cfg).unwrap();
     write_all(r.as_ptr(), pages, 9);
     let windows = 60;
     let mut sum = 0.0;
