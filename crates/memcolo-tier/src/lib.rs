@@ -37,12 +37,14 @@
 //! - [`sampler`]: the fast-tier access estimator.
 //! - [`placement`]: the MaxMem policy as a manager's placement.
 //! - [`node`]: regions of several processes sharing one fast tier; the epoch loop.
+//! - [`numa`]: the NUMA backend (CPU-less memory nodes, `move_pages`), tested with fakes.
 
 pub mod compressed;
 pub mod error;
 pub mod manager;
 pub mod memserver;
 pub mod node;
+pub mod numa;
 pub mod placement;
 pub mod region;
 pub mod remote;
