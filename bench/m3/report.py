@@ -313,6 +313,8 @@ def main():
             ts = job_times(w["configs"][label])
             v = m3.VARIANTS.get(label.split("+", 1)[1], {})
             desc = ", ".join("%s %s" % (k, json.dumps(x)) for k, x in v.get("agent_m3", {}).items())
+            if v.get("jvm_flags"):
+                desc = (desc + ", " if desc else "") + "J flags " + " ".join(v["jvm_flags"])
             if v.get("num_epochs"):
                 desc = (desc + ", " if desc else "") + "NUM_epochs %d for J and P" % v["num_epochs"]
             if ts is None:

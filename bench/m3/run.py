@@ -163,6 +163,9 @@ VARIANTS = {
     "e20": {"num_epochs": 20},
     "rss-e20": {"agent_m3": {"sort_order": "largest_rss"}, "num_epochs": 20},
     "fair": {"agent_m3": {"fair_share": True}},
+    # System.gc() (the JVM layer's low and high handlers) as a concurrent G1 cycle
+    # instead of a stop-the-world full collection (sdk/README.md's flag).
+    "cgc": {"jvm_flags": ["-XX:+ExplicitGCInvokesConcurrent"]},
 }
 
 
@@ -418,6 +421,8 @@ def run_once(ctx, run_id, kind, workload, config, spec, settings, rep):
         else:
             s = setting
             argv = jt.argv(s, a.node_mib, name)
+        if variant.get("jvm_flags") and key == "J":
+            argv = argv[:1] + variant["jvm_flags"] + argv[1:]
         j = Job(i, jt, delay, s, name, argv, os.path.join(node, name))
         j.env = env
         jobs.append(j)
