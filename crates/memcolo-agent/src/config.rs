@@ -216,7 +216,8 @@ pub struct ReclaimSection {
     pub batch_bytes: u64,
     /// Floor of the high mark in bytes. Default 32 MiB.
     pub min_high_bytes: u64,
-    /// Ceiling of the low mark as a share of the scope's memory. Default 0.10.
+    /// Ceiling of the proactive band (low mark) as a share of the scope's memory;
+    /// the high mark is never cut by it. Default 0.02.
     pub max_low_ratio: f64,
     /// Stop while free swap is below this share of total swap. Default 0.05.
     pub swap_stop_free_ratio: f64,

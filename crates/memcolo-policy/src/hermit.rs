@@ -11,10 +11,15 @@
 //! - **when** to reclaim: two marks on the scope's free headroom (limit − usage).
 //!   The *high* mark is the headroom that the fastest recent allocation burst would
 //!   eat while one batch is being reclaimed:
-//!   `high = max(min_high, burst_rate × (batch_time + tick))`, where `burst_rate` is
-//!   a fast-attack, slow-decay envelope of the allocation rate and `batch_time` is the
-//!   measured time one worker takes to reclaim one batch. The *low* mark, where
-//!   reclaim starts, is `k × high` (never above `max_low_ratio` of the limit). As in
+//!   `high = max(min_high, burst_rate × (batch_time + tick))` (at most a quarter of
+//!   the limit), where `burst_rate` is a fast-attack, slow-decay envelope of the
+//!   allocation rate and `batch_time` is the measured time one worker takes to
+//!   reclaim one batch. The *low* mark, where reclaim starts, is `k × high`, but the
+//!   proactive band above the high mark never takes more than `max_low_ratio` of the
+//!   limit: `low = max(high, min(k × high, max_low_ratio × limit))`. The high mark
+//!   is what keeps allocations off the direct-reclaim path and is never cut by that
+//!   ratio; the band only buys reaction time and costs every BE job page cache (a
+//!   file streamer's throughput fell to a third with a band of 10 % of the node). As in
 //!   Hermit, `k` starts at `low_multiplier_min`, grows by `low_growth` every
 //!   `adapt_period` while page turnaround does not fall, up to `low_multiplier_max`
 //!   (Hermit's 16), and resets when it falls.
@@ -83,8 +88,9 @@ pub struct ReclaimConfig {
     /// Factor by which `k` grows each `adapt_period` while turnaround does not fall.
     /// Default 1.25.
     pub low_growth: f64,
-    /// The low mark never exceeds this share of the scope's limit, so that proactive
-    /// reclaim cannot leave much of the node idle. Default 0.10.
+    /// The low mark never exceeds this share of the scope's limit (or the high mark,
+    /// when that is larger), so that proactive reclaim cannot leave much of the node
+    /// idle. Default 0.02.
     pub max_low_ratio: f64,
     /// Half-life of the allocation-rate average and of the burst envelope's decay.
     /// Default 1 s.
@@ -124,7 +130,7 @@ impl Default for ReclaimConfig {
             low_multiplier_min: 2.0,
             low_multiplier_max: 16.0,
             low_growth: 1.25,
-            max_low_ratio: 0.10,
+            max_low_ratio: 0.02,
             rate_half_life: Duration::from_secs(1),
             close_time: Duration::from_millis(200),
             thrash_turnaround: Duration::from_secs(1),
@@ -439,14 +445,22 @@ impl ReclaimScheduler {
         let high_for = |burst: f64| {
             (burst * (batch_time + tick))
                 .max(cfg.min_high_bytes as f64)
-                .min(max_low / cfg.low_multiplier_min)
+                .min(limit / 4.0)
+        };
+        let backing_off_now = self.backoff_left > 0;
+        let k = self.k;
+        let low_for = |high: f64| {
+            let band = if backing_off_now {
+                // Backing off: only the high mark and one batch above it.
+                high + (cfg.batch_bytes as f64).min(high)
+            } else {
+                k * high
+            };
+            band.min(max_low.max(high)).max(high)
         };
         let mut high = high_for(self.burst_rate);
-        let mut low = (self.k * high).min(max_low).max(high);
-        let mut backing_off = self.backoff_left > 0;
-        if backing_off {
-            low = high + (cfg.batch_bytes as f64).min(high);
-        }
+        let mut low = low_for(high);
+        let mut backing_off = backing_off_now;
         let distance = turnaround.map(|_| obs.swapped_bytes as f64);
         let mut churn_capped = false;
         if let Some(d) = distance {
@@ -454,9 +468,10 @@ impl ReclaimScheduler {
                 // The refaults are of pages the marks themselves keep out: they are no
                 // demand to make room for. Size the high mark by new memory only.
                 high = high_for(self.burst_new_rate);
+                let uncapped = low_for(high);
                 let cap = (d / cfg.churn_ratio).max(high);
-                churn_capped = cap < low;
-                low = low.min(cap);
+                churn_capped = cap < uncapped;
+                low = uncapped.min(cap);
             }
         }
         if let Some(fixed) = cfg.fixed_low_bytes {
@@ -723,7 +738,15 @@ mod tests {
     fn a_band_whose_evictions_would_fit_in_it_shrinks_to_the_high_mark() {
         // The job fits: what is in swap is only what the band evicted (≈ low), and it
         // refaults at 64 MiB/s. Each period the low mark is capped at swapped / 2.
-        let mut s = sched();
+        let wide = || {
+            ReclaimScheduler::new(ReclaimConfig {
+                max_workers: 4,
+                max_low_ratio: 0.10,
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        let mut s = wide();
         let limit = 4 * GIB;
         let mut d = s.step(ms(0), &obs(limit - 300 * MIB));
         for i in 1..=20 {
@@ -752,7 +775,7 @@ mod tests {
         assert_eq!(d.refault_distance_bytes, Some(swapped));
 
         // A job that does not fit keeps much more than the band in swap: no cap.
-        let mut s = sched();
+        let mut s = wide();
         s.step(ms(0), &obs(limit - 300 * MIB));
         for i in 1..=20 {
             d = s.step(

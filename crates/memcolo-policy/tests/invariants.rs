@@ -446,9 +446,15 @@ fn reclaim_scheduler_invariants() {
             let ctx = format!("seed {seed} step {step}: {obs:?} -> {d:?}");
             assert!(d.workers <= max_workers, "{ctx}");
             assert!(d.high_mark_bytes <= d.low_mark_bytes, "{ctx}");
-            // Proactive reclaim never holds back more than max_low_ratio of the node.
+            // Proactive reclaim never holds back more than max_low_ratio of the node
+            // beyond the high mark, which is at most a quarter of it.
             assert!(
-                d.low_mark_bytes as f64 <= max_low_ratio * limit as f64 + 1.0,
+                d.high_mark_bytes as f64 <= limit as f64 / 4.0 + 1.0,
+                "{ctx}"
+            );
+            assert!(
+                d.low_mark_bytes as f64
+                    <= (max_low_ratio * limit as f64).max(d.high_mark_bytes as f64) + 1.0,
                 "{ctx}"
             );
             assert!(d.target_bytes <= obs.reclaimable_bytes, "{ctx}");
