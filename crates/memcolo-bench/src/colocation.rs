@@ -24,7 +24,7 @@ use crate::agent::{count_kills, AgentProcess, AgentSpec};
 use crate::be::{be_demand, ensure_data_file, BeDemand, BeJobs, BeSplit};
 use crate::cgroup::{read_procs, ScratchNode};
 use crate::error::{BenchError, Result};
-use crate::lc::{preload, RedisServer};
+use crate::lc::{preload, LcKind, LcServer};
 use crate::loadgen::{run_open_loop, value_pool, LoadSpec};
 use crate::process::{self, Placement};
 use crate::report::{self, ReportContext, RunOutcome, RunRecord};
@@ -191,6 +191,12 @@ pub struct ColocationArgs {
     /// The redis-server binary.
     #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
+    /// The LC service: Redis, or memcached (text protocol, same open-loop GET/SET mix).
+    #[arg(long, value_enum, default_value = "redis")]
+    pub lc: LcKind,
+    /// The memcached binary.
+    #[arg(long, default_value = "memcached")]
+    pub memcached: PathBuf,
     /// Extra argument for `memcolo agent` (repeat for several, e.g. --agent-arg=--adv-thr-ratio --agent-arg=0.9).
     #[arg(long = "agent-arg", allow_hyphen_values = true)]
     pub agent_args: Vec<String>,
@@ -347,8 +353,12 @@ pub fn run(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("memcolo bench colocation needs root (cgroups, zram swap)");
     }
+    let lc_exe = match args.lc {
+        LcKind::Redis => &args.redis_server,
+        LcKind::Memcached => &args.memcached,
+    };
     let mut tools: Vec<&Path> = vec![
-        &args.redis_server,
+        lc_exe,
         Path::new("fio"),
         Path::new("stress-ng"),
         Path::new("dd"),
@@ -536,7 +546,10 @@ pub fn run_reclaim(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<
         a.levels = vec![0, 100, 125, 150];
     }
     if a.out.is_none() {
-        a.out = Some(default_out_dir("reclaim"));
+        a.out = Some(default_out_dir(match a.lc {
+            LcKind::Redis => "reclaim",
+            LcKind::Memcached => "reclaim-memcached",
+        }));
     }
     run(&a, memcolo_exe)
 }
@@ -668,10 +681,16 @@ impl Sweep<'_> {
             progress(t0, &format!("{label}: agent up"));
         }
 
-        let mut redis = RedisServer::start(
-            &self.args.redis_server,
+        let lc_kind = self.args.lc;
+        let mut redis = LcServer::start(
+            lc_kind,
+            match lc_kind {
+                LcKind::Redis => &self.args.redis_server,
+                LcKind::Memcached => &self.args.memcached,
+            },
             &Self::place(&lc, &self.lc_cpus),
-            &self.log_dir.join(format!("redis-{tag}.log")),
+            &self.log_dir.join(format!("{}-{tag}.log", lc_kind.as_str())),
+            (s.node_bytes / 2) >> 20,
         )?;
         let conns = self
             .rt
@@ -685,14 +704,15 @@ impl Sweep<'_> {
         progress(
             t0,
             &format!(
-                "{label}: redis pid {} preloaded with {} keys",
+                "{label}: {} pid {} preloaded with {} keys",
+                lc_kind.as_str(),
                 redis.pid(),
                 s.keys
             ),
         );
         let mut registered: Vec<i32> = Vec::new();
         if let Some(a) = &agent {
-            a.register(redis.pid(), Class::Lc, "redis-server")?;
+            a.register(redis.pid(), Class::Lc, lc_kind.as_str())?;
             registered.push(redis.pid());
         }
 
@@ -890,6 +910,7 @@ impl Sweep<'_> {
             reclaim_cpu_s_per_gib: reclaim_totals
                 .filter(|t| t.0 > 0)
                 .map(|t| t.1 / (t.0 as f64 / (1u64 << 30) as f64)),
+            lc_service: lc_kind.as_str().into(),
             ..Default::default()
         };
         if let Some(e) = &load.first_error {
@@ -1046,14 +1067,19 @@ fn write_results(
             ),
             (
                 "dataset".into(),
-                format!("{} keys × {} B values", s.keys, s.value_bytes),
+                format!(
+                    "{}: {} keys × {} B values",
+                    args.lc.as_str(),
+                    s.keys,
+                    s.value_bytes
+                ),
             ),
             (
                 "pinning".into(),
                 if args.no_pin {
                     "none".into()
                 } else {
-                    "redis on CPU 0, BE jobs on the other CPUs".into()
+                    format!("{} on CPU 0, BE jobs on the other CPUs", args.lc.as_str())
                 },
             ),
             (

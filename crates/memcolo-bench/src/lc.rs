@@ -1,9 +1,11 @@
-//! The latency-critical service: a real `redis-server`, started in the node's `lc/`
-//! group and preloaded with a dataset.
+//! The latency-critical service: a real `redis-server` or `memcached`
+//! ([`crate::memcached`]), started in the node's `lc/` group and preloaded with a
+//! dataset; [`LcServer`] and [`LcConn`] hide which one the load generator talks to.
 //!
 //! Redis runs without persistence (`--save "" --appendonly no`) on a free port of
 //! 127.0.0.1, so its memory is its dataset and allocator overhead (jemalloc in Debian's
-//! build), the situation of Hermes §5.3.
+//! build), the situation of Hermes §5.3. memcached keeps items in its slab allocator,
+//! grown 1 MiB page by page as items arrive.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -14,7 +16,120 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 
 use crate::error::{BenchError, Result};
+use crate::memcached::{McConn, MemcachedServer};
 use crate::process::{spawn, ChildGuard, Placement};
+
+/// Which LC service a run uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LcKind {
+    Redis,
+    Memcached,
+}
+
+impl LcKind {
+    /// The service's name in results.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LcKind::Redis => "redis",
+            LcKind::Memcached => "memcached",
+        }
+    }
+}
+
+/// A running LC server of either kind; killed when dropped.
+#[derive(Debug)]
+pub enum LcServer {
+    Redis(RedisServer),
+    Memcached(MemcachedServer),
+}
+
+impl LcServer {
+    /// Starts the service of `kind` from `exe`, placed as `place`, logging to `log`;
+    /// `memory_mib` is memcached's item memory (`-m`).
+    pub fn start(
+        kind: LcKind,
+        exe: &Path,
+        place: &Placement<'_>,
+        log: &Path,
+        memory_mib: u64,
+    ) -> Result<Self> {
+        Ok(match kind {
+            LcKind::Redis => LcServer::Redis(RedisServer::start(exe, place, log)?),
+            LcKind::Memcached => {
+                LcServer::Memcached(MemcachedServer::start(exe, place, log, memory_mib)?)
+            }
+        })
+    }
+
+    /// The server's pid.
+    pub fn pid(&self) -> i32 {
+        match self {
+            LcServer::Redis(r) => r.pid(),
+            LcServer::Memcached(m) => m.pid(),
+        }
+    }
+
+    /// Opens `n` multiplexed connections (see the servers' `connect`).
+    pub async fn connect(&mut self, n: usize, timeout: Duration) -> Result<Vec<LcConn>> {
+        Ok(match self {
+            LcServer::Redis(r) => r
+                .connect(n, timeout)
+                .await?
+                .into_iter()
+                .map(LcConn::Redis)
+                .collect(),
+            LcServer::Memcached(m) => m
+                .connect(n, timeout)
+                .await?
+                .into_iter()
+                .map(LcConn::Memcached)
+                .collect(),
+        })
+    }
+
+    /// Fails if the server has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        match self {
+            LcServer::Redis(r) => r.check_alive(),
+            LcServer::Memcached(m) => m.check_alive(),
+        }
+    }
+}
+
+/// A multiplexed connection to either service; cheap to clone.
+#[derive(Clone)]
+pub enum LcConn {
+    Redis(MultiplexedConnection),
+    Memcached(McConn),
+}
+
+impl LcConn {
+    /// GET `key` (a miss is no error).
+    pub async fn get(&mut self, key: &str) -> std::result::Result<(), String> {
+        match self {
+            LcConn::Redis(c) => redis::cmd("GET")
+                .arg(key)
+                .query_async::<Option<Vec<u8>>>(c)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            LcConn::Memcached(c) => c.get(key).await.map(|_| ()),
+        }
+    }
+
+    /// SET `key` to `value`.
+    pub async fn set(&mut self, key: &str, value: &[u8]) -> std::result::Result<(), String> {
+        match self {
+            LcConn::Redis(c) => redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .query_async::<()>(c)
+                .await
+                .map_err(|e| e.to_string()),
+            LcConn::Memcached(c) => c.set(key, value).await,
+        }
+    }
+}
 
 /// A running `redis-server`; killed when dropped.
 #[derive(Debug)]
@@ -24,7 +139,7 @@ pub struct RedisServer {
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| BenchError::io("127.0.0.1:0", e))?;
     let port = l
         .local_addr()
@@ -125,13 +240,30 @@ impl RedisServer {
 
 /// Loads `keys` entries `key:0 .. key:<keys-1>` with `value_bytes`-byte values cut
 /// from `pool` (see [`crate::loadgen::value_pool`]), in pipelines of 1,000 SETs.
-pub async fn preload(
-    con: &mut MultiplexedConnection,
-    keys: u64,
-    value_bytes: usize,
-    pool: &[u8],
-) -> Result<()> {
+pub async fn preload(con: &mut LcConn, keys: u64, value_bytes: usize, pool: &[u8]) -> Result<()> {
     const BATCH: u64 = 1000;
+    let con = match con {
+        LcConn::Redis(c) => c,
+        LcConn::Memcached(c) => {
+            let mut i = 0;
+            while i < keys {
+                crate::signal::check()?;
+                let pending: Vec<_> = (i..(i + BATCH).min(keys))
+                    .map(|k| {
+                        let off = crate::loadgen::value_offset(k, pool.len(), value_bytes);
+                        c.set_pipelined(&key_name(k), &pool[off..off + value_bytes])
+                    })
+                    .collect();
+                for rx in pending {
+                    rx.await
+                        .unwrap_or_else(|_| Err("connection closed".into()))
+                        .map_err(|e| BenchError::Process(format!("memcached preload: {e}")))?;
+                }
+                i += BATCH;
+            }
+            return Ok(());
+        }
+    };
     let mut i = 0;
     while i < keys {
         crate::signal::check()?;

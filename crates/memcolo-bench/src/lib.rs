@@ -24,6 +24,7 @@ pub mod colocation;
 pub mod error;
 pub mod lc;
 pub mod loadgen;
+pub mod memcached;
 pub mod process;
 pub mod report;
 pub mod signal;

@@ -1,4 +1,4 @@
-//! Open-loop load generator for Redis with latency measured from the intended send
+//! Open-loop load generator for the LC service (Redis or memcached) with latency measured from the intended send
 //! time (no coordinated omission).
 //!
 //! Request `i` is due at `start + i / rate` ([`schedule_offset`]), whether or not
@@ -17,10 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use redis::aio::MultiplexedConnection;
 
 use crate::error::{BenchError, Result};
-use crate::lc::key_name;
+use crate::lc::{key_name, LcConn};
 
 /// Largest latency the histograms hold, in µs (60 s); longer ones are clamped.
 pub const HIST_MAX_US: u64 = 60_000_000;
@@ -163,7 +162,7 @@ enum Op {
 /// advance it. Returns `Err(Interrupted)` on SIGINT/SIGTERM.
 pub fn run_open_loop(
     rt: &tokio::runtime::Runtime,
-    conns: &[MultiplexedConnection],
+    conns: &[LcConn],
     spec: &LoadSpec,
     next_key: &mut u64,
     pool: &Arc<Vec<u8>>,
@@ -222,18 +221,10 @@ pub fn run_open_loop(
                 handle.spawn(async move {
                     let fut = async {
                         match op {
-                            Op::Get(k) => redis::cmd("GET")
-                                .arg(key_name(k))
-                                .query_async::<Option<Vec<u8>>>(&mut con)
-                                .await
-                                .map(|_| ()),
+                            Op::Get(k) => con.get(&key_name(k)).await,
                             Op::Set(k) => {
                                 let off = value_offset(k, pool.len(), value_bytes);
-                                redis::cmd("SET")
-                                    .arg(key_name(k))
-                                    .arg(&pool[off..off + value_bytes])
-                                    .query_async::<()>(&mut con)
-                                    .await
+                                con.set(&key_name(k), &pool[off..off + value_bytes]).await
                             }
                         }
                     };
@@ -250,7 +241,7 @@ pub fn run_open_loop(
                     }
                     let err = match res {
                         Ok(Ok(())) => None,
-                        Ok(Err(e)) => Some(e.to_string()),
+                        Ok(Err(e)) => Some(e),
                         Err(_) => Some(format!("no answer within {timeout:?}")),
                     };
                     match err {

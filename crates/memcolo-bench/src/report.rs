@@ -81,6 +81,8 @@ pub struct RunRecord {
     pub reclaim_cpu_s: Option<f64>,
     /// Reclaim CPU seconds per GiB reclaimed.
     pub reclaim_cpu_s_per_gib: Option<f64>,
+    /// The LC service (`redis`, `memcached`); the `redis_*` columns are its figures.
+    pub lc_service: String,
 }
 
 /// A run's record and its latency histogram (µs).
