@@ -2,7 +2,7 @@
  * and central free list; jemalloc's per-arena bins):
  *   - a transfer cache: an array of free objects that thread caches exchange in
  *     batches (memcpy of pointers under a short lock; the cheap path for
- *     producer/consumer frees);
+ *     producer/consumer frees), bounded at 32 KiB worth (at least two batches);
  *   - the spans with free objects, each with a bitmap of its free objects: taking a
  *     batch scans words of the bitmap, giving one back sets a bit. No object is read
  *     or written, so no cache line of the application's data is touched and a
@@ -26,10 +26,14 @@ typedef struct mc_central_s {
   pthread_mutex_t lock;
   int ntransfer, transfer_max;
   mc_span_t *nonempty;
-  void *transfer[MC_TRANSFER_SLOTS];
+  void **transfer;           /* MC_TRANSFER_SLOTS, in mc_transfer_slots */
 } __attribute__((aligned(64))) mc_central_t;
 
+/* The headers are dense (one cache line each) and the transfer arrays apart, so that
+ * a process touches (and keeps resident) only the arrays of the classes it uses: set
+ * up in place, 8 shards x 40 classes of arrays would cost 700 KiB of RSS at start. */
 static mc_central_t mc_central[MC_MAX_SHARDS][MC_CLASSES];
+static void *mc_transfer_slots[MC_MAX_SHARDS][MC_CLASSES][MC_TRANSFER_SLOTS];
 unsigned mc_nshards = 1;
 
 /* short critical sections: spin a little before sleeping (glibc's adaptive mutex) */
@@ -42,11 +46,13 @@ void mc_central_init(void) {
   unsigned n = 1;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) n = (unsigned)CPU_COUNT(&set);
   mc_nshards = n < 1 ? 1 : (n > MC_MAX_SHARDS ? MC_MAX_SHARDS : n);
-  for (unsigned sh = 0; sh < MC_MAX_SHARDS; sh++) {
+  for (unsigned sh = 0; sh < mc_nshards; sh++) { /* the other shards are never used */
     for (unsigned c = 1; c < MC_CLASSES; c++) {
       mc_central_t *ce = &mc_central[sh][c];
       pthread_mutex_init(&ce->lock, &mc_central_attr);
-      int m = mc_class_batch[c] * 8;
+      ce->transfer = mc_transfer_slots[sh][c];
+      int m = (int)((size_t)(32 << 10) / mc_class_size[c]);
+      if (m < 2 * mc_class_batch[c]) m = 2 * mc_class_batch[c];
       ce->transfer_max = m > MC_TRANSFER_SLOTS ? MC_TRANSFER_SLOTS : m;
     }
   }

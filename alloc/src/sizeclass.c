@@ -1,11 +1,13 @@
 /* sizeclass.c — size classes: 16..128 B in steps of 16, then four classes per
  * doubling up to 32 KiB (the mimalloc/TCMalloc spacing; internal waste <= 25 %).
- * Each class has a span length in pages (>= 8 objects; classes up to 1 KiB up to 32 KiB
- * or MC_SPAN_MAX_OBJECTS objects, so that a thread turns fewer spans through the page
- * heap; tail waste <= 1/8 of the span), a batch size for moves between thread caches and
- * the central lists (TCMalloc num_objects_to_move: 64 KiB worth, 2..64 objects), the
- * capacity of its thread cache array (a quarter of MEMCOLO_TCACHE's bytes, 2 batches
- * .. 512 objects) and the reciprocal that turns an offset into an object index. */
+ * Each class has a span length in pages (>= 8 objects; classes up to 128 B
+ * MC_SPAN_MAX_OBJECTS objects so that a thread turns fewer spans through the page heap,
+ * up to 1 KiB two pages; tail waste <= 1/8 of the span), a batch size for moves between
+ * thread caches and the central lists (TCMalloc num_objects_to_move: 16 KiB worth,
+ * 2..64 objects), the capacity of its thread cache array (a quarter of MEMCOLO_TCACHE's
+ * bytes, 2 batches .. 512 objects up to 128 B, 256 above) and the reciprocal that turns
+ * an offset into an object index. Span length, batch and capacity trade speed for
+ * peak RSS: memory parked in lists and half-used spans is resident. */
 #include "internal.h"
 
 uint32_t mc_class_size[MC_CLASSES];
@@ -28,20 +30,21 @@ void mc_sizeclass_init(void) {
     size_t pages = (sz * 8 + MC_PAGE_SIZE - 1) / MC_PAGE_SIZE;
     if (pages < 1) pages = 1;
     if (sz <= 1024) {
-      /* fewer span turns: up to 32 KiB or MC_SPAN_MAX_OBJECTS objects */
-      size_t want = (size_t)MC_SPAN_MAX_OBJECTS * sz / MC_PAGE_SIZE;
-      if (want > 8) want = 8;
+      /* fewer span turns for the smallest objects (MC_SPAN_MAX_OBJECTS objects, up to
+       * 32 KiB), two pages for the others: a class being filled and drained at once
+       * holds about one span of slack per shard, which is peak RSS */
+      size_t want = sz <= 128 ? (size_t)MC_SPAN_MAX_OBJECTS * sz / MC_PAGE_SIZE : 2;
       if (want > pages) pages = want;
     }
     while (((pages * MC_PAGE_SIZE) % sz) > (pages * MC_PAGE_SIZE) / 8) pages++;
     mc_class_pages[i] = (uint16_t)pages;
     mc_class_recip[i] = (uint32_t)((((uint64_t)1 << 32) + sz - 1) / sz);
-    uint32_t batch = (uint32_t)(65536 / sz);
+    uint32_t batch = (uint32_t)(16384 / sz);
     if (batch < 2) batch = 2;
     if (batch > 64) batch = 64;
     mc_class_batch[i] = (uint16_t)batch;
     size_t cap = (size_t)MC_OPT(MC_OPT_TCACHE_BYTES) / 4 / sz;
-    if (cap > 512) cap = 512;
+    if (cap > (sz <= 128 ? 512u : 256u)) cap = sz <= 128 ? 512 : 256; /* slot arrays of 4 / 2 KiB */
     if (cap < 2 * (size_t)batch) cap = 2 * (size_t)batch;
     mc_class_tcap[i] = (uint16_t)cap;
   }
