@@ -707,19 +707,7 @@ fn write_results(s: &BatchSettings, records: &[BatchRecord]) -> anyhow::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: ColocationArgs,
-    }
-
-    fn parse(argv: &[&str]) -> ColocationArgs {
-        Cli::try_parse_from(std::iter::once("x").chain(argv.iter().copied()))
-            .unwrap()
-            .args
-    }
+    use crate::colocation::tests::parse;
 
     #[test]
     fn batch_defaults_replace_the_sweep_defaults() {

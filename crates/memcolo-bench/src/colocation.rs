@@ -1146,7 +1146,7 @@ fn plot(out: &Path) -> anyhow::Result<Vec<String>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use clap::Parser;
 
@@ -1156,7 +1156,9 @@ mod tests {
         args: ColocationArgs,
     }
 
-    fn parse(argv: &[&str]) -> ColocationArgs {
+    /// Parses `argv` (without the program name) as `memcolo bench colocation|reclaim`
+    /// arguments; shared with the batch experiment's tests.
+    pub(crate) fn parse(argv: &[&str]) -> ColocationArgs {
         Cli::try_parse_from(std::iter::once("x").chain(argv.iter().copied()))
             .unwrap()
             .args
