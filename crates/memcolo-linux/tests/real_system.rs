@@ -41,6 +41,22 @@ impl Drop for Reaped {
 
 use common::Scratch;
 
+/// Starts `cat path` inside `cg`: the child waits on stdin until it has joined the
+/// group, so every page-cache page it reads is charged there.
+fn read_file_in(cg: &memcolo_linux::cgroup::MemoryCgroup, path: &Path) -> Reaped {
+    let mut child = Reaped(
+        Command::new("sh")
+            .args(["-c", "read _ && exec cat \"$0\"", path.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    cg.add_proc(child.0.id() as i32).unwrap();
+    child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    child
+}
+
 fn is_root(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -365,16 +381,7 @@ fn v1_pressure_level_fires_when_a_child_fills_its_limit() {
         "fired before any pressure"
     );
 
-    let mut child = Reaped(
-        Command::new("sh")
-            .args(["-c", "read _ && exec cat \"$0\"", data.to_str().unwrap()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    cg.add_proc(child.0.id() as i32).unwrap();
-    child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut child = read_file_in(cg, &data);
     assert!(
         wait_for_event(low.as_fd(), 60_000).unwrap(),
         "no low-pressure event within 60 s"
@@ -426,16 +433,7 @@ fn v1_usage_threshold_fires_when_usage_crosses_it() {
         None,
         "fired before any use"
     );
-    let mut child = Reaped(
-        Command::new("sh")
-            .args(["-c", "read _ && exec cat \"$0\"", data.to_str().unwrap()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    cg.add_proc(child.0.id() as i32).unwrap();
-    child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut child = read_file_in(cg, &data);
     assert!(
         wait_for_event(fd.as_fd(), 60_000).unwrap(),
         "no threshold event within 60 s"
