@@ -239,6 +239,15 @@ pub struct ReclaimSection {
     /// Replace the adaptive marks by one fixed low mark (bytes) and a single worker:
     /// the kswapd / Fastswap design, for comparison. Default unset.
     pub fixed_low_bytes: Option<u64>,
+    /// Evicted pages the page-turnaround sampler follows at once (eviction by a
+    /// batch to refault, read from `/proc/PID/pagemap`); 0 turns sampling off.
+    /// Default 512.
+    pub turnaround_samples: usize,
+    /// How often the sampler reads the followed pages, milliseconds. Default 500.
+    pub turnaround_poll_ms: u64,
+    /// A sampled page still out after this many seconds is censored (1..=3600).
+    /// Default 120.
+    pub turnaround_horizon_s: u64,
 }
 
 impl Default for ReclaimSection {
@@ -258,6 +267,9 @@ impl Default for ReclaimSection {
             allow_lc: false,
             cgroups: Vec::new(),
             fixed_low_bytes: None,
+            turnaround_samples: 512,
+            turnaround_poll_ms: 500,
+            turnaround_horizon_s: 120,
         }
     }
 }
@@ -366,6 +378,15 @@ impl AgentConfig {
             .map_err(|e| ConfigError::Invalid(format!("reclaim: {e}")))?;
         if r.max_workers == Some(0) {
             return bad("reclaim.max_workers must be at least 1".into());
+        }
+        if r.turnaround_poll_ms == 0 {
+            return bad("reclaim.turnaround_poll_ms must be at least 1".into());
+        }
+        if !(1..=3600).contains(&r.turnaround_horizon_s) {
+            return bad(format!(
+                "reclaim.turnaround_horizon_s {} is not in 1..=3600",
+                r.turnaround_horizon_s
+            ));
         }
         Ok(())
     }

@@ -5,8 +5,8 @@
 //! leaves no stale series behind.
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// All metrics of one agent.
@@ -53,6 +53,15 @@ pub struct Metrics {
     pub reclaim_refault_bytes: IntCounter,
     /// `memcolo_reclaim_cpu_seconds_total`: CPU time of the reclaim workers.
     pub reclaim_cpu_seconds: Gauge,
+    /// `memcolo_reclaim_page_turnaround_sampled_seconds`: sampled time from a page's
+    /// eviction by a reclaim batch to its refault (pages still out at the horizon are
+    /// not in it: see the censored counter).
+    pub reclaim_turnaround_sampled: Histogram,
+    /// `memcolo_reclaim_page_turnaround_censored_total`: sampled pages still out at
+    /// the horizon.
+    pub reclaim_turnaround_censored: IntCounter,
+    /// `memcolo_reclaim_page_turnaround_tracked_pages`: sampled evicted pages followed now.
+    pub reclaim_turnaround_tracked: IntGauge,
 }
 
 impl Metrics {
@@ -164,6 +173,33 @@ impl Metrics {
                 let g = Gauge::new(
                     "memcolo_reclaim_cpu_seconds_total",
                     "CPU time spent by the reclaim workers",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
+            reclaim_turnaround_sampled: {
+                let h = Histogram::with_opts(
+                    HistogramOpts::new(
+                        "memcolo_reclaim_page_turnaround_sampled_seconds",
+                        "Sampled time from a page's eviction by a reclaim batch to its refault",
+                    )
+                    .buckets(vec![
+                        0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+                    ]),
+                )
+                .expect("valid metric");
+                registry.register(Box::new(h.clone())).expect("unique metric");
+                h
+            },
+            reclaim_turnaround_censored: c(
+                "memcolo_reclaim_page_turnaround_censored_total",
+                "Sampled evicted pages still out at the horizon (turnaround longer than it)",
+            ),
+            reclaim_turnaround_tracked: {
+                let g = IntGauge::new(
+                    "memcolo_reclaim_page_turnaround_tracked_pages",
+                    "Sampled evicted pages followed until they refault",
                 )
                 .expect("valid metric");
                 registry.register(Box::new(g.clone())).expect("unique metric");

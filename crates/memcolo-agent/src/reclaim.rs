@@ -15,6 +15,13 @@
 //! dropped and logged once with the cause; swap nearly full stops all reclaim; a v1
 //! limit step that the agent did not live to undo is undone at the next start from
 //! the journal in `state_dir` (`reclaim-step-<worker>.json`).
+//!
+//! Page turnaround is also measured directly, on a sample of the pages the batches
+//! evict (see [`turnaround`]): workers watch a few resident pages of each target
+//! around every batch, and the controller follows the evicted ones until they
+//! refault, into the distribution shown in status and metrics.
+
+pub mod turnaround;
 
 use crate::config::AgentConfig;
 use crate::metrics::Metrics;
@@ -31,6 +38,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use turnaround::{
+    EvictionWatch, PageSource, ProcPages, TurnaroundConfig, TurnaroundSampler, TurnaroundSummary,
+};
+
+/// Resident pages each target's [`EvictionWatch`] holds around a batch.
+const WATCH_PAGES: usize = 64;
 
 /// What the core hands the reclaim service every poll.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -56,6 +69,8 @@ struct Slot {
     id: String,
     mech: Mechanism,
     class: Class,
+    /// Pages watched around this target's batches; `None` when sampling is off.
+    watch: Option<EvictionWatch>,
 }
 
 impl Slot {
@@ -155,6 +170,10 @@ pub struct ReclaimStatus {
     /// The low mark is capped because the proactive band would only churn.
     pub churn_capped: bool,
     pub refault_bytes_per_s: f64,
+    /// Sampled page turnaround (eviction by a batch to refault): quantiles over the
+    /// last one to two minutes, censored and followed pages.
+    #[serde(default)]
+    pub turnaround_sampled: TurnaroundSummary,
     pub reclaimed_bytes_total: u64,
     pub cpu_seconds_total: f64,
     pub cpu_seconds_per_gib: Option<f64>,
@@ -179,6 +198,14 @@ struct Shared {
     /// Causes already logged, so each is logged once.
     logged: Mutex<HashSet<String>>,
     errors: Mutex<u64>,
+    /// Pages workers saw their batches evict, with the batch's end, for the
+    /// controller's turnaround sampler; at most `evicted_cap` wait.
+    evicted: Mutex<Vec<(Pid, u64, Instant)>>,
+    evicted_cap: usize,
+    /// Evicted pages turned away because the queue was full, and the workers' CPU
+    /// time spent watching pages, since the controller last took them.
+    evicted_overflow: Mutex<u64>,
+    watch_cpu: Mutex<Duration>,
 }
 
 impl Shared {
@@ -319,6 +346,10 @@ impl ReclaimService {
             }),
             logged: Mutex::new(HashSet::new()),
             errors: Mutex::new(0),
+            evicted: Mutex::new(Vec::new()),
+            evicted_cap: cfg.reclaim.turnaround_samples,
+            evicted_overflow: Mutex::new(0),
+            watch_cpu: Mutex::new(Duration::ZERO),
         });
         let mut threads = Vec::new();
         for i in 0..threads_n as usize {
@@ -382,6 +413,8 @@ fn worker(
 ) {
     set_nice(nice.unwrap_or(10));
     let mut place_gen = u64::MAX;
+    let mut pages = ProcPages::new(procfs.clone());
+    let mut rng = fastrand::Rng::new();
     loop {
         let (mut slot, batch, slot_idx) = {
             let mut p = sh.pool.lock().unwrap();
@@ -414,11 +447,25 @@ fn worker(
             p.active += 1;
             (slot, batch, i)
         };
+        let w0 = thread_cpu();
+        let pids = slot.watch.as_ref().map(|_| slot_pids(&slot));
+        if let (Some(w), Some(pids)) = (slot.watch.as_mut(), &pids) {
+            w.arm(&mut pages, pids, &mut rng, Instant::now());
+        }
         let t0 = Instant::now();
         let c0 = thread_cpu();
         let result = run_batch(&mut slot, &procfs, batch, &journal);
         let busy = t0.elapsed();
         let cpu = thread_cpu().saturating_sub(c0);
+        if let (Some(w), Some(pids)) = (slot.watch.as_mut(), &pids) {
+            let end = t0 + busy;
+            let w1 = thread_cpu();
+            let evicted = w.evicted(&mut pages);
+            pages.retain(&|p| pids.contains(&p));
+            hand_over(&sh, &evicted, end);
+            *sh.watch_cpu.lock().unwrap() +=
+                thread_cpu().saturating_sub(w1) + c0.saturating_sub(w0);
+        }
         let mut p = sh.pool.lock().unwrap();
         p.inflight -= batch;
         p.active -= 1;
@@ -448,6 +495,30 @@ fn worker(
         }
         drop(p);
         sh.cv.notify_all();
+    }
+}
+
+/// The processes whose pages a batch on `slot` may evict: the cursor's process, or
+/// every process of the cgroup (none when it cannot be read).
+fn slot_pids(slot: &Slot) -> Vec<Pid> {
+    match &slot.mech {
+        Mechanism::Process(c) => vec![c.pid()],
+        Mechanism::Cgroup(cg) => cg.read_procs_recursive().unwrap_or_default(),
+    }
+}
+
+/// Queues pages a batch evicted at `at` for the controller's sampler; beyond the
+/// queue's bound they are counted and dropped.
+fn hand_over(sh: &Shared, evicted: &[(Pid, u64)], at: Instant) {
+    if evicted.is_empty() {
+        return;
+    }
+    let mut q = sh.evicted.lock().unwrap();
+    let room = sh.evicted_cap.saturating_sub(q.len()).min(evicted.len());
+    q.extend(evicted[..room].iter().map(|&(pid, addr)| (pid, addr, at)));
+    drop(q);
+    if room < evicted.len() {
+        *sh.evicted_overflow.lock().unwrap() += (evicted.len() - room) as u64;
     }
 }
 
@@ -500,6 +571,10 @@ struct Controller {
     totals: Totals,
     memory_mount: Option<PathBuf>,
     cpus_applied: Option<Option<Vec<usize>>>,
+    /// Follows evicted pages until they refault; `None` when sampling is off.
+    sampler: Option<TurnaroundSampler>,
+    pages: ProcPages,
+    sample_cpu: Duration,
 }
 
 #[derive(Default)]
@@ -540,6 +615,16 @@ impl Controller {
             totals: Totals::default(),
             memory_mount,
             cpus_applied: None,
+            sampler: (cfg.reclaim.turnaround_samples > 0).then(|| {
+                TurnaroundSampler::new(TurnaroundConfig {
+                    capacity: cfg.reclaim.turnaround_samples,
+                    poll: Duration::from_millis(cfg.reclaim.turnaround_poll_ms),
+                    horizon: Duration::from_secs(cfg.reclaim.turnaround_horizon_s),
+                    ..Default::default()
+                })
+            }),
+            pages: ProcPages::new(ProcFs::new(cfg.procfs.clone())),
+            sample_cpu: Duration::ZERO,
         })
     }
 
@@ -709,7 +794,16 @@ impl Controller {
                 },
                 (None, None) => continue,
             };
-            p.slots.push(Some(Slot { id, mech, class }));
+            let watch = self
+                .sampler
+                .is_some()
+                .then(|| EvictionWatch::new(WATCH_PAGES));
+            p.slots.push(Some(Slot {
+                id,
+                mech,
+                class,
+                watch,
+            }));
         }
         self.reclaimable = reclaimable;
         let mut target_cpus = BTreeSet::new();
@@ -803,8 +897,49 @@ impl Controller {
         })
     }
 
+    /// Hands the pages workers saw evicted to the sampler and, when due, polls the
+    /// followed pages; publishes the distribution.
+    fn sample(&mut self, sh: &Shared) {
+        let Some(sampler) = self.sampler.as_mut() else {
+            return;
+        };
+        let c0 = thread_cpu();
+        let queued = std::mem::take(&mut *sh.evicted.lock().unwrap());
+        let overflow = std::mem::take(&mut *sh.evicted_overflow.lock().unwrap());
+        self.sample_cpu += std::mem::take(&mut *sh.watch_cpu.lock().unwrap());
+        let mut i = 0;
+        while i < queued.len() {
+            let at = queued[i].2;
+            let j = queued[i..]
+                .iter()
+                .position(|e| e.2 != at)
+                .map_or(queued.len(), |k| i + k);
+            let pages: Vec<(Pid, u64)> = queued[i..j].iter().map(|e| (e.0, e.1)).collect();
+            sampler.admit(&pages, at);
+            i = j;
+        }
+        sampler.note_rejected(overflow);
+        let now = Instant::now();
+        if !sampler.due(now) {
+            self.sample_cpu += thread_cpu().saturating_sub(c0);
+            return;
+        }
+        let out = sampler.poll(&mut self.pages, now);
+        self.sample_cpu += thread_cpu().saturating_sub(c0);
+        let m = &self.metrics;
+        for d in &out.refaulted {
+            m.reclaim_turnaround_sampled.observe(d.as_secs_f64());
+        }
+        m.reclaim_turnaround_censored.inc_by(out.censored);
+        let mut summary = sampler.summary();
+        summary.cpu_seconds_total = self.sample_cpu.as_secs_f64();
+        m.reclaim_turnaround_tracked.set(summary.tracked as i64);
+        sh.status.lock().unwrap().turnaround_sampled = summary;
+    }
+
     fn tick(&mut self, sh: &Shared, now: Duration) {
         self.refresh(sh);
+        self.sample(sh);
         let cpus = sh.pool.lock().unwrap().place.cpus.clone();
         if self.cpus_applied.as_ref() != Some(&cpus) {
             set_cpus(&cpus);

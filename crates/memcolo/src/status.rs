@@ -29,6 +29,29 @@ fn rate_mib(v: &Value) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// The sampled page-turnaround line: quantiles (`>H s` when one falls among the
+/// pages censored at the horizon H), refaults and censorings in the window, pages
+/// followed now.
+fn turnaround_line(t: &Value) -> String {
+    let horizon = t["horizon_s"].as_f64().unwrap_or(f64::INFINITY);
+    let q = |v: &Value| match v.as_f64() {
+        Some(s) if s >= horizon => format!(">{s:.0} s"),
+        Some(s) => format!("{s:.2} s"),
+        None => "-".into(),
+    };
+    format!(
+        "page turnaround (sampled): p50 {}  p90 {}  p99 {}  ({} refaulted, {} censored in the last {}-{} s; {} followed)",
+        q(&t["p50_s"]),
+        q(&t["p90_s"]),
+        q(&t["p99_s"]),
+        t["refaulted"],
+        t["censored"],
+        t["window_s"].as_f64().unwrap_or(0.0),
+        2.0 * t["window_s"].as_f64().unwrap_or(0.0),
+        t["tracked"],
+    )
+}
+
 /// The status as text lines (shared with `memcolo top`).
 pub fn render(s: &Value) -> Vec<String> {
     let m = &s["memory"];
@@ -111,6 +134,10 @@ pub fn render(s: &Value) -> Vec<String> {
                 .filter(|t| !t.is_empty())
                 .unwrap_or_else(|| "none".into()),
         ));
+        let t = &r["turnaround_sampled"];
+        if t.is_object() {
+            out.push(turnaround_line(t));
+        }
     }
     out.extend([
         String::new(),
@@ -153,4 +180,36 @@ pub fn status(socket: &Path, json: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sampled_turnaround_shows_its_quantiles_and_the_censored_tail() {
+        let s = serde_json::json!({
+            "reclaim": {
+                "state": "reclaiming", "targets": [],
+                "turnaround_sampled": {
+                    "p50_s": 1.5, "p90_s": 30.0, "p99_s": 120.0, "refaulted": 40,
+                    "censored": 2, "tracked": 17, "horizon_s": 120.0, "window_s": 60.0,
+                }
+            }
+        });
+        let lines = render(&s);
+        let l = lines
+            .iter()
+            .find(|l| l.starts_with("page turnaround"))
+            .expect("a turnaround line");
+        assert!(l.contains("p50 1.50 s  p90 30.00 s  p99 >120 s"), "{l}");
+        assert!(
+            l.contains("40 refaulted, 2 censored in the last 60-120 s; 17 followed"),
+            "{l}"
+        );
+        // Nothing sampled yet: dashes.
+        let s = serde_json::json!({"reclaim": {"turnaround_sampled": {"horizon_s": 120.0}}});
+        let lines = render(&s);
+        assert!(lines.iter().any(|l| l.contains("p50 -  p90 -  p99 -")));
+    }
 }
