@@ -7,9 +7,15 @@ Plans (``--plan``):
                 (``off``), under the userfaultfd tier manager with everything fitting
                 in fast memory and t_miss = 0.1 (``maxmem``), and with t_miss = 1
                 (``maxmem-nonqos``, MaxMem's "non-QoS": the policy has nothing to do
-                in a single process, so this isolates its cost). Repetitions are
-                interleaved, the order rotated each round, so drift of the shared
-                machine falls on every configuration alike.
+                in a single process, so this isolates its cost), and t_miss = 0.1
+                with the sample sized for 16 hits per window whatever the precision
+                needed (``maxmem-16hits``, the sampler before it was sized by the
+                FMMR's error). Repetitions are interleaved, the order rotated each
+                round, so drift of the shared machine falls on every configuration
+                alike.
+- ``ablation``  which mechanism of sampling costs what (``--reps 4``): no
+                sampling, 19 pages write-protected and unprotected per window but
+                never dropped, 19 pages dropped, the sampler of the time.
 - ``small``     fast memory smaller than the footprint: the same GUPS with 1/2, 3/7
                 (hot + warm exactly) and 1/4 of the table in fast memory, the rest in
                 the LZ4 slow tier; throughput, a_miss and the manager's counters.
@@ -100,6 +106,7 @@ def plan_runs(plan, reps):
             ("off", ["--manage", "off"]),
             ("maxmem", ["--manage", "maxmem", "--t-miss", "0.1"]),
             ("maxmem-nonqos", ["--manage", "maxmem", "--t-miss", "1"]),
+            ("maxmem-16hits", ["--manage", "maxmem", "--t-miss", "0.1", "--sample-fmmr-error", "0"]),
         ]
     elif plan == "small":
         configs = [
@@ -116,6 +123,20 @@ def plan_runs(plan, reps):
             ("maxmem", ["--manage", "maxmem", "--sample-target-hits", "0"]),
             ("maxmem-k0", ["--manage", "maxmem", "--sample-pages", "0"]),
             ("maxmem-k16", ["--manage", "maxmem", "--sample-pages", "16", "--sample-target-hits", "0"]),
+        ]
+        base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "10", "--measure-s", "15"]
+    elif plan == "ablation":
+        # Which mechanism of sampling costs GUPS what: none at all, 19 pages per
+        # window write-protected and unprotected but never dropped (the shootdowns
+        # without the faults), the same 19 pages dropped (shootdowns and faults), and
+        # the default (pages sized for 16 hits per window).
+        configs = [
+            ("off", ["--manage", "off"]),
+            ("k0", ["--manage", "maxmem", "--sample-pages", "0"]),
+            ("wp-only-19", ["--manage", "maxmem", "--sample-pages", "19", "--sample-target-hits", "0",
+                            "--sample-no-drop"]),
+            ("fixed-19", ["--manage", "maxmem", "--sample-pages", "19", "--sample-target-hits", "0"]),
+            ("maxmem", ["--manage", "maxmem"]),
         ]
         base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "10", "--measure-s", "15"]
     else:
@@ -142,7 +163,7 @@ def done_ids(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", default="overhead", choices=["overhead", "small", "diag"])
+    ap.add_argument("--plan", default="overhead", choices=["overhead", "small", "diag", "ablation"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default=None)
     ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting runs after this long")
@@ -171,6 +192,8 @@ def main():
 
     signal.signal(signal.SIGTERM, cleanup)
     signal.signal(signal.SIGINT, cleanup)
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()
     start = time.monotonic()
     left = len(todo)
     try:
@@ -190,7 +213,7 @@ def main():
             rec = {"run": run_id, "config": config, "args": gargs, "rc": p.returncode,
                    "wall_s": time.monotonic() - t0,
                    "cg_max_usage_bytes": cg_int(cg, "memory.max_usage_in_bytes"),
-                   "loadavg": open("/proc/loadavg").read().split()[:3]}
+                   "loadavg": open("/proc/loadavg").read().split()[:3], "commit": commit}
             if p.returncode == 0:
                 rec.update(json.loads(p.stdout.strip().splitlines()[-1]))
             else:

@@ -39,7 +39,7 @@ use memcolo_tier::uffd::{self, features, mode, Uffd};
 use memcolo_tier::SlowTier;
 use serde_json::json;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -115,9 +115,17 @@ struct Args {
     /// Most resident pages sampled per window.
     #[arg(long, default_value_t = 64)]
     sample_pages: usize,
-    /// Sample hits aimed at per window (0: always `--sample-pages`).
+    /// The most sample hits aimed at per window (0: always `--sample-pages`).
     #[arg(long, default_value_t = 16)]
     sample_target_hits: usize,
+    /// Standard error of an epoch's FMMR the sample is sized for (0: always aim at
+    /// `--sample-target-hits`).
+    #[arg(long, default_value_t = 0.01)]
+    sample_fmmr_error: f64,
+    /// Diagnostic: write-protect and unprotect the sampled pages without dropping
+    /// them (the shootdowns of sampling without its faults; a_fast stays 0).
+    #[arg(long)]
+    sample_no_drop: bool,
     /// Untouched pages zero-filled per first-touch fault.
     #[arg(long, default_value_t = 64)]
     zero_fill_ahead: usize,
@@ -329,6 +337,8 @@ fn manage(region: &AnonRegion, args: &Args) -> Result<Managed> {
     let tcfg = TierConfig {
         sample_pages: args.sample_pages,
         sample_target_hits: args.sample_target_hits,
+        sample_drop: !args.sample_no_drop,
+        sample_fmmr_error: args.sample_fmmr_error,
         zero_fill_ahead: args.zero_fill_ahead.max(1),
         evict_workers: args.evict_workers.max(1),
         ..TierConfig::new(1)
@@ -403,6 +413,193 @@ fn vm_hwm_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// System and per-thread counters read at the start and the end of the measure
+/// phase, to tell what management costs the updating threads (diagnostics): TLB
+/// shootdown, function-call and rescheduling IPIs (`/proc/interrupts`, all CPUs),
+/// THP events and page faults (`/proc/vmstat`), steal time (`/proc/stat`), and for
+/// each updating thread its CPU time, its wait for a CPU (`schedstat`), its context
+/// switches (`status`) and minor faults (`stat`).
+#[derive(Clone, Debug, Default)]
+struct Probe {
+    /// TLB shootdowns, function-call IPIs, rescheduling IPIs (sums over CPUs).
+    irq: [u64; 3],
+    /// `pgfault`, `thp_fault_alloc`, `thp_split_pmd`, `thp_collapse_alloc`.
+    vmstat: [u64; 4],
+    /// Steal time of all CPUs, USER_HZ ticks.
+    steal_ticks: u64,
+    /// Per updating thread: CPU ns, run-queue wait ns, voluntary and involuntary
+    /// context switches, minor faults.
+    threads: Vec<[u64; 5]>,
+}
+
+fn read_irq() -> [u64; 3] {
+    let mut out = [0u64; 3];
+    let Ok(s) = std::fs::read_to_string("/proc/interrupts") else {
+        return out;
+    };
+    for line in s.lines() {
+        let mut it = line.split_whitespace();
+        let k = match it.next() {
+            Some("TLB:") => 0,
+            Some("CAL:") => 1,
+            Some("RES:") => 2,
+            _ => continue,
+        };
+        out[k] = it.map_while(|x| x.parse::<u64>().ok()).sum();
+    }
+    out
+}
+
+fn read_vmstat() -> [u64; 4] {
+    let mut out = [0u64; 4];
+    let Ok(s) = std::fs::read_to_string("/proc/vmstat") else {
+        return out;
+    };
+    for line in s.lines() {
+        let mut it = line.split_whitespace();
+        let k = match it.next() {
+            Some("pgfault") => 0,
+            Some("thp_fault_alloc") => 1,
+            Some("thp_split_pmd") => 2,
+            Some("thp_collapse_alloc") => 3,
+            _ => continue,
+        };
+        out[k] = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    }
+    out
+}
+
+fn read_steal() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(8))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn read_thread(tid: i32) -> [u64; 5] {
+    let dir = format!("/proc/self/task/{tid}");
+    let mut out = [0u64; 5];
+    if let Ok(s) = std::fs::read_to_string(format!("{dir}/schedstat")) {
+        let v: Vec<u64> = s
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        out[0] = v.first().copied().unwrap_or(0);
+        out[1] = v.get(1).copied().unwrap_or(0);
+    }
+    if let Ok(s) = std::fs::read_to_string(format!("{dir}/status")) {
+        for line in s.lines() {
+            if let Some(v) = line.strip_prefix("voluntary_ctxt_switches:") {
+                out[2] = v.trim().parse().unwrap_or(0);
+            } else if let Some(v) = line.strip_prefix("nonvoluntary_ctxt_switches:") {
+                out[3] = v.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    if let Ok(s) = std::fs::read_to_string(format!("{dir}/stat")) {
+        // Fields after the command's closing parenthesis; minflt is the 10th field.
+        if let Some(rest) = s.rsplit_once(')').map(|x| x.1) {
+            out[4] = rest
+                .split_whitespace()
+                .nth(7)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    out
+}
+
+impl Probe {
+    fn read(tids: &[AtomicI32]) -> Self {
+        Probe {
+            irq: read_irq(),
+            vmstat: read_vmstat(),
+            steal_ticks: read_steal(),
+            threads: tids
+                .iter()
+                .map(|t| read_thread(t.load(Ordering::Relaxed)))
+                .collect(),
+        }
+    }
+
+    /// The change from `self` to `end` over `secs` seconds, as JSON: rates per
+    /// second, and the updating threads' time split (shares of the wall time,
+    /// averaged over threads): on CPU, waiting for a CPU, and the rest (blocked:
+    /// sleeping in a fault served by the manager, or preempted by the host).
+    fn delta(&self, end: &Probe, secs: f64) -> serde_json::Value {
+        let per_s = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs.max(1e-9);
+        let n = self.threads.len().max(1) as f64;
+        let sum = |k: usize| -> f64 {
+            self.threads
+                .iter()
+                .zip(&end.threads)
+                .map(|(a, b)| b[k].saturating_sub(a[k]) as f64)
+                .sum::<f64>()
+        };
+        let cpu = sum(0) / 1e9 / n / secs;
+        let delay = sum(1) / 1e9 / n / secs;
+        json!({
+            "tlb_shootdowns_per_s": per_s(self.irq[0], end.irq[0]),
+            "call_ipis_per_s": per_s(self.irq[1], end.irq[1]),
+            "resched_ipis_per_s": per_s(self.irq[2], end.irq[2]),
+            "pgfault_per_s": per_s(self.vmstat[0], end.vmstat[0]),
+            "thp_fault_alloc": end.vmstat[1].saturating_sub(self.vmstat[1]),
+            "thp_split_pmd": end.vmstat[2].saturating_sub(self.vmstat[2]),
+            "thp_collapse_alloc": end.vmstat[3].saturating_sub(self.vmstat[3]),
+            "steal_pct": per_s(self.steal_ticks, end.steal_ticks),
+            "updater_cpu_share": cpu,
+            "updater_run_delay_share": delay,
+            "updater_other_share": (1.0 - cpu - delay).max(0.0),
+            "updater_vol_cs_per_s": sum(2) / n / secs,
+            "updater_invol_cs_per_s": sum(3) / n / secs,
+            "updater_minflt_per_s": sum(4) / n / secs,
+        })
+    }
+}
+
+/// The table's mapping in `/proc/self/smaps`: resident KiB, KiB in transparent huge
+/// pages, and the kernel page size (KiB) of the mapping.
+fn table_smaps(base: usize) -> serde_json::Value {
+    let Ok(s) = std::fs::read_to_string("/proc/self/smaps") else {
+        return json!(null);
+    };
+    let mut inside = false;
+    let mut out = serde_json::Map::new();
+    for line in s.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, _)) = first.split_once('-') {
+            if !first.ends_with(':') {
+                inside = usize::from_str_radix(a, 16).ok() == Some(base);
+                continue;
+            }
+        }
+        if !inside {
+            continue;
+        }
+        for (key, name) in [
+            ("Rss:", "rss_kib"),
+            ("AnonHugePages:", "anon_huge_kib"),
+            ("KernelPageSize:", "kernel_page_kib"),
+            ("Referenced:", "referenced_kib"),
+        ] {
+            if let Some(v) = line.strip_prefix(key) {
+                let kib: u64 = v
+                    .split_whitespace()
+                    .next()
+                    .and_then(|x| x.parse().ok())
+                    .unwrap_or(0);
+                out.insert(name.into(), json!(kib));
+            }
+        }
+    }
+    serde_json::Value::Object(out)
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     if args.hot_pct + args.warm_pct > 100 {
@@ -465,14 +662,19 @@ fn main() -> Result<()> {
     let phase = Arc::new(AtomicU8::new(PHASE_WARMUP));
     let counts: Arc<Vec<AtomicU64>> =
         Arc::new((0..args.threads).map(|_| AtomicU64::new(0)).collect());
+    let tids: Arc<Vec<AtomicI32>> =
+        Arc::new((0..args.threads).map(|_| AtomicI32::new(0)).collect());
     let table_addr = table.as_ptr() as usize;
     let workers: Vec<_> = (0..args.threads)
         .map(|k| {
-            let (phase, counts, grow) = (phase.clone(), counts.clone(), grow.clone());
+            let (phase, counts, grow, tids) =
+                (phase.clone(), counts.clone(), grow.clone(), tids.clone());
             let seed = args.seed.wrapping_add(k as u64 * 7919);
             std::thread::Builder::new()
                 .name(format!("gups-{k}"))
                 .spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    tids[k].store(unsafe { libc::gettid() }, Ordering::Relaxed);
                     // SAFETY: as above; the table outlives the threads (joined below).
                     let table = unsafe {
                         std::slice::from_raw_parts(table_addr as *const AtomicU64, words as usize)
@@ -496,6 +698,7 @@ fn main() -> Result<()> {
     let mut next_row = t_warm + second;
     let mut phase_end = t_warm + warmup;
     let mut measure_start: Option<(Instant, u64)> = None;
+    let mut probe_start = Probe::default();
     let mut per_second: Vec<f64> = Vec::new();
     let mut grow_at = args
         .grow_hot_at_s
@@ -561,12 +764,14 @@ fn main() -> Result<()> {
                 break;
             }
             measure_start = Some((now, n));
+            probe_start = Probe::read(&tids);
             phase_end = now + measure;
             phase.store(PHASE_MEASURE, Ordering::Relaxed);
         }
     }
     let end = Instant::now();
     let n_end = total();
+    let probe_end = Probe::read(&tids);
     phase.store(PHASE_DONE, Ordering::Relaxed);
     for w in workers {
         let _ = w.join();
@@ -574,6 +779,11 @@ fn main() -> Result<()> {
     let (t0, n0) = measure_start.expect("measured");
     let measured_s = end.duration_since(t0).as_secs_f64();
     let mups = (n_end - n0) as f64 / measured_s / 1e6;
+    let probe = probe_start.delta(&probe_end, measured_s);
+    // Throughput over the time the updaters did not wait for a CPU that another
+    // task held: other work on the machine taken out, management's costs kept.
+    let run_delay_s = probe["updater_run_delay_share"].as_f64().unwrap_or(0.0) * measured_s;
+    let mups_excl_run_delay = (n_end - n0) as f64 / (measured_s - run_delay_s).max(1e-9) / 1e6;
     let verify_errors = args
         .verify
         .then(|| verify(table, sets, args.seed, counts[0].load(Ordering::Relaxed)));
@@ -591,6 +801,9 @@ fn main() -> Result<()> {
         "mups": mups,
         "per_second_mups": per_second,
         "vm_hwm_kib": vm_hwm_kib(),
+        "mups_excl_run_delay": mups_excl_run_delay,
+        "probe": probe,
+        "table_smaps": table_smaps(region.as_ptr() as usize),
     });
     if let Some(e) = verify_errors {
         summary["verify_errors"] = json!(e);

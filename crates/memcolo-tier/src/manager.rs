@@ -47,11 +47,14 @@
 //! [`TierConfig::evict_batch`] queued pages (waiting up to [`TierConfig::evict_linger`]
 //! for a short batch to fill) and, for contiguous runs of them:
 //! write-protects → copies the pages out → stores them in the slow tier in one batch
-//! and waits for the confirmation → marks them stored → drops them from memory →
-//! unprotects and wakes any writer that faulted meanwhile (it retries and faults the
-//! page back in; where the drop cleared the protection with the page, as on
-//! anonymous memory, only the wake is needed, which saves a TLB shootdown). A page leaves local memory only after the slow tier confirmed it; a
-//! failed store unprotects the pages and leaves them resident.
+//! and waits for the confirmation → marks them stored → drops them from memory
+//! (every run in one `process_madvise` on anonymous memory of this process: one TLB
+//! shootdown per batch instead of one per run) → unprotects and wakes any writer
+//! that faulted meanwhile (it retries and faults the page back in; where the drop
+//! cleared the protection with the page, as on anonymous memory, only the wake is
+//! needed, which saves a TLB shootdown). A page leaves local memory only after the
+//! slow tier confirmed it; a failed store unprotects the pages and leaves them
+//! resident, and so does a failed drop for the runs it did not reach.
 //!
 //! # Application frees
 //!
@@ -67,7 +70,7 @@
 //! registered, so the process blocks on that page instead of reading zeros.
 
 use crate::region::{RegionMemory, PAGE};
-use crate::sampler::{choose, choose_by_rejection, Rng, WindowEstimate};
+use crate::sampler::{choose, choose_by_rejection, pages_for_fmmr_error, Rng, WindowEstimate};
 use crate::uffd::{Event, Uffd};
 use crate::{checksum, PageKey, SlowTier, TierError};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -101,7 +104,7 @@ impl Placement for NoPlacement {
 }
 
 /// Settings of one tier manager.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TierConfig {
     /// The region's id in the slow tier ([`PageKey::region`]); unique per backend.
     pub region_id: u64,
@@ -117,15 +120,30 @@ pub struct TierConfig {
     pub zero_fill_ahead: usize,
     /// Most resident pages sampled per window (64).
     pub sample_pages: usize,
-    /// Sample hits aimed at per window (16; 0: always sample `sample_pages`). Each
-    /// hit costs the touching thread a fault, and the estimate's error depends on the
-    /// hits, not on the pages sampled: the manager samples
-    /// `clamp(⌈target / p̂⌉, 8, sample_pages)` pages, `p̂` being a moving average
-    /// (weight 1/4) of the share of sampled pages hit in past windows. The choice uses
-    /// past windows only, so each window's estimate stays unbiased.
+    /// The most sample hits aimed at per window (16; 0: always sample
+    /// `sample_pages`, whatever [`TierConfig::sample_fmmr_error`] says). Each hit
+    /// costs the touching thread a fault (a wait of 40–70 µs on this VM), and the
+    /// estimate's error depends on the hits, not on the pages sampled: the manager
+    /// samples at most `clamp(⌈target / p̂⌉, 1, sample_pages)` pages, `p̂` being the
+    /// share of sampled pages hit in past windows (moving sums, weight 3/4 per
+    /// window). Choices use past windows only, so each window's estimate stays
+    /// unbiased.
     pub sample_target_hits: usize,
+    /// The standard error of an epoch's measured FMMR that the sample is sized for
+    /// (0.01; 0: always aim at [`TierConfig::sample_target_hits`], with at least 8
+    /// pages). Within that cap, a window samples the pages that
+    /// [`crate::sampler::pages_for_fmmr_error`] asks for, from the region's recent
+    /// FMMR and hit share and the windows of the last epoch, and at least one: a
+    /// region whose accesses all hit fast memory needs no precision (its a_miss is 0
+    /// whatever a_fast is), one with slow accesses gets enough pages for about 20
+    /// hits per epoch at least, more as its FMMR nears 1/2.
+    pub sample_fmmr_error: f64,
     /// Seed of the sampler's random choices.
     pub seed: u64,
+    /// Drop the sampled pages (true). False is a diagnostic: the chosen pages are
+    /// write-protected and unprotected one by one and left mapped, which costs the
+    /// TLB shootdowns of sampling without its faults; the windows estimate nothing.
+    pub sample_drop: bool,
     /// Handle `UFFD_EVENT_REMOVE` (the userfaultfd must have the feature).
     pub track_remove: bool,
 }
@@ -141,7 +159,9 @@ impl TierConfig {
             zero_fill_ahead: 1,
             sample_pages: 64,
             sample_target_hits: 16,
+            sample_fmmr_error: 0.01,
             seed: 0x5EED ^ region_id,
+            sample_drop: true,
             track_remove: false,
         }
     }
@@ -205,6 +225,21 @@ enum St {
     SampleDropping,
     Sampled,
     Lost,
+}
+
+/// The recent past of a region's sampling, for sizing the next window's sample:
+/// moving sums (weight 3/4 per window) of the pages sampled, their hits, the slow
+/// faults and the estimated fast touches per window; and the windows per epoch.
+#[derive(Default)]
+struct Sizing {
+    sampled: f64,
+    hits: f64,
+    slow: f64,
+    fast: f64,
+    /// Windows closed since the last epoch was taken.
+    windows: u32,
+    /// Windows of the last epoch (0 before the first).
+    windows_per_epoch: u32,
 }
 
 struct Window {
@@ -284,8 +319,10 @@ struct Inner {
     /// Probability (f64 bits) that a slow fault enters the per-page samples: the
     /// current window's k/R.
     slow_sample_p: AtomicU64,
-    /// Moving average (f64 bits) of the share of sampled pages hit per window.
-    hit_share: AtomicU64,
+    /// What past windows tell about the next one's sample size.
+    sizing: Mutex<Sizing>,
+    /// Slow faults since the current window opened.
+    window_slow: AtomicU64,
     stop: AtomicBool,
     wake_fd: OwnedFd,
     fatal: Mutex<Option<String>>,
@@ -316,6 +353,12 @@ fn retry_eagain<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
         }
     }
 }
+
+/// Runs of sampled pages handled together: protected one by one, then dropped in one
+/// call. Larger groups save TLB shootdowns (one drop per group instead of one per
+/// run) but keep a thread that touches one of their pages waiting longer (the
+/// group's protections, a few µs each, and its drop).
+const SAMPLE_GROUP: usize = 8;
 
 /// Contiguous runs `(first, count)` of sorted page indices.
 fn runs(sorted: &[usize]) -> Vec<(usize, usize)> {
@@ -391,7 +434,8 @@ impl TierManager {
             rng: Mutex::new(Rng::new(cfg.seed)),
             own_drops: Mutex::new(Vec::new()),
             slow_sample_p: AtomicU64::new(1.0f64.to_bits()),
-            hit_share: AtomicU64::new(1.0f64.to_bits()),
+            sizing: Mutex::new(Sizing::default()),
+            window_slow: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             wake_fd,
             fatal: Mutex::new(None),
@@ -489,6 +533,11 @@ impl TierManager {
 
     /// The accesses since the last call (one policy epoch), and resets them.
     pub fn take_epoch(&self) -> EpochAccesses {
+        {
+            let mut z = lock(&self.inner.sizing);
+            z.windows_per_epoch = z.windows;
+            z.windows = 0;
+        }
         let mut e = lock(&self.inner.epoch);
         let e = std::mem::take(&mut *e);
         EpochAccesses {
@@ -660,6 +709,9 @@ impl Inner {
             let p = f64::from_bits(self.slow_sample_p.load(Ordering::Relaxed));
             p >= 1.0 || (lock(&self.rng).next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < p
         };
+        if slow {
+            self.window_slow.fetch_add(1, Ordering::Relaxed);
+        }
         let mut e = lock(&self.epoch);
         if slow {
             e.slow += 1;
@@ -1048,26 +1100,29 @@ impl Inner {
         Ok(())
     }
 
-    /// Drops every run, telling the remove-event handler which drops are ours (it
-    /// consumes the record when the event arrives).
-    fn drop_runs(&self, rs: &[(usize, usize)]) -> io::Result<()> {
+    /// Drops every run, in as few calls (TLB shootdowns) as the region's memory
+    /// allows ([`RegionMemory::drop_page_runs`]), telling the remove-event handler
+    /// which drops are ours (it consumes the record when the event arrives).
+    ///
+    /// # Errors
+    /// The runs dropped before the failure (from the first) and the error.
+    fn drop_runs(&self, rs: &[(usize, usize)]) -> Result<(), (usize, io::Error)> {
         let tracked = self.cfg.track_remove && self.mem.drop_raises_remove_event();
-        for &(first, count) in rs {
-            let span = (self.addr(first), self.addr(first + count));
-            if tracked {
-                lock(&self.own_drops).push(span);
-            }
-            if let Err(e) = self.mem.drop_pages(first, count) {
-                if tracked {
-                    let mut own = lock(&self.own_drops);
-                    if let Some(k) = own.iter().position(|&s| s == span) {
-                        own.swap_remove(k);
-                    }
+        let span = |&(first, count): &(usize, usize)| (self.addr(first), self.addr(first + count));
+        if tracked {
+            lock(&self.own_drops).extend(rs.iter().map(span));
+        }
+        let r = self.mem.drop_page_runs(rs);
+        if let (true, Err((done, _))) = (tracked, &r) {
+            // The runs not dropped raise no event: forget their records.
+            let mut own = lock(&self.own_drops);
+            for s in rs[*done..].iter().map(span) {
+                if let Some(k) = own.iter().position(|&x| x == s) {
+                    own.swap_remove(k);
                 }
-                return Err(e);
             }
         }
-        Ok(())
+        r
     }
 
     fn evict_batch(&self, mut pages: Vec<usize>) {
@@ -1163,42 +1218,62 @@ impl Inner {
                 }
             }
         }
-        // 6. Drop from memory; only then are they stored.
+        // 6. Drop from memory, every run in one call where the memory allows (one
+        //    TLB shootdown); only then are they stored. Runs a failed drop did not
+        //    reach are still mapped: they stay resident (the copy is harmless).
         let dropped = self.drop_runs(&rs);
+        let done = match &dropped {
+            Ok(()) => rs.len(),
+            Err((done, _)) => *done,
+        };
+        let (gone, kept) = rs.split_at(done);
+        let mut evicted = 0u64;
+        let mut reverted = Vec::new();
         {
             let mut t = lock(&self.table);
-            for &p in &claimed {
-                if t.st[p] == St::Dropping {
-                    if dropped.is_ok() {
+            for &(first, count) in gone {
+                for p in first..first + count {
+                    if t.st[p] == St::Dropping {
                         t.st[p] = St::Stored;
-                    } else {
-                        // Still mapped: keep it resident (the copy is harmless).
+                        evicted += 1;
+                    }
+                }
+            }
+            for &(first, count) in kept {
+                for p in first..first + count {
+                    if t.st[p] == St::Dropping {
                         t.st[p] = St::Resident;
                         t.resident += 1;
                         t.stored -= 1;
+                        reverted.push(p);
                     }
                 }
             }
         }
-        if let Err(e) = dropped {
-            let _ = self.protect_runs(&rs, false);
+        if let Err((_, e)) = &dropped {
+            let _ = self.protect_runs(kept, false);
+            self.n
+                .evict_failures
+                .fetch_add(reverted.len() as u64, Ordering::Relaxed);
+            let mut pl = lock(&self.placement);
+            for &p in &reverted {
+                pl.evict_failed(p);
+            }
+            drop(pl);
             self.note_error(format!("dropping evicted pages: {e}"));
-            return;
         }
         // 7. Unprotect and wake writers, and faults left waiting on the drop: they
         //    find the pages stored and fault them back in. Where the drop cleared the
         //    protection with the page (anonymous memory), waking is enough and costs
         //    no TLB shootdown.
         if self.mem.drop_clears_write_protect() {
-            for &(first, count) in &rs {
+            for &(first, count) in gone {
                 let _ = self.uffd.wake(self.addr(first), (count * PAGE) as u64);
             }
-        } else if let Err(e) = self.protect_runs(&rs, false) {
+        } else if let Err(e) = self.protect_runs(gone, false) {
             self.note_error(format!("unprotecting evicted pages: {e}"));
         }
-        self.n
-            .evictions
-            .fetch_add(claimed.len() as u64, Ordering::Relaxed);
+        self.n.evictions.fetch_add(evicted, Ordering::Relaxed);
     }
 
     fn sample_begin(&self) -> Vec<usize> {
@@ -1226,6 +1301,14 @@ impl Inner {
                 choose(&mut rng, &resident_pages, k)
             });
             drop(rng);
+            if !self.cfg.sample_drop {
+                drop(t);
+                for run in runs(&chosen) {
+                    let _ = self.protect_runs(&[run], true);
+                    let _ = self.protect_runs(&[run], false);
+                }
+                return Vec::new();
+            }
             for &p in &chosen {
                 t.st[p] = St::SampleDrop;
             }
@@ -1237,72 +1320,98 @@ impl Inner {
             });
             (chosen, resident)
         };
-        // Run by run, so that a thread touching a page of one run waits for that
-        // run only: protect, copy aside, drop, then lift the protection (or, where
-        // the drop cleared it, just wake the writers that waited).
+        // In groups of up to SAMPLE_GROUP runs: protect each run, copy its pages
+        // aside, drop the group's runs in one call (one TLB shootdown where the
+        // memory allows it, instead of one per run), then lift the protection (or,
+        // where the drop cleared it, just wake the writers that waited). A thread
+        // touching a sampled page waits for its group only.
         let wp_cleared = self.mem.drop_clears_write_protect();
         let mut failed: Vec<usize> = Vec::new();
-        for run in runs(&chosen) {
-            let rs = [run];
-            let pages = run.0..run.0 + run.1;
-            let revert = |failed: &mut Vec<usize>, why: String| {
-                let mut t = lock(&self.table);
-                for p in pages.clone() {
+        let revert = |rs: &[(usize, usize)], failed: &mut Vec<usize>, why: String| {
+            let mut t = lock(&self.table);
+            for &(first, count) in rs {
+                for p in first..first + count {
                     if matches!(t.st[p], St::SampleDrop | St::SampleDropping) {
                         t.stash.remove(&p);
                         t.st[p] = St::Resident;
                     }
+                    failed.push(p);
                 }
-                drop(t);
-                let _ = self.protect_runs(&rs, false);
-                failed.extend(pages.clone());
-                self.note_error(format!("sampling: {why}"));
-            };
-            if let Err(e) = self.protect_runs(&rs, true) {
-                revert(&mut failed, format!("write-protecting page {}: {e}", run.0));
-                continue;
             }
-            let mut copies = Vec::with_capacity(run.1);
-            let mut read_ok = true;
-            for p in pages.clone() {
-                let mut b = vec![0u8; PAGE].into_boxed_slice();
-                if let Err(e) = self.mem.read_page(p, &mut b) {
-                    revert(&mut failed, format!("reading page {p}: {e}"));
-                    read_ok = false;
-                    break;
+            drop(t);
+            let _ = self.protect_runs(rs, false);
+            self.note_error(format!("sampling: {why}"));
+        };
+        let all_runs = runs(&chosen);
+        for group in all_runs.chunks(SAMPLE_GROUP) {
+            let mut ready: Vec<(usize, usize)> = Vec::with_capacity(group.len());
+            let mut copies: Vec<(usize, Box<[u8]>)> = Vec::new();
+            for &run in group {
+                if let Err(e) = self.protect_runs(&[run], true) {
+                    revert(
+                        &[run],
+                        &mut failed,
+                        format!("write-protecting page {}: {e}", run.0),
+                    );
+                    continue;
                 }
-                copies.push(b);
+                let mut mine = Vec::with_capacity(run.1);
+                let mut read_ok = true;
+                for p in run.0..run.0 + run.1 {
+                    let mut b = vec![0u8; PAGE].into_boxed_slice();
+                    if let Err(e) = self.mem.read_page(p, &mut b) {
+                        revert(&[run], &mut failed, format!("reading page {p}: {e}"));
+                        read_ok = false;
+                        break;
+                    }
+                    mine.push((p, b));
+                }
+                if read_ok {
+                    ready.push(run);
+                    copies.extend(mine);
+                }
             }
-            if !read_ok {
+            if ready.is_empty() {
                 continue;
             }
             {
                 let mut t = lock(&self.table);
-                for (p, b) in pages.clone().zip(copies) {
+                for (p, b) in copies {
                     if t.st[p] == St::SampleDrop {
                         t.stash.insert(p, b);
                         t.st[p] = St::SampleDropping;
                     }
                 }
             }
-            if let Err(e) = self.drop_runs(&rs) {
-                // Still mapped: nothing to sample.
-                revert(&mut failed, format!("dropping page {}: {e}", run.0));
-                continue;
-            }
+            let done = match self.drop_runs(&ready) {
+                Ok(()) => ready.len(),
+                Err((done, e)) => {
+                    // Still mapped: nothing to sample there.
+                    revert(
+                        &ready[done..],
+                        &mut failed,
+                        format!("dropping page {}: {e}", ready[done].0),
+                    );
+                    done
+                }
+            };
+            let dropped = &ready[..done];
             {
                 let mut t = lock(&self.table);
-                for p in pages.clone() {
-                    if t.st[p] == St::SampleDropping {
-                        t.st[p] = St::Sampled;
+                for &(first, count) in dropped {
+                    for p in first..first + count {
+                        if t.st[p] == St::SampleDropping {
+                            t.st[p] = St::Sampled;
+                        }
                     }
                 }
             }
-            let (addr, len) = (self.addr(run.0), (run.1 * PAGE) as u64);
             if wp_cleared {
-                let _ = self.uffd.wake(addr, len);
+                for &(first, count) in dropped {
+                    let _ = self.uffd.wake(self.addr(first), (count * PAGE) as u64);
+                }
             } else {
-                let _ = self.protect_runs(&rs, false);
+                let _ = self.protect_runs(dropped, false);
             }
         }
         let sampled: Vec<usize> = if failed.is_empty() {
@@ -1349,24 +1458,43 @@ impl Inner {
             hits: w.hits,
         };
         lock(&self.epoch).fast += est.estimate();
-        if est.sampled > 0 {
-            let p = est.hits as f64 / est.sampled as f64;
-            let old = f64::from_bits(self.hit_share.load(Ordering::Relaxed));
-            self.hit_share
-                .store((0.75 * old + 0.25 * p).to_bits(), Ordering::Relaxed);
+        {
+            let slow = self.window_slow.swap(0, Ordering::Relaxed);
+            let mut z = lock(&self.sizing);
+            z.sampled = 0.75 * z.sampled + est.sampled as f64;
+            z.hits = 0.75 * z.hits + est.hits as f64;
+            z.slow = 0.75 * z.slow + slow as f64;
+            z.fast = 0.75 * z.fast + est.estimate();
+            z.windows += 1;
         }
         self.n.sample_windows.fetch_add(1, Ordering::Relaxed);
         est
     }
 
-    /// Pages to sample in the next window (see [`TierConfig::sample_target_hits`]).
+    /// Pages to sample in the next window (see [`TierConfig::sample_target_hits`]
+    /// and [`TierConfig::sample_fmmr_error`]).
     fn sample_size(&self) -> usize {
         let max = self.cfg.sample_pages;
-        if self.cfg.sample_target_hits == 0 {
+        let target = self.cfg.sample_target_hits as f64;
+        if target == 0.0 {
             return max;
         }
-        let p = f64::from_bits(self.hit_share.load(Ordering::Relaxed)).max(0.01);
-        ((self.cfg.sample_target_hits as f64 / p).ceil() as usize).clamp(8.min(max), max)
+        let z = lock(&self.sizing);
+        let p = (z.sampled > 0.0).then(|| z.hits / z.sampled);
+        let for_target = (target / p.unwrap_or(1.0).max(0.01)).ceil();
+        let eps = self.cfg.sample_fmmr_error;
+        if eps.is_nan() || eps <= 0.0 {
+            return (for_target.min(max as f64) as usize).clamp(8.min(max), max);
+        }
+        let cap = (for_target.min(max as f64) as usize).clamp(1.min(max), max);
+        // The region's recent FMMR: unknown before anything was seen; 0 for a
+        // region sampled without a hit or a slow fault (idle).
+        let x = if z.slow > 0.0 || z.fast > 0.0 {
+            Some(z.slow / (z.slow + z.fast))
+        } else {
+            (z.sampled > 0.0).then_some(0.0)
+        };
+        pages_for_fmmr_error(x, p, z.windows_per_epoch.max(1), eps, 1, cap)
     }
 
     /// Reads pending events after the fault thread stopped: remove events are

@@ -30,12 +30,26 @@
 //! per window, and 4.3 % over the 20 windows of a 1 s epoch of 50 ms windows. A page
 //! that is touched between the window's sampling and its drop is missed (the drop
 //! comes a few microseconds after the choice), and hits take one extra fault each:
-//! `k` faults per window at most. The error depends on the hits `k·p`, the cost too
-//! (each hit is a fault of the touching thread, 20–50 µs on a VM: 64 pages per 50 ms
-//! window cost GUPS 5–10 % of its throughput here, 16 pages about 1 %), so the
-//! manager sizes `k` for about 16 hits per window from the hit share of past windows
-//! (`TierConfig::sample_target_hits`): with `p = 0.85` that is `k = 19` and 9 % per
-//! window, 2 % per 1 s epoch; a sparse workload gets up to 64 pages.
+//! `k` faults per window at most.
+//!
+//! **Cost, and how much to sample.** Each hit is a fault of the touching thread,
+//! which sleeps until the manager's fault thread has put the page back: 40–65 µs
+//! here (two vCPU wake-ups on a VM), measured as the updater's blocked time in
+//! `bench/tiering/results/overhead-ablation`. Each sampled page also costs a
+//! write-protect and a drop, TLB shootdowns both (the drops of up to 8 runs go in one
+//! call where the memory allows, see the manager). At about 16 hits per window (20
+//! windows a second) GUPS spent 1.5–2 % of its time blocked in sample hits alone. Yet
+//! the policy does not use all that precision: a region whose touches all hit fast
+//! memory has `a_miss = 0` whatever `a_fast` is, and the error of
+//! `a_miss = a_slow/(a_slow + a_fast)` is `a_miss(1 − a_miss)` times the relative
+//! error of `a_fast`, small near 0. So the manager samples what
+//! [`pages_for_fmmr_error`] asks for an epoch FMMR with a standard error of
+//! `TierConfig::sample_fmmr_error` (0.01), from the region's recent FMMR and hit
+//! share: one page per window when everything hits fast memory, enough for about 20
+//! hits per epoch at least once there are slow accesses, and up to 64 pages (or
+//! `TierConfig::sample_target_hits` hits, 16, per window) as the FMMR nears 1/2.
+//! With `p = 0.85` and one page per window an epoch's `a_fast` has a relative error
+//! of 9 %; at `a_miss = 0.1` with 2 pages per window 7 %, an FMMR error of 0.006.
 //!
 //! **Per-page samples (hotness bins).** MaxMem bins pages by their share of PEBS
 //! samples, which every page gets in proportion to its accesses whatever its tier.
@@ -80,6 +94,65 @@ impl WindowEstimate {
         let p = self.hits as f64 / k;
         let fpc = if r > 1.0 { (r - k) / (r - 1.0) } else { 0.0 };
         Some(((1.0 - p) / (k * p) * fpc.max(0.0)).sqrt())
+    }
+}
+
+/// Hits an epoch's sample is sized for at least while the process has slow
+/// accesses (see [`pages_for_fmmr_error`]).
+pub const MIN_EPOCH_HITS: f64 = 20.0;
+
+/// Pages to sample per window so that an epoch's measured FMMR has about the
+/// standard error `target_error` (absolute, in FMMR units), from the recent past:
+/// the FMMR `x` (`None` while unknown), the share `p` of sampled pages hit (`None`
+/// before any sample) and the windows per epoch `windows`. Clamped to
+/// `[min_pages, max_pages]` (`max_pages` wins).
+///
+/// An epoch's FMMR is `x = a_slow / (a_slow + a_fast)`, `a_slow` exact and
+/// `a_fast` the sum of the windows' `Ĥ`. To first order, `SE(x) = x(1 − x) ·
+/// SE(â_fast)/a_fast`, and with `K` pages sampled over the epoch's windows the
+/// relative standard error of `â_fast` is `sqrt((1 − p)/(K·p))` (the
+/// hypergeometric error above, the finite-population factor taken as 1). So
+/// `K = (x(1 − x))² (1 − p) / (p · target_error²)`, spread over the windows. The
+/// factor `x(1 − x)` is taken as 1/4 (its largest) once `x ≥ 1/2`; `p` is floored
+/// at 0.01. The formula fails for small `K`: an epoch whose sample happens to hold
+/// no hit measures `a_fast = 0`, hence `x = 1` if it had any slow access, and the
+/// policy would see a needy process. So while `x > 0`, `K` is at least
+/// [`MIN_EPOCH_HITS`]`/p` (such an epoch then has probability about
+/// `e^-MIN_EPOCH_HITS`). A process whose accesses all hit fast memory (`x = 0`)
+/// needs no precision at all: `a_miss` is 0 whatever `a_fast` is (and 0 outright
+/// if the sample saw nothing either), so it gets `min_pages`. An unknown `x` or
+/// `p` gets `max_pages`.
+///
+/// Examples (`target_error = 0.01`, 20 windows): `x = 0.3, p = 0.5` needs
+/// `K = 441`, 23 pages per window; `x = 0.1, p = 0.85` needs `K = 15` for the
+/// error but 24 for the hits, 2 pages per window; `x = 0` needs none.
+pub fn pages_for_fmmr_error(
+    x: Option<f64>,
+    p: Option<f64>,
+    windows: u32,
+    target_error: f64,
+    min_pages: usize,
+    max_pages: usize,
+) -> usize {
+    let min_pages = min_pages.min(max_pages);
+    let (Some(x), Some(p)) = (x, p) else {
+        return max_pages;
+    };
+    if target_error.is_nan() || target_error <= 0.0 {
+        return max_pages;
+    }
+    let x = x.clamp(0.0, 1.0);
+    let g = if x >= 0.5 { 0.25 } else { x * (1.0 - x) };
+    let p = p.clamp(0.01, 1.0);
+    let mut per_epoch = g * g * (1.0 - p) / (p * target_error * target_error);
+    if x > 0.0 {
+        per_epoch = per_epoch.max(MIN_EPOCH_HITS / p);
+    }
+    let per_window = (per_epoch / windows.max(1) as f64).ceil();
+    if per_window >= max_pages as f64 {
+        max_pages
+    } else {
+        (per_window as usize).clamp(min_pages, max_pages)
     }
 }
 
@@ -232,6 +305,100 @@ mod tests {
             choose_by_rejection(&mut rng, 10, 0, 50, |_| true),
             Some(vec![])
         );
+    }
+
+    #[test]
+    fn pages_for_fmmr_error_by_hand() {
+        // x = 0.1, p = 0.85, ε = 0.01: K = (0.09)²·0.15/(0.85·1e-4) = 14.29, but at
+        // least 20/0.85 = 23.5 for the hits; over 20 windows: 1.18 → 2 pages.
+        assert_eq!(
+            pages_for_fmmr_error(Some(0.1), Some(0.85), 20, 0.01, 1, 64),
+            2
+        );
+        // x = 0.3, p = 0.5: K = (0.21)²·0.5/(0.5·1e-4) = 441 → 22.05 → 23 pages.
+        assert_eq!(
+            pages_for_fmmr_error(Some(0.3), Some(0.5), 20, 0.01, 1, 64),
+            23
+        );
+        // x ≥ 1/2 counts as 1/2: x = 0.9, p = 0.5: K = 0.0625·0.5/(0.5e-4) = 625
+        // → 32 pages.
+        assert_eq!(
+            pages_for_fmmr_error(Some(0.9), Some(0.5), 20, 0.01, 1, 64),
+            32
+        );
+        // All in fast memory: the floor. Unknown: the most.
+        assert_eq!(
+            pages_for_fmmr_error(Some(0.0), Some(0.85), 20, 0.01, 1, 64),
+            1
+        );
+        assert_eq!(pages_for_fmmr_error(None, Some(0.85), 20, 0.01, 1, 64), 64);
+        assert_eq!(pages_for_fmmr_error(Some(0.2), None, 20, 0.01, 1, 64), 64);
+        // Sparse hits (p floored at 0.01) and a tight target: capped.
+        assert_eq!(
+            pages_for_fmmr_error(Some(0.4), Some(0.0), 20, 0.01, 1, 64),
+            64
+        );
+        // No sampling at all (max 0) wins over the floor.
+        assert_eq!(
+            pages_for_fmmr_error(Some(0.4), Some(0.5), 20, 0.01, 1, 0),
+            0
+        );
+        // One window per epoch: the whole K in it (x = 0.3, p = 0.9: K = 0.0441·0.1
+        // /(0.9·1e-4) = 49, the hits need 22.2).
+        assert_eq!(
+            pages_for_fmmr_error(Some(0.3), Some(0.9), 1, 0.01, 1, 64),
+            49
+        );
+    }
+
+    /// The sizing rule keeps its promise: windows sized by
+    /// [`pages_for_fmmr_error`] give epoch FMMRs whose spread is about the target.
+    #[test]
+    fn sized_samples_meet_the_fmmr_error() {
+        let mut rng = Rng::new(11);
+        let r = 20_000usize;
+        let pages: Vec<usize> = (0..r).collect();
+        let windows = 20u32;
+        // Sized by the error (x = 0.13, p = 0.5, 2 pages per window), and by the hits
+        // (x = 0.016, p = 0.3: 4 pages per window, an error well below the target).
+        for (touched, slow, target) in [(10_000usize, 30_000u64, 0.02), (6_000, 2_000, 0.01)] {
+            let p = touched as f64 / r as f64;
+            let x_true = slow as f64 / (slow as f64 + touched as f64 * windows as f64);
+            let k = pages_for_fmmr_error(Some(x_true), Some(p), windows, target, 1, 4096);
+            let epochs = 1500;
+            let (mut sum, mut sum_sq) = (0.0, 0.0);
+            for _ in 0..epochs {
+                let mut fast = 0.0;
+                for _ in 0..windows {
+                    let sample = choose(&mut rng, &pages, k);
+                    let hits = sample.iter().filter(|&&q| q < touched).count() as u64;
+                    fast += WindowEstimate {
+                        resident: r as u64,
+                        sampled: k as u64,
+                        hits,
+                    }
+                    .estimate();
+                }
+                let x = slow as f64 / (slow as f64 + fast);
+                sum += x;
+                sum_sq += x * x;
+            }
+            let mean = sum / epochs as f64;
+            let sd = (sum_sq / epochs as f64 - mean * mean).sqrt();
+            // The spread the first-order formula gives for this k, at most the target;
+            // the ratio's second-order bias is small beside it.
+            let kk = (k * windows as usize) as f64;
+            let predicted = x_true * (1.0 - x_true) * ((1.0 - p) / (kk * p)).sqrt();
+            assert!(predicted <= target, "k={k} predicted {predicted}");
+            assert!(
+                (sd / predicted - 1.0).abs() < 0.25,
+                "k={k} sd={sd} predicted {predicted}"
+            );
+            assert!(
+                (mean - x_true).abs() < target / 4.0,
+                "mean {mean}, x {x_true}"
+            );
+        }
     }
 
     /// The estimator against known access patterns, drawn exactly as the manager

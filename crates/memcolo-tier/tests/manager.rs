@@ -670,3 +670,90 @@ fn production_mix_anon_with_remove_events() {
     let (r, u) = anon(256, features::EVENT_REMOVE);
     production_mix(Box::new(r.memory()), u, r.as_ptr(), true);
 }
+
+/// Scattered runs dropped in one batched call (`process_madvise` on this process)
+/// read as zeros afterwards; the pages between them keep their bytes.
+#[test]
+fn batched_drops_of_scattered_runs() {
+    let pages = 256;
+    let r = AnonRegion::new(pages).unwrap();
+    write_all(r.as_ptr(), pages, 4);
+    let runs = [(1, 1), (5, 3), (100, 2), (255, 1)];
+    r.memory().drop_page_runs(&runs).unwrap();
+    let mut want = vec![0u8; PAGE];
+    for p in 0..pages {
+        let dropped = runs.iter().any(|&(f, c)| (f..f + c).contains(&p));
+        if dropped {
+            assert!(
+                page_slice(r.as_ptr(), p).iter().all(|&b| b == 0),
+                "page {p}"
+            );
+        } else {
+            fill(&mut want, p, 4);
+            assert!(page_slice(r.as_ptr(), p) == want.as_slice(), "page {p}");
+        }
+    }
+    // More runs than one call takes (1024): all dropped.
+    write_all(r.as_ptr(), pages, 5);
+    let many: Vec<(usize, usize)> = (0..pages).map(|p| (p, 1)).collect();
+    let mut twice = many.clone();
+    twice.extend(many.iter().copied().cycle().take(1200 - pages));
+    r.memory().drop_page_runs(&twice).unwrap();
+    for p in 0..pages {
+        assert!(
+            page_slice(r.as_ptr(), p).iter().all(|&b| b == 0),
+            "page {p}"
+        );
+    }
+}
+
+/// The sample follows the precision the FMMR needs: a region whose touches all hit
+/// fast memory is sampled one page per window; slow faults make it sample more.
+/// Sampled pages are still put back intact.
+#[test]
+fn sample_size_follows_the_fmmr_precision_needed() {
+    if !permitted() {
+        return;
+    }
+    let pages = 1024;
+    let touched = 600;
+    let (r, u) = anon(pages, 0);
+    let m = TierManager::start(
+        u,
+        Box::new(r.memory()),
+        store(),
+        Box::new(NoPlacement),
+        TierConfig::new(11),
+    )
+    .unwrap();
+    write_all(r.as_ptr(), pages, 3);
+    let touch = |w: usize| {
+        for p in 0..touched {
+            // SAFETY: reading page p of the live region.
+            unsafe { std::ptr::read_volatile(r.as_ptr().add(p * PAGE + (w % PAGE))) };
+        }
+    };
+    // Before anything is known: the most for 16 hits (p̂ taken as 1).
+    let mut sizes = Vec::new();
+    for w in 0..6 {
+        sizes.push(m.sample_begin().len());
+        touch(w);
+        m.sample_end();
+    }
+    assert_eq!(sizes[0], 16, "{sizes:?}");
+    assert!(sizes[1..].iter().all(|&k| k == 1), "{sizes:?}");
+    // Slow faults: 60 touched pages evicted and touched again.
+    m.evict(&(0..touched).step_by(10).collect::<Vec<_>>());
+    m.wait_evictions();
+    let mut sizes = Vec::new();
+    for w in 0..4 {
+        sizes.push(m.sample_begin().len());
+        touch(w);
+        m.sample_end();
+    }
+    assert_eq!(sizes[0], 1, "{sizes:?}");
+    assert!(sizes[1] > 8, "{sizes:?}");
+    assert!(m.stats().slow_faults >= 60);
+    check_all(r.as_ptr(), pages, 3);
+    m.stop().unwrap();
+}
