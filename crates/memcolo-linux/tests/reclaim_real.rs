@@ -1,6 +1,7 @@
 //! The asynchronous-reclaim mechanisms on the real kernel: a real process in a
-//! scratch memory cgroup whose pages are reclaimed — by stepping the v1 limit and by
-//! batched `process_madvise(MADV_PAGEOUT)` — and counted, with its data intact
+//! scratch memory cgroup whose pages are reclaimed — by stepping the v1 limit, by
+//! batched `process_madvise(MADV_PAGEOUT)` and by dropping the page cache of the
+//! files it holds, lowest offset first — and counted, with its data intact
 //! afterwards. Anonymous pages need swap: the tests add a small zram swap device of
 //! their own (`/sys/class/zram-control/hot_add`) and remove it afterwards. They skip,
 //! saying why, without root or a cgroup v1 memory controller.
@@ -9,8 +10,15 @@ mod common;
 
 use memcolo_linux::cgroup::{Limit, MemoryCgroup};
 use memcolo_linux::procfs::ProcFs;
-use memcolo_linux::reclaim::{reclaim_cgroup, PageoutCursor, VmaKind};
+use memcolo_linux::reclaim::{
+    drop_file_cache, reclaim_cgroup, reclaim_cgroup_file_first, PageoutCursor, VmaKind,
+};
+use std::collections::HashSet;
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 const MIB: u64 = 1 << 20;
@@ -212,4 +220,195 @@ fn pageout_cursor_swaps_out_a_real_process_in_batches() {
     // The process has exited: the cursor reports it as gone, not a crash.
     let err = cursor.pageout(&procfs, MIB).unwrap_err();
     assert!(err.is_not_found(), "{err}");
+}
+
+/// A temp dir on a disk filesystem (page cache behaves as on a server, unlike tmpfs).
+fn disk_tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("memcolo-test")
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
+/// Writes `bytes` to `path`, syncs it (clean pages) and drops its page cache, so that
+/// whoever reads it next is charged for it.
+fn write_uncached(path: &Path, bytes: u64) {
+    let mut f = File::create(path).unwrap();
+    let chunk = vec![0x5au8; MIB as usize];
+    for _ in 0..bytes / MIB {
+        f.write_all(&chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+    memcolo_linux::filecache::fadvise_dontneed(path).unwrap();
+}
+
+/// Bytes of `[off, off + len)` of `path` in the page cache (`mincore`).
+fn cached_in(path: &Path, off: u64, len: u64) -> u64 {
+    let f = File::open(path).unwrap();
+    // SAFETY: a fresh shared read-only mapping of an open file, unmapped below.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            off as libc::off_t,
+        )
+    };
+    assert_ne!(addr, libc::MAP_FAILED);
+    let mut vec = vec![0u8; (len / 4096) as usize];
+    // SAFETY: one byte per page of the mapping.
+    let rc = unsafe { libc::mincore(addr, len as usize, vec.as_mut_ptr()) };
+    // SAFETY: unmapping exactly what was mapped.
+    unsafe { libc::munmap(addr, len as usize) };
+    assert_eq!(rc, 0);
+    vec.iter().filter(|b| *b & 1 != 0).count() as u64 * 4096
+}
+
+/// A child that reads `path` whole (its page cache is charged to the child's group)
+/// and then holds it open as its stdin; started stopped on a pipe so that `cg` can
+/// take it first.
+struct FileHolder(Child);
+
+impl FileHolder {
+    fn start(path: &Path, cg: Option<&MemoryCgroup>) -> FileHolder {
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                "read go; cat \"$0\" > /dev/null; echo ready; exec sleep 120 < \"$0\"",
+                &path.display().to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(cg) = cg {
+            cg.add_proc(child.id() as i32).unwrap();
+        }
+        child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        // `exec sleep < file` follows `ready`: wait until the fd is there.
+        let fd0 = format!("/proc/{}/fd/0", child.id());
+        for _ in 0..200 {
+            if std::fs::read_link(&fd0).is_ok_and(|t| t == path) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        FileHolder(child)
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for FileHolder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether this kernel has `cachestat(2)` (6.5+); prints why not otherwise.
+fn has_cachestat(test: &str, path: &Path) -> bool {
+    match memcolo_linux::filecache::cache_stat(path) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("{test}: skipped: {e}");
+            false
+        }
+    }
+}
+
+#[test]
+fn file_cache_is_dropped_lowest_offset_first_and_protected_files_are_kept() {
+    let test = "file_cache_is_dropped_lowest_offset_first_and_protected_files_are_kept";
+    let dir = disk_tempdir();
+    let path = dir.path().join("stream-64m");
+    write_uncached(&path, 64 * MIB);
+    if !has_cachestat(test, &path) {
+        return;
+    }
+    let holder = FileHolder::start(&path, None);
+    let procfs = ProcFs::root();
+    assert!(cached_in(&path, 0, 64 * MIB) >= 60 * MIB);
+
+    // A file an LC process holds is never advised.
+    let id = {
+        let m = std::fs::metadata(&path).unwrap();
+        (m.dev(), m.ino())
+    };
+    let protected: HashSet<_> = [id].into();
+    let r = drop_file_cache(&procfs, &[holder.pid()], 16 * MIB, &protected).unwrap();
+    assert_eq!(r.dropped_bytes, 0, "{r:?}");
+    assert!(cached_in(&path, 0, 64 * MIB) >= 60 * MIB);
+
+    // 16 MiB asked: the first 16 MiB of the file go, the rest stays.
+    let r = drop_file_cache(&procfs, &[holder.pid()], 16 * MIB, &HashSet::new()).unwrap();
+    assert!(
+        r.dropped_bytes >= 15 * MIB && r.dropped_bytes <= 17 * MIB,
+        "{r:?}"
+    );
+    assert_eq!(r.files, 1);
+    assert!(r.droppable_bytes >= 60 * MIB, "{r:?}");
+    assert!(
+        cached_in(&path, 0, 15 * MIB) == 0,
+        "low offsets still cached"
+    );
+    assert!(cached_in(&path, 20 * MIB, 44 * MIB) >= 43 * MIB);
+    // The next batch takes the next lowest cached offsets, not the same range again.
+    let r = drop_file_cache(&procfs, &[holder.pid()], 16 * MIB, &HashSet::new()).unwrap();
+    assert!(r.dropped_bytes >= 15 * MIB, "{r:?}");
+    assert!(cached_in(&path, 0, 31 * MIB) == 0);
+    assert!(cached_in(&path, 36 * MIB, 28 * MIB) >= 27 * MIB);
+    // An exited process has nothing to drop.
+    let pid = holder.pid();
+    drop(holder);
+    let r = drop_file_cache(&procfs, &[pid], 16 * MIB, &HashSet::new()).unwrap();
+    assert_eq!(r.dropped_bytes, 0);
+}
+
+#[test]
+fn file_first_reclaim_takes_a_groups_page_cache_before_its_limit() {
+    let test = "file_first_reclaim_takes_a_groups_page_cache_before_its_limit";
+    if !common::real_cgroup_v1_available(test) {
+        return;
+    }
+    let dir = disk_tempdir();
+    let path = dir.path().join("stream-64m");
+    write_uncached(&path, 64 * MIB);
+    if !has_cachestat(test, &path) {
+        return;
+    }
+    let scratch = Scratch::new("filefirst");
+    let cg = &scratch.cg;
+    cg.write_limit(Limit::Bytes(512 * MIB)).unwrap();
+    let holder = FileHolder::start(&path, Some(cg));
+    let before = cg.read_usage_bytes().unwrap();
+    assert!(
+        before >= 60 * MIB,
+        "the page cache is the group's: {before}"
+    );
+    let procfs = ProcFs::root();
+    let out = reclaim_cgroup_file_first(cg, &procfs, 24 * MIB, &HashSet::new()).unwrap();
+    let after = cg.read_usage_bytes().unwrap();
+    assert!(out.reclaimed_bytes >= 23 * MIB, "{out:?}");
+    assert!(after + 20 * MIB <= before, "usage {before} -> {after}");
+    // Taken from the low offsets of the file, the rest still cached.
+    assert_eq!(cached_in(&path, 0, 23 * MIB), 0);
+    assert!(cached_in(&path, 28 * MIB, 36 * MIB) >= 35 * MIB);
+    assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(512 * MIB));
+    // Asking for more than its page cache: the rest from the kernel's LRU of the
+    // group (a limit step; without swap it finds little), the limit restored.
+    let out = reclaim_cgroup_file_first(cg, &procfs, 256 * MIB, &HashSet::new()).unwrap();
+    assert!(out.reclaimed_bytes >= 35 * MIB, "{out:?}");
+    assert!(cached_in(&path, 0, 64 * MIB) <= MIB);
+    assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(512 * MIB));
+    drop(holder);
 }
