@@ -127,7 +127,10 @@ MC_EXPORT void MC_NAME(free)(void *p) {
     if (mc_unlikely(n != 0 && b->slots[n - 1] == p)) mc_double_free(p, cls);
     MC_DEBUG_FREE_CHECK(p, cls);
     if (mc_unlikely(n >= b->max)) {
-      mc_tcache_overflow(tc, cls);
+      if (mc_unlikely(!mc_tcache_overflow(tc, cls))) {
+        mc_central_return(cls, &p, 1);
+        return;
+      }
       n = b->count;
     }
     b->slots[n] = p;

@@ -21,19 +21,25 @@
 #include "internal.h"
 
 #define MC_TRANSFER_SLOTS 256
+#ifndef MC_TRANSFER_BYTES
+#define MC_TRANSFER_BYTES (32 << 10) /* a transfer cache holds this much, at least two batches */
+#endif
 
 typedef struct mc_central_s {
   pthread_mutex_t lock;
   int ntransfer, transfer_max;
   mc_span_t *nonempty;
-  void **transfer;           /* MC_TRANSFER_SLOTS, in mc_transfer_slots */
+  void **transfer;           /* transfer_max slots, in mc_transfer_slots */
 } __attribute__((aligned(64))) mc_central_t;
 
 /* The headers are dense (one cache line each) and the transfer arrays apart, so that
  * a process touches (and keeps resident) only the arrays of the classes it uses: set
- * up in place, 8 shards x 40 classes of arrays would cost 700 KiB of RSS at start. */
+ * up in place, 8 shards x 40 classes of arrays would cost 700 KiB of RSS at start.
+ * The arrays are packed end to end, each of its class's bound (transfer_max slots, not
+ * MC_TRANSFER_SLOTS), so that a shard's arrays for the classes a program uses share
+ * pages (about 25 KiB per shard for the classes up to 512 B, not 2 KiB per class). */
 static mc_central_t mc_central[MC_MAX_SHARDS][MC_CLASSES];
-static void *mc_transfer_slots[MC_MAX_SHARDS][MC_CLASSES][MC_TRANSFER_SLOTS];
+static void *mc_transfer_slots[MC_MAX_SHARDS * MC_CLASSES * MC_TRANSFER_SLOTS];
 unsigned mc_nshards = 1;
 
 /* short critical sections: spin a little before sleeping (glibc's adaptive mutex) */
@@ -46,14 +52,16 @@ void mc_central_init(void) {
   unsigned n = 1;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) n = (unsigned)CPU_COUNT(&set);
   mc_nshards = n < 1 ? 1 : (n > MC_MAX_SHARDS ? MC_MAX_SHARDS : n);
+  size_t used = 0;
   for (unsigned sh = 0; sh < mc_nshards; sh++) { /* the other shards are never used */
     for (unsigned c = 1; c < MC_CLASSES; c++) {
       mc_central_t *ce = &mc_central[sh][c];
       pthread_mutex_init(&ce->lock, &mc_central_attr);
-      ce->transfer = mc_transfer_slots[sh][c];
-      int m = (int)((size_t)(32 << 10) / mc_class_size[c]);
+      int m = (int)((size_t)MC_TRANSFER_BYTES / mc_class_size[c]);
       if (m < 2 * mc_class_batch[c]) m = 2 * mc_class_batch[c];
       ce->transfer_max = m > MC_TRANSFER_SLOTS ? MC_TRANSFER_SLOTS : m;
+      ce->transfer = &mc_transfer_slots[used];
+      used += (size_t)ce->transfer_max;
     }
   }
 }
@@ -200,8 +208,9 @@ static void return_to_shard(unsigned shard, unsigned cls, void **objs, mc_span_t
 void mc_central_return(unsigned cls, void **objs, int n) {
   /* validate against the page map (a corrupted thread cache list, or an invalid free)
    * and group by shard: usually all objects belong to one */
-  void *groups[MC_MAX_SHARDS][64];
-  mc_span_t *spans[MC_MAX_SHARDS][64]; /* the page map is read once per object */
+  unsigned nsh = mc_nshards; /* sized by the shards in use: 1 KiB of stack each */
+  void *groups[nsh][64];
+  mc_span_t *spans[nsh][64]; /* the page map is read once per object */
   int counts[MC_MAX_SHARDS] = {0};
   mc_span_t *empty = NULL;
   for (int i = 0; i < n; i++) {
@@ -210,6 +219,7 @@ void mc_central_return(unsigned cls, void **objs, int n) {
       mc_fatal("corrupted free list or invalid free: object ", objs[i], (long)cls, "an object of this size class");
     }
     unsigned sh = (unsigned)(e >> MC_PM_SHARD_SHIFT) & (MC_MAX_SHARDS - 1);
+    if (mc_unlikely(sh >= nsh)) mc_fatal("corrupted page map entry for object ", objs[i], (long)cls, "a shard in use");
     spans[sh][counts[sh]] = (mc_span_t *)(e & MC_PM_SPAN_MASK);
     groups[sh][counts[sh]++] = objs[i];
     if (counts[sh] == 64) {
@@ -217,7 +227,7 @@ void mc_central_return(unsigned cls, void **objs, int n) {
       counts[sh] = 0;
     }
   }
-  for (unsigned sh = 0; sh < MC_MAX_SHARDS; sh++) {
+  for (unsigned sh = 0; sh < nsh; sh++) {
     if (counts[sh]) return_to_shard(sh, cls, groups[sh], spans[sh], counts[sh], &empty);
   }
   mc_heap_free_list(empty);

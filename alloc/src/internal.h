@@ -287,9 +287,13 @@ void mc_central_unlock_all(void);
 bool mc_central_contains(unsigned cls, const void *p);      /* debug: in a transfer cache or free in its span */
 
 /* ---------------------------------------------------------------- tcache.c */
+/* count <= max = min(the list's bound lmax, the capacity of slots): the fast paths
+ * look at max only */
 typedef struct mc_bin_s { uint32_t count, max; void **slots; } mc_bin_t;
 typedef struct mc_tcache_s {
   mc_bin_t bins[MC_CLASSES];
+  uint16_t lmax[MC_CLASSES];         /* the list's bound (slow start, byte budget) */
+  uint16_t cap[MC_CLASSES];          /* slots allocated (grown when count reaches it, 0 = none yet) */
   unsigned shard;
   uint64_t slow_calls, large_allocs; /* telemetry, summed by memcolo_stats */
   struct mc_tcache_s *next_all, *prev_all;
@@ -298,7 +302,7 @@ extern __thread mc_tcache_t *mc_tcache __attribute__((tls_model("initial-exec"))
 extern __thread int mc_tcache_dead __attribute__((tls_model("initial-exec")));
 mc_tcache_t *mc_tcache_get_slow(void);
 void *mc_tcache_refill(mc_tcache_t *tc, unsigned cls);
-void mc_tcache_overflow(mc_tcache_t *tc, unsigned cls);
+bool mc_tcache_overflow(mc_tcache_t *tc, unsigned cls); /* false: no room (give the object to central) */
 void mc_tcache_init(void);
 void mc_tcache_flush_all_for_fork_child(void);
 size_t mc_tcache_count(void);

@@ -10,6 +10,10 @@
  * peak RSS: memory parked in lists and half-used spans is resident. */
 #include "internal.h"
 
+#ifndef MC_BATCH_BYTES
+#define MC_BATCH_BYTES 16384 /* a batch between thread caches and central lists: this much */
+#endif
+
 uint32_t mc_class_size[MC_CLASSES];
 uint32_t mc_class_recip[MC_CLASSES];
 uint16_t mc_class_pages[MC_CLASSES];
@@ -39,7 +43,7 @@ void mc_sizeclass_init(void) {
     while (((pages * MC_PAGE_SIZE) % sz) > (pages * MC_PAGE_SIZE) / 8) pages++;
     mc_class_pages[i] = (uint16_t)pages;
     mc_class_recip[i] = (uint32_t)((((uint64_t)1 << 32) + sz - 1) / sz);
-    uint32_t batch = (uint32_t)(16384 / sz);
+    uint32_t batch = (uint32_t)(MC_BATCH_BYTES / sz);
     if (batch < 2) batch = 2;
     if (batch > 64) batch = 64;
     mc_class_batch[i] = (uint16_t)batch;

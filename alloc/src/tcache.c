@@ -1,11 +1,17 @@
 /* tcache.c — per-thread caches: per size class an array (a stack) of free objects, so
  * that malloc pops and free pushes a pointer without touching the object (jemalloc's
- * tcache bins, TCMalloc's per-CPU slabs). A list's bound starts at one batch and grows
- * by one batch on each underflow (TCMalloc's slow start) up to the class's capacity
- * (mc_class_tcap: a quarter of MEMCOLO_TCACHE's bytes); an overflow returns the oldest
- * half of the list to the central lists; a thread over its byte budget returns half of every
- * list. Each thread is given a central shard (round robin). Thread exit (pthread key
- * destructor) returns everything; caches and their arrays are recycled. */
+ * tcache bins, TCMalloc's per-CPU slabs). A list's bound starts at half a batch (a
+ * thread that only frees a class, a consumer, parks a quarter batch on average instead
+ * of half) and grows by one batch on each underflow (TCMalloc's slow start) up to the
+ * class's capacity (mc_class_tcap: a quarter of MEMCOLO_TCACHE's bytes); an overflow
+ * returns the oldest half of the list to the central lists; a thread over its byte
+ * budget returns half of every list. A list's array is allocated on its first use and
+ * doubled when frees fill it (up to the bound), so a thread keeps resident only the
+ * slots its lists reach: arrays of full capacity for every class cost about 60 KiB of
+ * RSS per thread (a page per class touched; 250 KiB of a producer/consumer run with
+ * four threads and a 4.7 MiB peak). Each thread is
+ * given a central shard (round robin). Thread exit (pthread key destructor) returns
+ * everything; caches and their arrays are recycled. */
 #include <string.h>
 
 #include "internal.h"
@@ -46,18 +52,30 @@ static void mc_tcache_destroy(void *arg) {
 
 void mc_tcache_init(void) { pthread_key_create(&mc_tcache_key, mc_tcache_destroy); }
 
-/* a new cache record with its arrays (metadata memory, only touched slots resident) */
-static mc_tcache_t *mc_tcache_new(void) {
-  size_t slots = 0;
-  for (unsigned c = 1; c < MC_CLASSES; c++) slots += mc_class_tcap[c];
-  mc_tcache_t *tc = (mc_tcache_t *)mc_os_meta_alloc(sizeof(mc_tcache_t) + slots * sizeof(void *));
-  if (tc == NULL) return NULL;
-  void **arr = (void **)(tc + 1);
-  for (unsigned c = 1; c < MC_CLASSES; c++) {
-    tc->bins[c].slots = arr;
-    arr += mc_class_tcap[c];
-  }
-  return tc;
+/* a new cache record; its arrays come with the first use of each class */
+static mc_tcache_t *mc_tcache_new(void) { return (mc_tcache_t *)mc_os_meta_alloc(sizeof(mc_tcache_t)); }
+
+/* makes the array of class cls hold at least `want` (<= mc_class_tcap) slots: a new
+ * array of twice the capacity (metadata memory, never freed: the old array's slots
+ * stay with the record, at most as many as the final array's); false on OOM */
+static bool mc_tcache_reserve(mc_tcache_t *tc, unsigned cls, uint32_t want) {
+  if (want <= tc->cap[cls]) return true;
+  uint32_t cap = 2u * tc->cap[cls];
+  if (cap < want) cap = want;
+  if (cap > mc_class_tcap[cls]) cap = mc_class_tcap[cls];
+  if (cap < want) return false;
+  void **arr = (void **)mc_os_meta_alloc((size_t)cap * sizeof(void *));
+  if (arr == NULL) return false;
+  mc_bin_t *b = &tc->bins[cls];
+  if (b->count) memcpy(arr, b->slots, (size_t)b->count * sizeof(void *));
+  b->slots = arr;
+  tc->cap[cls] = (uint16_t)cap;
+  return true;
+}
+
+/* the fast paths' bound: the list's bound within the array's capacity */
+static inline void mc_tcache_set_max(mc_tcache_t *tc, unsigned cls) {
+  tc->bins[cls].max = tc->lmax[cls] < tc->cap[cls] ? tc->lmax[cls] : tc->cap[cls];
 }
 
 mc_tcache_t *mc_tcache_get_slow(void) {
@@ -69,9 +87,10 @@ mc_tcache_t *mc_tcache_get_slow(void) {
   if (tc) mc_tcache_free = tc->next_all;
   else tc = mc_tcache_new();
   if (tc) {
-    for (unsigned c = 1; c < MC_CLASSES; c++) {
+    for (unsigned c = 1; c < MC_CLASSES; c++) { /* a recycled record keeps its arrays */
       tc->bins[c].count = 0;
-      tc->bins[c].max = mc_class_batch[c];
+      tc->lmax[c] = (uint16_t)((mc_class_batch[c] + 1) / 2);
+      mc_tcache_set_max(tc, c);
     }
     tc->shard = mc_tcache_next_shard++ % mc_nshards;
     tc->slow_calls = tc->large_allocs = 0;
@@ -92,19 +111,38 @@ mc_tcache_t *mc_tcache_get_slow(void) {
 void *mc_tcache_refill(mc_tcache_t *tc, unsigned cls) {
   mc_bin_t *b = &tc->bins[cls];
   uint32_t batch = mc_class_batch[cls];
+  /* slow start: a class that keeps missing may cache more (the array grows only when
+   * frees fill it: a thread that only allocates holds one batch's slots) */
+  if (tc->lmax[cls] + batch <= mc_class_tcap[cls]) tc->lmax[cls] = (uint16_t)(tc->lmax[cls] + batch);
+  if (!mc_tcache_reserve(tc, cls, batch)) { /* no array (metadata OOM): one object from the shard */
+    void *p = NULL;
+    return mc_central_fetch(tc->shard, cls, &p, 1) ? p : NULL;
+  }
+  mc_tcache_set_max(tc, cls);
   int n = mc_central_fetch(tc->shard, cls, b->slots + b->count, (int)batch);
   if (n == 0) return NULL;
   b->count += (uint32_t)n;
-  /* slow start: a class that keeps missing may cache more */
-  if (b->max + batch <= mc_class_tcap[cls]) b->max += batch;
   return b->slots[--b->count];
 }
 
-/* a full list (count == max): the oldest half goes (at least a batch; moving the rest
- * down costs one pointer per object freed, where a batch at a time would move the whole
- * list every batch); over the byte budget, half of all */
-void mc_tcache_overflow(mc_tcache_t *tc, unsigned cls) {
-  uint32_t n = tc->bins[cls].count / 2;
+/* a full list (count == max). Below the list's bound, the array grows (or is made, on
+ * a thread's first free of the class). At the bound, the oldest half goes (at least a
+ * batch; moving the rest down costs one pointer per object freed, where a batch at a
+ * time would move the whole list every batch); over the byte budget, half of all.
+ * Returns false when the list has no room (metadata OOM): the caller gives its object
+ * to the central lists itself. */
+bool mc_tcache_overflow(mc_tcache_t *tc, unsigned cls) {
+  mc_bin_t *b = &tc->bins[cls];
+  if (b->count < tc->lmax[cls]) {
+    uint32_t want = b->count + mc_class_batch[cls];
+    if (want > tc->lmax[cls]) want = tc->lmax[cls];
+    bool ok = mc_tcache_reserve(tc, cls, want);
+    mc_tcache_set_max(tc, cls);
+    if (ok) return true;
+    if (b->count < b->max) return true;
+    if (b->max == 0) return false;
+  }
+  uint32_t n = b->count / 2;
   if (n < mc_class_batch[cls]) n = mc_class_batch[cls];
   mc_tcache_flush_oldest(tc, cls, n);
   size_t bytes = 0;
@@ -112,9 +150,11 @@ void mc_tcache_overflow(mc_tcache_t *tc, unsigned cls) {
   if (bytes > (size_t)MC_OPT(MC_OPT_TCACHE_BYTES)) {
     for (unsigned c = 1; c < MC_CLASSES; c++) {
       mc_tcache_flush_oldest(tc, c, tc->bins[c].count - tc->bins[c].count / 2);
-      if (tc->bins[c].max > 2u * mc_class_batch[c]) tc->bins[c].max /= 2;
+      if (tc->lmax[c] > 2u * mc_class_batch[c]) tc->lmax[c] /= 2;
+      mc_tcache_set_max(tc, c);
     }
   }
+  return true;
 }
 
 /* Empties the calling thread's cache (malloc_trim). */

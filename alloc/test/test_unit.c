@@ -2,6 +2,7 @@
  * heap (filler packing, huge page cache, subrelease, coverage accounting and its
  * invariant checker), and the ISMM'21 policy (skip-subrelease with Delta, correctness
  * tracker, realized fragmentation) on a fake clock. */
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -315,6 +316,64 @@ TEST(test_realloc_growth_region) {
   CHECK(heap_ok());
 }
 
+/* thread cache arrays: a thread that only allocates a class holds one batch's slots; a
+ * thread that only frees it (a consumer) holds at most half a batch before flushing; a
+ * thread that frees what it allocated grows its array with its bound */
+typedef struct { void **objs; int n; unsigned cls; uint32_t cap, max, count; } tc_probe_t;
+static void *tc_alloc_only(void *arg) {
+  tc_probe_t *p = (tc_probe_t *)arg;
+  for (int i = 0; i < p->n; i++) p->objs[i] = MC_API(malloc)(mc_class_size[p->cls]);
+  p->cap = mc_tcache->cap[p->cls];
+  return NULL;
+}
+static void *tc_free_only(void *arg) {
+  tc_probe_t *p = (tc_probe_t *)arg;
+  for (int i = 0; i < p->n; i++) {
+    MC_API(free)(p->objs[i]);
+    if (mc_tcache->bins[p->cls].count > p->count) p->count = mc_tcache->bins[p->cls].count;
+  }
+  p->cap = mc_tcache->cap[p->cls];
+  p->max = mc_tcache->bins[p->cls].max;
+  return NULL;
+}
+static void *tc_alloc_free(void *arg) {
+  tc_probe_t *p = (tc_probe_t *)arg;
+  for (int r = 0; r < 4; r++) {
+    for (int i = 0; i < p->n; i++) p->objs[i] = MC_API(malloc)(mc_class_size[p->cls]);
+    for (int i = 0; i < p->n; i++) MC_API(free)(p->objs[i]);
+  }
+  p->cap = mc_tcache->cap[p->cls];
+  p->max = mc_tcache->bins[p->cls].max;
+  p->count = mc_tcache->bins[p->cls].count;
+  return NULL;
+}
+TEST(test_tcache_arrays_sized_by_use) {
+  unsigned cls = mc_size_to_class(384);
+  uint32_t batch = mc_class_batch[cls];
+  enum { N = 2000 };
+  static void *objs[N];
+  tc_probe_t p = {objs, N, cls, 0, 0, 0};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, tc_alloc_only, &p) == 0);
+  pthread_join(t, NULL);
+  CHECK(p.cap == batch);
+  int nulls = 0;
+  for (int i = 0; i < N; i++) nulls += objs[i] == NULL;
+  CHECK(nulls == 0);
+  tc_probe_t q = {objs, N, cls, 0, 0, 0};
+  CHECK(pthread_create(&t, NULL, tc_free_only, &q) == 0);
+  pthread_join(t, NULL);
+  CHECK(q.max == (batch + 1) / 2);
+  CHECK(q.cap <= batch); /* a recycled record keeps its array */
+  CHECK(q.count <= (batch + 1) / 2);
+  tc_probe_t r = {objs, (int)mc_class_tcap[cls], cls, 0, 0, 0};
+  CHECK(pthread_create(&t, NULL, tc_alloc_free, &r) == 0);
+  pthread_join(t, NULL);
+  CHECK(r.cap > batch && r.cap <= mc_class_tcap[cls]);
+  CHECK(r.count <= r.max && r.max <= r.cap);
+  CHECK(heap_ok());
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--print-options") == 0) {
     free(malloc(1));
@@ -327,6 +386,7 @@ int main(int argc, char **argv) {
   RUN(test_options_from_env);
   RUN(test_filler_packing);
   RUN(test_realloc_growth_region);
+  RUN(test_tcache_arrays_sized_by_use);
   RUN(test_subrelease_breaks_and_heals);
   RUN(test_release_cache_only);
   RUN(test_skip_subrelease_and_tracker);
