@@ -113,9 +113,10 @@ int memcolo_set_reservation(int on);
 /* The allow-rate gate (M3 §4.2), fed by the agent's high and top notifications with
  * the same formula as the SDKs: rate = min(time since the last high/top notification /
  * (epoch x NUM_epochs), 1), where the epoch is the time the allocator took to handle
- * that notification and NUM_epochs = MEMCOLO_NUM_EPOCHS (default 5); 0 between the
- * receipt of a notification and the end of its handling; 1 when none came.
- * memcolo_allow_rate returns the rate in [0, 1]. memcolo_allow_admit implements the
+ * that notification, but at least MEMCOLO_GATE_MIN_EPOCH_MS (default 1000 ms, one poll
+ * of the agent: docs/protocol.md §9; 0 = the handling time alone), and NUM_epochs =
+ * MEMCOLO_NUM_EPOCHS (default 5); 0 between the receipt of a notification and the end
+ * of its handling; 1 when none came. memcolo_allow_rate returns the rate in [0, 1]. memcolo_allow_admit implements the
  * protocol for an application's own alloc(): it returns 1 for every floor(1/rate)-th
  * call (always 1 at rate 1, never at rate 0), and 0 when the application should evict
  * before it grows. Neither ever blocks; malloc itself is never gated. */

@@ -14,7 +14,9 @@
  * is about periodic release). An application may add its own layer above the
  * allocator's (memcolo_on_pressure), which runs first (M3 §3: upper layer first).
  * High and top feed the allow-rate gate (M3 §4.2; the same formula as the SDKs):
- * rate 0 at receipt, epoch = handling time, rate = min(elapsed / (epoch x NUM_epochs), 1).
+ * rate 0 at receipt, epoch = handling time but at least MEMCOLO_GATE_MIN_EPOCH_MS
+ * (default 1 s, one poll of the agent: protocol §9), rate = min(elapsed / (epoch x
+ * NUM_epochs), 1).
  * The `registered` reply carries the class the agent recorded: `lc` turns the
  * reservation on, any other class off (unless MEMCOLO_RESERVE forces it).
  *
@@ -95,7 +97,10 @@ static void ag_warn_once(int kind, const char *msg, const char *detail, size_t d
 
 /* ------------------------------------------------------------------ allow-rate gate (M3 §4.2) */
 /* The same semantics as sdk/c/src/gate.c: no signal yet -> 1; a signal received but
- * not yet handled -> 0; afterwards min(elapsed / (epoch x NUM_epochs), 1). Atomics, no
+ * not yet handled -> 0; afterwards min(elapsed / (epoch x NUM_epochs), 1), the epoch
+ * held to at least MEMCOLO_GATE_MIN_EPOCH_MS (default 1000; docs/protocol.md §9: M3's
+ * epoch lasts until memory has been returned, which the agent sees at its next poll, so
+ * a release done in milliseconds must not reopen the gate before that poll). Atomics, no
  * lock: readers may see a mix of two updates for an instant, which only shifts the
  * rate by one update. */
 static uint64_t gate_signal_ns, gate_epoch_ns, gate_count;
@@ -116,7 +121,9 @@ void mc_gate_signal_received(uint64_t now_ns) {
 void mc_gate_signal_handled(uint64_t now_ns) {
   if (!__atomic_load_n(&gate_has_signal, __ATOMIC_ACQUIRE)) return;
   uint64_t s = __atomic_load_n(&gate_signal_ns, __ATOMIC_RELAXED);
-  __atomic_store_n(&gate_epoch_ns, now_ns > s ? now_ns - s : 0, __ATOMIC_RELAXED);
+  uint64_t epoch = now_ns > s ? now_ns - s : 0;
+  uint64_t min_epoch = (uint64_t)MC_OPT(MC_OPT_GATE_MIN_EPOCH_MS) * 1000000u;
+  __atomic_store_n(&gate_epoch_ns, epoch > min_epoch ? epoch : min_epoch, __ATOMIC_RELAXED);
   __atomic_store_n(&gate_has_epoch, 1, __ATOMIC_RELEASE);
 }
 

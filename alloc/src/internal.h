@@ -162,6 +162,7 @@ typedef enum {
   MC_OPT_VERBOSE,             /* warnings */
   MC_OPT_AGENT,               /* talk to the agent when a class is set */
   MC_OPT_NUM_EPOCHS,          /* allow-rate gate: NUM_epochs (M3 §4.2) */
+  MC_OPT_GATE_MIN_EPOCH_MS,   /* allow-rate gate: shortest epoch, ms (protocol §9) */
   MC_OPT_TOP_HOLD_S,          /* seconds without reservation after a `top` notification */
   MC_OPT__COUNT
 } mc_option_t;

@@ -25,6 +25,7 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
   [MC_OPT_VERBOSE] = {"VERBOSE", 1, "1 = warnings on stderr"},
   [MC_OPT_AGENT] = {"AGENT", 1, "1 = register with the agent when a class is set"},
   [MC_OPT_NUM_EPOCHS] = {"NUM_EPOCHS", 5, "allow-rate gate: epochs until the rate is back at 1"},
+  [MC_OPT_GATE_MIN_EPOCH_MS] = {"GATE_MIN_EPOCH_MS", 1000, "ms, allow-rate gate: shortest epoch (0 = handling time alone)"},
   [MC_OPT_TOP_HOLD_S] = {"TOP_HOLD_S", 10, "s without reservation after a top notification"},
 };
 
@@ -88,6 +89,8 @@ void mc_options_init(void) {
   if (mc_options_cache[MC_OPT_T_SCHEDULE_S] > 900) mc_options_cache[MC_OPT_T_SCHEDULE_S] = 900;
   if (mc_options_cache[MC_OPT_SKIP_SUBRELEASE_S] < 0) mc_options_cache[MC_OPT_SKIP_SUBRELEASE_S] = 0;
   if (mc_options_cache[MC_OPT_SKIP_SUBRELEASE_S] > 900) mc_options_cache[MC_OPT_SKIP_SUBRELEASE_S] = 900;
+  if (mc_options_cache[MC_OPT_GATE_MIN_EPOCH_MS] < 0) mc_options_cache[MC_OPT_GATE_MIN_EPOCH_MS] = 0;
+  if (mc_options_cache[MC_OPT_GATE_MIN_EPOCH_MS] > 3600000) mc_options_cache[MC_OPT_GATE_MIN_EPOCH_MS] = 3600000;
 }
 
 long mc_option(mc_option_t o) { return mc_options_cache[o]; }
