@@ -10,6 +10,8 @@ configuration is 1 − its mean / the unmanaged mean; the paired overhead is the
 median over rounds of 1 − run / the unmanaged run of the same round (rounds share
 the seed and sit next to each other in time).
 
+A hand-written ``notes.md`` in the directory (what the numbers say) is appended.
+
 Runs that carry gups' probe (the measure phase's counters) get a second table: the
 same throughput over the time the updater did not wait for a CPU held by another
 task (``mups_excl_run_delay``: other engineers' work on the shared machine taken
@@ -227,6 +229,10 @@ def main():
     lines.append("")
     for p in made:
         lines.append("![%s](plots/%s)" % (os.path.basename(p), os.path.basename(p)))
+    notes = os.path.join(d, "notes.md")
+    if os.path.exists(notes):
+        with open(notes) as f:
+            lines += ["", f.read().rstrip("\n")]
     with open(os.path.join(d, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
