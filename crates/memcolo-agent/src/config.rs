@@ -229,6 +229,10 @@ pub struct ReclaimSection {
     /// `auto` (a target's own memory cgroup when it holds no LC process, else
     /// `process_madvise` on the process), `cgroup` or `process`. Default `auto`.
     pub mechanism: String,
+    /// Drop a target's clean page cache before anything else, lowest file offset
+    /// first (files an LC process holds excepted), and ask the kernel's LRU (v1 limit
+    /// step, `memory.reclaim`, pageout) only for the rest. Default true.
+    pub file_first: bool,
     /// Reclaim elastic processes' memory too (after BE). Default false.
     pub include_elastic: bool,
     /// Allow reclaiming LC processes' memory. Default false: never.
@@ -263,6 +267,7 @@ impl Default for ReclaimSection {
             swap_stop_free_ratio: p.swap_stop_free_ratio,
             nice: None,
             mechanism: "auto".into(),
+            file_first: true,
             include_elastic: false,
             allow_lc: false,
             cgroups: Vec::new(),

@@ -27,7 +27,10 @@ use crate::config::AgentConfig;
 use crate::metrics::Metrics;
 use memcolo_linux::cgroup::{CgroupVersion, Limit, MemoryCgroup};
 use memcolo_linux::procfs::ProcFs;
-use memcolo_linux::reclaim::{reclaim_cgroup, BatchOutcome, PageoutCursor, VmaKind};
+use memcolo_linux::reclaim::{
+    drop_file_cache, reclaim_cgroup, reclaim_cgroup_file_first, BatchOutcome, FileId,
+    PageoutCursor, VmaKind,
+};
 use memcolo_linux::scope::Scope;
 use memcolo_policy::hermit::{ReclaimDecision, ReclaimObservation, ReclaimScheduler};
 use memcolo_policy::{Class, Pid};
@@ -104,6 +107,8 @@ struct Pool {
     /// Where workers run and at which nice value, see [`Placement`].
     place: Placement,
     place_gen: u64,
+    /// Files an LC process holds: their page cache is never dropped (`file_first`).
+    protected: Arc<HashSet<FileId>>,
 }
 
 /// Where the workers run: `cpus` (`None`: anywhere) at nice `nice`.
@@ -357,11 +362,14 @@ impl ReclaimService {
             let procfs = ProcFs::new(cfg.procfs.clone());
             let nice = cfg.reclaim.nice;
             let batch = cfg.reclaim.batch_bytes;
+            let file_first = cfg.reclaim.file_first;
             let journal = journal_path(&cfg.state_dir, i);
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("memcolo-reclaim-{i}"))
-                    .spawn(move || worker(i as u32, sh, procfs, nice, batch, journal))?,
+                    .spawn(move || {
+                        worker(i as u32, sh, procfs, nice, batch, file_first, journal)
+                    })?,
             );
         }
         let sh = shared.clone();
@@ -409,6 +417,7 @@ fn worker(
     procfs: ProcFs,
     nice: Option<i32>,
     batch_bytes: u64,
+    file_first: bool,
     journal: PathBuf,
 ) {
     set_nice(nice.unwrap_or(10));
@@ -416,7 +425,7 @@ fn worker(
     let mut pages = ProcPages::new(procfs.clone());
     let mut rng = fastrand::Rng::new();
     loop {
-        let (mut slot, batch, slot_idx) = {
+        let (mut slot, batch, slot_idx, protected) = {
             let mut p = sh.pool.lock().unwrap();
             loop {
                 if sh.stop.load(Ordering::SeqCst) {
@@ -445,7 +454,7 @@ fn worker(
             p.remaining -= batch;
             p.inflight += batch;
             p.active += 1;
-            (slot, batch, i)
+            (slot, batch, i, file_first.then(|| p.protected.clone()))
         };
         let w0 = thread_cpu();
         let pids = slot.watch.as_ref().map(|_| slot_pids(&slot));
@@ -454,7 +463,7 @@ fn worker(
         }
         let t0 = Instant::now();
         let c0 = thread_cpu();
-        let result = run_batch(&mut slot, &procfs, batch, &journal);
+        let result = run_batch(&mut slot, &procfs, batch, protected.as_deref(), &journal);
         let busy = t0.elapsed();
         let cpu = thread_cpu().saturating_sub(c0);
         if let (Some(w), Some(pids)) = (slot.watch.as_mut(), &pids) {
@@ -522,12 +531,37 @@ fn hand_over(sh: &Shared, evicted: &[(Pid, u64)], at: Instant) {
     }
 }
 
+/// One batch on `slot`. With `files_first` (the files LC processes hold, never
+/// dropped), the target's clean page cache goes first, lowest file offset first
+/// ([`drop_file_cache`]), and the cgroup's LRU or the pageout hand only make up the
+/// rest.
 fn run_batch(
     slot: &mut Slot,
     procfs: &ProcFs,
     batch: u64,
+    files_first: Option<&HashSet<FileId>>,
     journal: &Path,
 ) -> memcolo_linux::Result<BatchOutcome> {
+    let reclaim_cgroup = |cg: &MemoryCgroup, bytes: u64| match files_first {
+        Some(protected) => reclaim_cgroup_file_first(cg, procfs, bytes, protected),
+        None => reclaim_cgroup(cg, bytes),
+    };
+    if let (Some(protected), Mechanism::Process(c)) = (files_first, &mut slot.mech) {
+        let dropped = match drop_file_cache(procfs, &[c.pid()], batch, protected) {
+            Ok(r) => r.dropped_bytes,
+            Err(memcolo_linux::Error::Unsupported { .. }) => 0,
+            Err(e) => return Err(e),
+        };
+        let rest = if dropped < batch {
+            c.pageout(procfs, batch - dropped)?
+        } else {
+            BatchOutcome::default()
+        };
+        return Ok(BatchOutcome {
+            reclaimed_bytes: rest.reclaimed_bytes + dropped,
+            requested_bytes: batch,
+        });
+    }
     match &mut slot.mech {
         Mechanism::Cgroup(cg) => {
             if cg.version() == CgroupVersion::V1 {
@@ -687,6 +721,18 @@ impl Controller {
             .iter()
             .filter_map(|&p| self.cgroup_of(p).map(|c| c.path().to_path_buf()))
             .collect();
+        if rc.file_first && !rc.allow_lc {
+            let mut protected = HashSet::new();
+            for &pid in &self.inputs.lc_pids {
+                for f in self.procfs.read_pid_files(pid).unwrap_or_default() {
+                    protected.insert((f.dev, f.ino));
+                }
+            }
+            let mut p = sh.pool.lock().unwrap();
+            if *p.protected != protected {
+                p.protected = Arc::new(protected);
+            }
+        }
         // A group may be stepped when it is strictly inside the scope and holds no LC
         // process (directly or in a child group).
         let steppable = |path: &Path| -> bool {
