@@ -98,6 +98,11 @@ fn a_paged_out_page_touched_again_is_recorded_with_its_turnaround() {
         p50 >= lo.as_secs_f64() * 0.99 && p50 <= hi.as_secs_f64() * 1.01,
         "p50 {p50} s outside [{lo:?}, {hi:?}]"
     );
+    eprintln!(
+        "{test}: {watched} watched, {} evicted, {} refaulted in [{lo:?}, {hi:?}], p50 {p50:.3} s",
+        evicted.len(),
+        second.refaulted.len()
+    );
     assert!(holder.intact(), "data changed by pageout");
 
     // The process exits: its remaining pages are dropped quietly.

@@ -8,7 +8,8 @@
 use memcolo_linux::cgroup::{CgroupVersion, MemoryCgroup};
 use memcolo_linux::procfs::ProcFs;
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
 pub const MIB: u64 = 1 << 20;
@@ -181,11 +182,15 @@ pub fn python() -> Option<&'static str> {
     })
 }
 
+/// How long any answer of a holder may take before the test fails (a bound, not a
+/// timing assumption: a 320 MiB holder answers in seconds).
+pub const ANSWER_LIMIT: Duration = Duration::from_secs(180);
+
 /// A running [`HOLDER`]; killed on drop.
 pub struct Holder {
     pub child: Child,
     stdin: ChildStdin,
-    out: BufReader<ChildStdout>,
+    lines: Receiver<String>,
 }
 
 impl Holder {
@@ -198,8 +203,20 @@ impl Holder {
             .expect("start the holder");
         let stdin = child.stdin.take().unwrap();
         let out = BufReader::new(child.stdout.take().unwrap());
-        let mut h = Holder { child, stdin, out };
-        assert_eq!(h.line(), "ready", "the holder did not start");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(Result::ok) {
+                if tx.send(l.trim().to_string()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut h = Holder {
+            child,
+            stdin,
+            lines,
+        };
+        h.expect("ready");
         h
     }
 
@@ -218,26 +235,36 @@ impl Holder {
         Holder::spawn(c)
     }
 
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.out.read_line(&mut l).unwrap();
-        l.trim().to_string()
+    /// The next line the holder prints; panics when it exits or stays silent for
+    /// [`ANSWER_LIMIT`].
+    pub fn line(&mut self) -> String {
+        self.lines
+            .recv_timeout(ANSWER_LIMIT)
+            .unwrap_or_else(|e| panic!("no answer from the holder: {e}"))
     }
 
-    fn ask(&mut self, cmd: &str) -> String {
+    /// Waits for the line `want`.
+    pub fn expect(&mut self, want: &str) {
+        let got = self.line();
+        assert_eq!(got, want, "the holder said {got:?}, not {want:?}");
+    }
+
+    /// Sends a command (`touch` or `check`) without waiting for the answer.
+    pub fn send(&mut self, cmd: &str) {
         writeln!(self.stdin, "{cmd}").unwrap();
         self.stdin.flush().unwrap();
-        self.line()
     }
 
     /// Reads every page (each swapped-out one refaults); returns when done.
     pub fn touch(&mut self) {
-        assert_eq!(self.ask("touch"), "touched");
+        self.send("touch");
+        self.expect("touched");
     }
 
     /// Whether every page still holds its stamp.
     pub fn intact(&mut self) -> bool {
-        self.ask("check") == "ok"
+        self.send("check");
+        self.line() == "ok"
     }
 }
 

@@ -1,0 +1,342 @@
+//! End to end on the real kernel with `[reclaim] enabled = true`: `memcolo agent`
+//! manages a 256 MiB memory cgroup scope (v1) holding a real BE process that fills
+//! 320 MiB of anonymous memory, paced, in its own group `be`, and a real LC process
+//! holding 16 MiB in group `lc`; swap is a zram device of the test's own.
+//!
+//! Asserts that (1) the agent's workers reclaim the BE group (its swap and pgpgout
+//! grow, `memcolo_reclaim_*` metrics and status move, the target is the BE group),
+//! (2) the BE data is intact afterwards, (3) its refaults show in the sampled page
+//! turnaround, (4) no LC page is ever in swap and the LC is never a reclaim target,
+//! (5) no process is killed, and (6) on SIGTERM, sent while the BE is refaulting and
+//! the workers are busy, the agent exits cleanly with every v1 limit as it was and
+//! no limit-step journal left behind.
+//!
+//! The LC group has swappiness 0, so the kernel's own reclaim at the scope's limit
+//! (should the agent fall behind on a busy machine) never swaps LC memory: an LC
+//! page in swap can then only be the agent's doing (`process_madvise` ignores
+//! swappiness). Needs root, cgroup v1, zram and python3; elsewhere it says why and
+//! passes without running. Every wait is bounded; nothing depends on the machine's
+//! speed. Cleanup (processes, groups, the zram device) runs on failure too.
+
+#[path = "../../memcolo-agent/tests/support/mod.rs"]
+mod support;
+
+use memcolo_linux::cgroup::Limit;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+use support::{Holder, Scratch, TestSwap, MIB};
+
+/// The agent, killed on drop unless it was stopped.
+struct Agent(Option<Child>);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < limit,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn stat(group: &Path, key: &str) -> u64 {
+    std::fs::read_to_string(group.join("memory.stat"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no {key} in {}/memory.stat", group.display()))
+}
+
+fn limit_of(group: &Path) -> String {
+    std::fs::read_to_string(group.join("memory.limit_in_bytes"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// `GET /metrics` over plain HTTP/1.1.
+fn metrics(addr: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+/// The value of the series `name` (with its labels, if any) in exposition text.
+fn series(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no series {name} in:\n{text}"))
+}
+
+#[test]
+fn reclaim_agent_pages_out_be_memory_and_never_lc() {
+    let test = "reclaim_agent_pages_out_be_memory_and_never_lc";
+    if !support::real_cgroup_v1_available(test) {
+        return;
+    }
+    let Some(python) = support::python() else {
+        eprintln!("{test}: skipped: no python3");
+        return;
+    };
+    let _swap = match TestSwap::add(768 * MIB) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{test}: skipped: no zram swap of its own: {e}");
+            return;
+        }
+    };
+    let exe = env!("CARGO_BIN_EXE_memcolo");
+    let tmp = tempfile::tempdir().unwrap();
+    let scratch = Scratch::new("reclaim-e2e");
+    let scope = scratch.cg.path().to_path_buf();
+    scratch.cg.write_limit(Limit::Bytes(256 * MIB)).unwrap();
+    let lc_group = scratch.cg.create_child("lc").unwrap();
+    std::fs::write(lc_group.path().join("memory.swappiness"), "0").unwrap();
+    let be_group = scratch.cg.create_child("be").unwrap();
+    // A limit of its own, well above the scope's, that the agent's v1 limit steps
+    // lower and must always put back.
+    be_group.write_limit(Limit::Bytes(1 << 30)).unwrap();
+    let be_limit = limit_of(be_group.path());
+    let lc_limit = limit_of(lc_group.path());
+    let scope_limit = limit_of(&scope);
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let maddr = format!("127.0.0.1:{port}");
+    let cfg = tmp.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        "[reclaim]\nenabled = true\nmax_workers = 1\nturnaround_poll_ms = 100\n",
+    )
+    .unwrap();
+    let sock = tmp.path().join("agent.sock");
+    let ev = tmp.path().join("events.jsonl");
+    let state = tmp.path().join("state");
+    let mut agent = Agent(Some(
+        Command::new(exe)
+            .arg("agent")
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--metrics-addr", &maddr, "--poll-ms", "200"])
+            .args(["--kill-after-s", "3600"])
+            .arg("--scope")
+            .arg(format!("cgroup:{}", scope.display()))
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--event-log")
+            .arg(&ev)
+            .env("MEMCOLO_LOG", "warn")
+            .spawn()
+            .unwrap(),
+    ));
+    wait_for("the agent's socket", Duration::from_secs(30), || {
+        sock.exists()
+    });
+
+    let status = || -> Value {
+        let o = Command::new(exe)
+            .args(["status", "--json", "--socket"])
+            .arg(&sock)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "status failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let run = |class: &str, group: &str, mib: u64, step: u64| {
+        let mut c = Command::new(exe);
+        c.args(["run", "--class", class, "--cgroup", group, "--socket"])
+            .arg(&sock)
+            .args(["--", python, "-c", support::HOLDER])
+            .args([mib.to_string(), step.to_string()]);
+        Holder::spawn(c)
+    };
+    // The LC first, then the BE, filling 8 MiB every 50 ms.
+    let mut lc = run("lc", "lc", 16, 0);
+    let mut be = run("be", "be", 320, 8);
+    let pid_of = |class: &str| -> i32 {
+        status()["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["class"] == class)
+            .unwrap_or_else(|| panic!("no {class} process registered"))["pid"]
+            .as_i64()
+            .unwrap() as i32
+    };
+    let lc_pid = pid_of("lc");
+    let be_pid = pid_of("be");
+    let lc_never_targeted = |s: &Value| {
+        let targets = s["reclaim"]["targets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for t in &targets {
+            let id = t["id"].as_str().unwrap();
+            assert!(
+                !id.contains(&lc_group.path().display().to_string())
+                    && id != format!("pid:{lc_pid}"),
+                "the LC is a reclaim target: {targets:?}"
+            );
+        }
+    };
+
+    // (1) The workers reclaim the BE group into swap, through the group (a target
+    // out with a worker is not listed, so it is enough to see it listed once).
+    let be_path = be_group.path().to_path_buf();
+    let be_target = format!("cgroup:{}", be_path.display());
+    let mut be_listed = false;
+    wait_for(
+        "the agent reclaiming 32 MiB of the BE group into swap, the group listed as a target",
+        Duration::from_secs(120),
+        || {
+            let s = status();
+            lc_never_targeted(&s);
+            let r = &s["reclaim"];
+            be_listed |= r["targets"].as_array().into_iter().flatten().any(|t| {
+                t["id"].as_str() == Some(be_target.as_str()) && t["mechanism"] == "cgroup"
+            });
+            be_listed
+                && r["reclaimed_bytes_total"].as_u64().unwrap_or(0) >= 32 * MIB
+                && stat(&be_path, "total_swap") >= 32 * MIB
+        },
+    );
+    let s = status();
+    assert!(s["reclaim"]["batches_total"].as_u64().unwrap() >= 1, "{s}");
+    assert!(stat(&be_path, "total_pgpgout") * 4096 >= 32 * MIB);
+    let m = metrics(&maddr);
+    assert!(series(&m, "memcolo_reclaim_bytes_total") >= (32 * MIB) as f64);
+    assert!(series(&m, "memcolo_reclaim_cpu_seconds_total") > 0.0);
+    assert_eq!(series(&m, "memcolo_reclaim_workers{kind=\"budget\"}"), 1.0);
+
+    // (2) Every BE byte is intact; reading it back refaults what was swapped.
+    assert!(be.intact(), "BE data changed by reclaim");
+
+    // (3) Those refaults reach the sampled page turnaround.
+    let started = Instant::now();
+    wait_for(
+        "sampled refaults in status",
+        Duration::from_secs(60),
+        || status()["reclaim"]["turnaround_sampled"]["refaulted_total"].as_u64() > Some(0),
+    );
+    let r = status()["reclaim"].clone();
+    let t = r["turnaround_sampled"].clone();
+    eprintln!(
+        "{test}: reclaimed {} MiB in {} batches ({} CPU s/GiB); BE swap {} MiB; \
+         sampled turnaround p50 {} s p90 {} s p99 {} s over {} refaults, {} followed, \
+         sampler {} CPU s",
+        r["reclaimed_bytes_total"].as_u64().unwrap_or(0) >> 20,
+        r["batches_total"],
+        r["cpu_seconds_per_gib"],
+        stat(&be_path, "total_swap") >> 20,
+        t["p50_s"],
+        t["p90_s"],
+        t["p99_s"],
+        t["refaulted"],
+        t["tracked"],
+        t["cpu_seconds_total"],
+    );
+    let p50 = t["p50_s"].as_f64().unwrap();
+    assert!(p50 > 0.0 && p50 <= t["horizon_s"].as_f64().unwrap(), "{t}");
+    let m = metrics(&maddr);
+    assert!(series(&m, "memcolo_reclaim_page_turnaround_sampled_seconds_count") >= 1.0);
+    assert!(started.elapsed() < Duration::from_secs(60));
+
+    // (4) No LC page was ever swapped out, and its data is intact.
+    let lc_status = std::fs::read_to_string(format!("/proc/{lc_pid}/status")).unwrap();
+    let vm_swap = lc_status
+        .lines()
+        .find(|l| l.starts_with("VmSwap:"))
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        vm_swap.split_whitespace().nth(1),
+        Some("0"),
+        "LC in swap: {vm_swap}"
+    );
+    assert_eq!(stat(lc_group.path(), "total_swap"), 0);
+    assert!(lc.intact());
+    lc_never_targeted(&status());
+
+    // (5) Nobody was killed.
+    let s = status();
+    assert_eq!(s["counters"]["kills"], 0);
+    let events = std::fs::read_to_string(&ev).unwrap_or_default();
+    assert!(!events.contains("\"kill\""), "{events}");
+    let oom = std::fs::read_to_string(scope.join("memory.oom_control")).unwrap();
+    assert!(oom.lines().any(|l| l == "oom_kill 0"), "{oom}");
+    for pid in [lc_pid, be_pid] {
+        // SAFETY: signal 0 only checks that the process exists.
+        assert_eq!(unsafe { libc::kill(pid, 0) }, 0, "process {pid} is gone");
+    }
+
+    // (6) SIGTERM while the BE refaults its whole set again and the workers page it
+    // back out: the agent stops, every limit is as it was, no journal is left.
+    let batches = s["reclaim"]["batches_total"].as_u64().unwrap();
+    be.send("touch");
+    wait_for("the workers busy again", Duration::from_secs(60), || {
+        status()["reclaim"]["batches_total"].as_u64().unwrap() > batches
+    });
+    let mut child = agent.0.take().unwrap();
+    // SAFETY: kill takes no pointers; the agent is this test's child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let t0 = Instant::now();
+    let exit = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the agent did not stop within 60 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(exit.success(), "agent exit: {exit}");
+    be.expect("touched");
+    assert_eq!(limit_of(&be_path), be_limit);
+    assert_eq!(limit_of(lc_group.path()), lc_limit);
+    assert_eq!(limit_of(&scope), scope_limit);
+    let journals: Vec<_> = std::fs::read_dir(&state)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("reclaim-step-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(journals.is_empty(), "journals left: {journals:?}");
+    assert!(be.intact(), "BE data changed");
+    drop((lc, be));
+    drop(scratch);
+}
