@@ -176,9 +176,10 @@ pub struct ReclaimStatus {
     pub churn_capped: bool,
     pub refault_bytes_per_s: f64,
     /// Sampled page turnaround (eviction by a batch to refault): quantiles over the
-    /// last one to two minutes, censored and followed pages.
+    /// last one to two minutes, censored and followed pages; `None` when sampling is
+    /// off (`turnaround_samples = 0`).
     #[serde(default)]
-    pub turnaround_sampled: TurnaroundSummary,
+    pub turnaround_sampled: Option<TurnaroundSummary>,
     pub reclaimed_bytes_total: u64,
     pub cpu_seconds_total: f64,
     pub cpu_seconds_per_gib: Option<f64>,
@@ -980,7 +981,7 @@ impl Controller {
         let mut summary = sampler.summary();
         summary.cpu_seconds_total = self.sample_cpu.as_secs_f64();
         m.reclaim_turnaround_tracked.set(summary.tracked as i64);
-        sh.status.lock().unwrap().turnaround_sampled = summary;
+        sh.status.lock().unwrap().turnaround_sampled = Some(summary);
     }
 
     fn tick(&mut self, sh: &Shared, now: Duration) {
