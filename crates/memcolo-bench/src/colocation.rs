@@ -598,6 +598,60 @@ impl Drop for RunGroups<'_> {
     }
 }
 
+/// One reading of a BE process: which job it belongs to, its reads and CPU time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct BeProcSample {
+    /// The file streamer (fio), else the anonymous holder.
+    streamer: bool,
+    /// `rchar`: bytes read, page-cache hits included.
+    rchar: u64,
+    /// `read_bytes`: bytes fetched from storage (page-cache misses).
+    read_bytes: u64,
+    /// utime + stime, clock ticks.
+    cpu_ticks: u64,
+}
+
+impl BeProcSample {
+    fn read(pid: i32) -> Option<BeProcSample> {
+        let (rchar, read_bytes) = process::read_io(pid).ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        Some(BeProcSample {
+            streamer: comm.trim() == "fio",
+            rchar,
+            read_bytes,
+            cpu_ticks: process::read_stat(pid).ok()?.cpu_ticks,
+        })
+    }
+}
+
+/// What the BE processes did in the measured phase, summed per job.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct BeWorkSummary {
+    /// Bytes the streamer read, hits included.
+    file_read: u64,
+    /// Bytes the streamer fetched from storage.
+    file_fetched: u64,
+    /// CPU seconds of the streamer and of the holder.
+    file_cpu_s: f64,
+    anon_cpu_s: f64,
+}
+
+fn summarize_be(procs: &HashMap<i32, (BeProcSample, BeProcSample)>) -> BeWorkSummary {
+    let hz = process::clock_ticks_per_s().max(1) as f64;
+    let mut w = BeWorkSummary::default();
+    for (a, b) in procs.values() {
+        let cpu = b.cpu_ticks.saturating_sub(a.cpu_ticks) as f64 / hz;
+        if b.streamer {
+            w.file_read += b.rchar.saturating_sub(a.rchar);
+            w.file_fetched += b.read_bytes.saturating_sub(a.read_bytes);
+            w.file_cpu_s += cpu;
+        } else {
+            w.anon_cpu_s += cpu;
+        }
+    }
+    w
+}
+
 /// Samples taken during the measured phase.
 #[derive(Default)]
 struct Samples {
@@ -605,8 +659,8 @@ struct Samples {
     usage_sum: f64,
     usage_max: u64,
     swap_max: u64,
-    /// pid -> (first rchar, last rchar) of BE processes.
-    rchar: HashMap<i32, (u64, u64)>,
+    /// pid -> (first, last) reading of each BE process.
+    be_procs: HashMap<i32, (BeProcSample, BeProcSample)>,
     timeline: Vec<TimelineRow>,
 }
 
@@ -812,8 +866,8 @@ impl Sweep<'_> {
                     }
                     smp.timeline.push(row);
                     for pid in read_procs(&be).unwrap_or_default() {
-                        if let Ok(r) = process::read_rchar(pid) {
-                            smp.rchar.entry(pid).or_insert((r, r)).1 = r;
+                        if let Some(r) = BeProcSample::read(pid) {
+                            smp.be_procs.entry(pid).or_insert((r, r)).1 = r;
                         }
                     }
                     std::thread::sleep(Duration::from_millis(250));
@@ -871,7 +925,8 @@ impl Sweep<'_> {
         drop(groups);
 
         let measured_s = s.duration.as_secs_f64();
-        let be_read: u64 = samples.rchar.values().map(|(a, b)| b - a).sum();
+        let be = summarize_be(&samples.be_procs);
+        let be_read = be.file_read;
         let mut record = RunRecord {
             level_pct: level,
             mode: mode.as_str().into(),
@@ -889,6 +944,10 @@ impl Sweep<'_> {
             throughput_rps: load.throughput_rps(),
             be_file_mib_per_min: be_read as f64 / (1u64 << 20) as f64 / measured_s * 60.0,
             be_anon_ops_per_min: work.anon_ops_per_min,
+            be_file_hit_ratio: (be.file_read > 0)
+                .then(|| 1.0 - (be.file_fetched as f64 / be.file_read as f64).min(1.0)),
+            be_file_cpu_s: be.file_cpu_s,
+            be_anon_cpu_s: be.anon_cpu_s,
             node_util: if samples.n > 0 {
                 samples.usage_sum / samples.n as f64 / s.node_bytes as f64
             } else {
@@ -1182,6 +1241,32 @@ pub(crate) mod tests {
         let m = Settings::resolve(&parse(&["--modes", "kernel", "--levels", "0,100"])).unwrap();
         assert_eq!(m.modes, vec![Mode::Kernel]);
         assert_eq!(m.levels, vec![0, 100]);
+    }
+
+    #[test]
+    fn be_work_is_summed_per_job_with_hits_and_cpu() {
+        let s = |streamer, rchar, read_bytes, cpu_ticks| BeProcSample {
+            streamer,
+            rchar,
+            read_bytes,
+            cpu_ticks,
+        };
+        let hz = process::clock_ticks_per_s() as f64;
+        let procs: HashMap<i32, (BeProcSample, BeProcSample)> = [
+            // fio's parent (reads nothing) and its job process.
+            (10, (s(true, 5, 0, 1), s(true, 5, 0, 2))),
+            (
+                11,
+                (s(true, 1000, 100, 10), s(true, 9000, 900, 10 + hz as u64)),
+            ),
+            // stress-ng's worker.
+            (12, (s(false, 0, 0, 0), s(false, 0, 0, 3 * hz as u64))),
+        ]
+        .into();
+        let w = summarize_be(&procs);
+        assert_eq!((w.file_read, w.file_fetched), (8000, 800));
+        assert!((w.file_cpu_s - (1.0 + 1.0 / hz)).abs() < 1e-9, "{w:?}");
+        assert!((w.anon_cpu_s - 3.0).abs() < 1e-9, "{w:?}");
     }
 
     #[test]

@@ -266,18 +266,21 @@ pub fn read_status_mem(pid: i32) -> Result<ProcMem> {
     })
 }
 
-/// Bytes a process has read through read(2) and friends (`rchar` of `/proc/<pid>/io`),
-/// page-cache hits included.
-pub fn read_rchar(pid: i32) -> Result<u64> {
+/// Bytes a process has read (`rchar`: page-cache hits included) and caused to be
+/// fetched from storage (`read_bytes`), from `/proc/<pid>/io`.
+pub fn read_io(pid: i32) -> Result<(u64, u64)> {
     let p = format!("/proc/{pid}/io");
     let text = fs::read_to_string(&p).map_err(|e| BenchError::io(&p, e))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("rchar:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| BenchError::Parse {
-            path: p.into(),
-            msg: "no rchar".into(),
-        })
+    let field = |name: &str| -> Result<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| BenchError::Parse {
+                path: p.clone().into(),
+                msg: format!("no {name}"),
+            })
+    };
+    Ok((field("rchar:")?, field("read_bytes:")?))
 }
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).

@@ -54,6 +54,13 @@ pub struct RunRecord {
     pub be_file_mib_per_min: f64,
     /// stress-ng vm bogo ops per minute (its whole run), if it finished normally.
     pub be_anon_ops_per_min: Option<f64>,
+    /// Share of the streamer's reads served from the page cache in the measured
+    /// phase: 1 − `read_bytes` / `rchar` (`/proc/PID/io`).
+    pub be_file_hit_ratio: Option<f64>,
+    /// CPU seconds the file streamer and the anonymous holder used in the measured
+    /// phase: they share the BE CPUs, so one's progress is partly the other's CPU.
+    pub be_file_cpu_s: f64,
+    pub be_anon_cpu_s: f64,
     /// Mean node `memory.usage_in_bytes` / limit over the measured phase.
     pub node_util: f64,
     /// Peak node usage seen in the measured phase, bytes.
@@ -194,13 +201,13 @@ fn opt_f(v: Option<f64>, prec: usize) -> String {
 /// The table printed on stdout and put in the report (Markdown pipe table).
 pub fn table(records: &[RunRecord]) -> String {
     let mut s = String::new();
-    s.push_str("| level | mode | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | SLO viol. | req/s | BE file MiB/min | BE anon ops/min | node util | redis majflt | kills | status |\n");
-    s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    s.push_str("| level | mode | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | SLO viol. | req/s | BE file MiB/min | BE file hits | BE anon ops/min | node util | redis majflt | kills | status |\n");
+    s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for r in records {
         let kills = r.oom_kills + r.agent_kills.unwrap_or(0);
         let _ = writeln!(
             s,
-            "| {}% | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {:.1}% | {} | {} | {} |",
+            "| {}% | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {:.1}% | {} | {} | {} |",
             r.level_pct,
             r.mode,
             r.p50_us,
@@ -213,6 +220,9 @@ pub fn table(records: &[RunRecord]) -> String {
                 .unwrap_or_else(|| "-".into()),
             r.throughput_rps,
             r.be_file_mib_per_min,
+            r.be_file_hit_ratio
+                .map(|x| format!("{:.0}%", x * 100.0))
+                .unwrap_or_else(|| "-".into()),
             opt_f(r.be_anon_ops_per_min, 0),
             r.node_util * 100.0,
             r.redis_major_faults,
