@@ -67,7 +67,8 @@ pub struct RunRecord {
     pub node_usage_max_bytes: u64,
     /// Peak zram swap use in the measured phase, bytes.
     pub swap_used_max_bytes: u64,
-    /// Major faults of redis-server during the measured phase.
+    /// Major faults of the LC service (Redis or memcached) during the measured phase;
+    /// the CSV column keeps its first name, `redis_major_faults`.
     pub redis_major_faults: u64,
     /// redis-server RSS at the end of the measured phase, bytes.
     pub redis_rss_bytes: u64,
@@ -201,7 +202,7 @@ fn opt_f(v: Option<f64>, prec: usize) -> String {
 /// The table printed on stdout and put in the report (Markdown pipe table).
 pub fn table(records: &[RunRecord]) -> String {
     let mut s = String::new();
-    s.push_str("| level | mode | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | SLO viol. | req/s | BE file MiB/min | BE file hits | BE anon ops/min | node util | redis majflt | kills | status |\n");
+    s.push_str("| level | mode | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | SLO viol. | req/s | BE file MiB/min | BE file hits | BE anon ops/min | node util | LC majflt | kills | status |\n");
     s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for r in records {
         let kills = r.oom_kills + r.agent_kills.unwrap_or(0);
