@@ -390,7 +390,16 @@ fn release(shared: &Shared, r: &Region, restore: bool) {
     };
     if restore {
         if let Err(why) = m.stop() {
-            tracing::error!(pid = r.pid, region = r.id, reason = %why, "tiering: region could not be handed back");
+            if alive(r.pid) {
+                tracing::error!(pid = r.pid, region = r.id, reason = %why, "tiering: region could not be handed back");
+            } else {
+                // It exited while its pages were being brought back: nothing is lost.
+                tracing::info!(
+                    pid = r.pid,
+                    region = r.id,
+                    "tiering: process exited while its region was handed back"
+                );
+            }
         }
     } else {
         m.discard();
@@ -402,8 +411,20 @@ fn release(shared: &Shared, r: &Region, restore: bool) {
     }
 }
 
+/// Whether `pid` still runs. A zombie does not: it has released its memory, but it
+/// answers signal 0 until its parent reaps it, and handing a region back to it fails
+/// page by page (`ESRCH`).
 fn alive(pid: Pid) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold
+        // anything, so read it after the last ')'.
+        return stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X");
+    }
+    // No procfs: signal 0 only checks that the process exists.
+    // SAFETY: signal 0 sends nothing.
     unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
 }
 
@@ -820,4 +841,33 @@ fn status_json(shared: &Shared) -> serde_json::Value {
         "processes": procs,
         "stopped": stopped,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zombie_is_not_alive() {
+        assert!(alive(std::process::id() as Pid));
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id() as Pid;
+        // Not reaped yet: it turns into a zombie, which still answers signal 0.
+        let mut zombie = false;
+        for _ in 0..500 {
+            if !alive(pid) {
+                zombie = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // SAFETY: signal 0 sends nothing.
+        let answers = unsafe { libc::kill(pid, 0) } == 0;
+        child.wait().expect("reap");
+        assert!(zombie, "an exited, unreaped child counts as gone");
+        assert!(answers, "the zombie still answered signal 0");
+        assert!(!alive(pid));
+    }
 }
