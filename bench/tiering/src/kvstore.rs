@@ -4,8 +4,9 @@
 //! The store keeps `--items` values of `--value-bytes` bytes in one anonymous mapping
 //! (so that libmemcolo hands it to the agent when `MEMCOLO_TIER=1`, or the
 //! in-process tier manager manages it with `--manage maxmem`). Keys are 0..items; a
-//! key's slot is a multiplicative hash of it, so a hot key range is spread over the
-//! whole mapping as in a real store. Each value carries its key, a version and a
+//! key's slot is a bijective hash of it (every slot holds one key, so the store's
+//! footprint is the whole mapping), so a hot key range is spread over the whole
+//! mapping as in a real store. Each value carries its key, a version and a
 //! checksum, verified on every GET: a lost or wrong page is an error, not a latency.
 //!
 //! Load: `--clients` closed-loop threads; each request is a GET (a SET with
@@ -71,6 +72,10 @@ struct Args {
     /// Fast memory of an in-process managed store, MiB.
     #[arg(long)]
     fast_mib: Option<u64>,
+    /// Policy migrations per epoch of an in-process managed store, KiB (MaxMem §3.1's
+    /// cap: half for reallocation, half for hot/cold exchange).
+    #[arg(long, default_value_t = 64 << 10)]
+    migration_cap_kib: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long)]
@@ -79,11 +84,25 @@ struct Args {
     label: String,
 }
 
+/// The store's index: key → slot, a bijection of `0..items` (every slot holds exactly
+/// one key, so the whole mapping is the store's footprint) that scatters neighbouring
+/// keys over the mapping, so that a hot key range is spread over the whole region as
+/// in a hashed store. A permutation of `0..2^k` (odd multiplications and xor-shifts,
+/// each invertible on `k` bits) walked until it lands below `items` (cycle walking).
 fn slot_of(key: u64, items: u64) -> u64 {
-    // A bijection of 0..items when items is a power of two (odd multiplier), else a
-    // hash: collisions only mean two keys share a slot; the key check tells them apart
-    // and the store keeps the latest.
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7) % items
+    let bits = 64 - (items.max(2) - 1).leading_zeros();
+    let mask = (1u64 << bits) - 1;
+    let half = (bits / 2).max(1);
+    let mut x = key;
+    loop {
+        x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15) & mask;
+        x ^= x >> half;
+        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9) & mask;
+        x ^= x >> half;
+        if x < items {
+            return x;
+        }
+    }
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
@@ -171,7 +190,7 @@ fn main() -> Result<()> {
         uffd::check_permission().map_err(|w| anyhow::anyhow!("userfaultfd: {w}"))?;
         let fast_pages = a.fast_mib.map_or(pages as u64, |m| (m << 20) / PAGE as u64);
         let node = Arc::new(TierNode::new(MaxMemConfig {
-            migration_cap_pages: (64 << 20) / PAGE as u64,
+            migration_cap_pages: ((a.migration_cap_kib << 10) / PAGE as u64).max(2),
             ..MaxMemConfig::with_capacity(fast_pages, PAGE as u64)
         })?);
         let pid = std::process::id() as i32;
@@ -208,7 +227,7 @@ fn main() -> Result<()> {
         vb: a.value_bytes,
         locks: (0..a.items.div_ceil(64)).map(|_| Mutex::new(())).collect(),
     });
-    // Init: every key written once (slots of colliding keys keep the last).
+    // Init: every key written once (every slot: the whole footprint is touched).
     let t0 = Instant::now();
     for k in 0..a.items {
         let s = slot_of(k, a.items);
@@ -297,7 +316,10 @@ fn main() -> Result<()> {
     let mut tl = match &a.timeline {
         Some(p) => {
             let mut f = std::fs::File::create(p)?;
-            writeln!(f, "t_s,phase,ops_per_s,p50_us,p90_us,p99_us")?;
+            writeln!(
+                f,
+                "t_s,phase,ops_per_s,p50_us,p90_us,p99_us,ops,slow_faults,sample_hits"
+            )?;
             Some(f)
         }
         None => None,
@@ -308,6 +330,14 @@ fn main() -> Result<()> {
     let mut m0 = None;
     let mut per_second = Vec::new();
     let mut sec = 0u32;
+    // The in-process manager's counters (a static partition); 0 otherwise.
+    let counters = || {
+        managed.as_ref().map_or((0, 0), |(_, m, _, _)| {
+            let s = m.stats();
+            (s.slow_faults, s.sample_hits)
+        })
+    };
+    let mut slow0 = 0;
     loop {
         sec += 1;
         let due = start + Duration::from_secs(1) * sec;
@@ -316,6 +346,7 @@ fn main() -> Result<()> {
             std::thread::sleep(warm_end.saturating_duration_since(Instant::now()));
             measuring.store(true, Ordering::Relaxed);
             m0 = Some((Instant::now(), ops.load(Ordering::Relaxed)));
+            slow0 = counters().0;
         }
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
         let now = Instant::now();
@@ -330,9 +361,10 @@ fn main() -> Result<()> {
             per_second.push(rate);
         }
         if let Some(f) = tl.as_mut() {
+            let (slow, hits) = counters();
             writeln!(
                 f,
-                "{:.3},{phase},{rate:.1},{},{},{}",
+                "{:.3},{phase},{rate:.1},{},{},{},{n},{slow},{hits}",
                 now.duration_since(start).as_secs_f64(),
                 h.value_at_quantile(0.5),
                 h.value_at_quantile(0.9),
@@ -362,6 +394,11 @@ fn main() -> Result<()> {
         "errors": errors.load(Ordering::Relaxed), "per_second_ops": per_second,
         "fast_mib": a.fast_mib,
     });
+    if managed.is_some() {
+        // Slow-tier accesses of the measure phase, per request.
+        let slow = counters().0 - slow0;
+        summary["slow_faults_per_op"] = json!(slow as f64 / (last.1 - n_m).max(1) as f64);
+    }
     if let Some((node, m, driver, first)) = managed {
         stop_mgr.store(true, Ordering::Release);
         let _ = driver.join();
@@ -377,4 +414,38 @@ fn main() -> Result<()> {
     println!("{summary}");
     drop(region);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_a_bijection_that_scatters_keys() {
+        for items in [1u64, 2, 3, 1000, 32768, 40000] {
+            let mut seen = vec![false; items as usize];
+            for k in 0..items {
+                let s = slot_of(k, items) as usize;
+                assert!(!seen[s], "items {items}: slot {s} twice");
+                seen[s] = true;
+            }
+        }
+        // The first 15 % of the keys (a hot set) land all over the mapping: every
+        // eighth of it holds some of them.
+        let items = 32768u64;
+        let mut eighths = [0u32; 8];
+        for k in 0..items * 15 / 100 {
+            eighths[(slot_of(k, items) * 8 / items) as usize] += 1;
+        }
+        assert!(eighths.iter().all(|&n| n > 400), "{eighths:?}");
+    }
+
+    #[test]
+    fn values_carry_their_checksum() {
+        let mut v = vec![0u8; 256];
+        write_value(&mut v, 7, 3);
+        assert!(value_ok(&v));
+        v[100] ^= 1;
+        assert!(!value_ok(&v));
+    }
 }
