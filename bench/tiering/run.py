@@ -19,6 +19,9 @@ Plans (``--plan``):
 - ``small``     fast memory smaller than the footprint: the same GUPS with 1/2, 3/7
                 (hot + warm exactly) and 1/4 of the table in fast memory, the rest in
                 the LZ4 slow tier; throughput, a_miss and the manager's counters.
+- ``small-16hits``  the same with the sample sized for 16 hits per window whatever
+                the precision needed (the sampler before it was sized by the FMMR's
+                error), for comparison.
 
 Every run is ``target/release/gups`` in a scratch memory cgroup
 ``<own group>/memcolo-tiering-<pid>`` (limit ``--cg-limit-mib``, a safety net: the
@@ -108,12 +111,14 @@ def plan_runs(plan, reps):
             ("maxmem-nonqos", ["--manage", "maxmem", "--t-miss", "1"]),
             ("maxmem-16hits", ["--manage", "maxmem", "--t-miss", "0.1", "--sample-fmmr-error", "0"]),
         ]
-    elif plan == "small":
+    elif plan in ("small", "small-16hits"):
         configs = [
             ("fast-512", ["--manage", "maxmem", "--fast-mib", "512"]),
             ("fast-439", ["--manage", "maxmem", "--fast-mib", "439"]),
             ("fast-256", ["--manage", "maxmem", "--fast-mib", "256"]),
         ]
+        if plan == "small-16hits":
+            configs = [(n + "-16hits", a + ["--sample-fmmr-error", "0"]) for n, a in configs]
         base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "30", "--measure-s", "20"]
     elif plan == "diag":
         # Where the overhead comes from: always 64 sampled pages (the sampler before it
@@ -163,7 +168,7 @@ def done_ids(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", default="overhead", choices=["overhead", "small", "diag", "ablation"])
+    ap.add_argument("--plan", default="overhead", choices=["overhead", "small", "small-16hits", "diag", "ablation"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default=None)
     ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting runs after this long")
