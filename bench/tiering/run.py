@@ -134,14 +134,16 @@ def plan_runs(plan, reps):
         # Which mechanism of sampling costs GUPS what: none at all, 19 pages per
         # window write-protected and unprotected but never dropped (the shootdowns
         # without the faults), the same 19 pages dropped (shootdowns and faults), and
-        # the default (pages sized for 16 hits per window).
+        # pages sized for 16 hits per window.
         configs = [
             ("off", ["--manage", "off"]),
             ("k0", ["--manage", "maxmem", "--sample-pages", "0"]),
             ("wp-only-19", ["--manage", "maxmem", "--sample-pages", "19", "--sample-target-hits", "0",
                             "--sample-no-drop"]),
             ("fixed-19", ["--manage", "maxmem", "--sample-pages", "19", "--sample-target-hits", "0"]),
-            ("maxmem", ["--manage", "maxmem"]),
+            # 16 hits per window, as the sampler was when the plan was run (before
+            # it was sized by the FMMR error).
+            ("maxmem", ["--manage", "maxmem", "--sample-fmmr-error", "0"]),
         ]
         base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "10", "--measure-s", "15"]
     else:
