@@ -7,11 +7,12 @@
 //! - [`LocalAnon`]: private anonymous memory of the manager's own process (a manager
 //!   thread beside the application's threads). A page is read through its address and
 //!   dropped with `madvise(MADV_DONTNEED)`.
-//! - [`SharedFile`]: a memfd mapped `MAP_SHARED` by the application and mapped again
-//!   by the manager, which may be another process (the agent, which received the memfd
-//!   and the userfaultfd over `SCM_RIGHTS`). A page is read through the manager's own
-//!   mapping and dropped with `fallocate(FALLOC_FL_PUNCH_HOLE)`, which unmaps it from
-//!   every process; `madvise` cannot reach another process's mappings.
+//! - [`SharedFile`]: a memfd mapped `MAP_SHARED` by the application and reached by the
+//!   manager through the descriptor, in another process (the agent, which received the
+//!   memfd and the userfaultfd over `SCM_RIGHTS`). A page is read with `pread` (not
+//!   through a mapping of the manager's: see [`SharedFile`]) and dropped with
+//!   `fallocate(FALLOC_FL_PUNCH_HOLE)`, which unmaps it from the application;
+//!   `madvise` cannot reach another process's mappings.
 //!
 //! Either way the page is write-protected through the userfaultfd while it is read
 //! and dropped, so no write is lost in between (MaxMem §3.3).
@@ -206,35 +207,43 @@ impl RegionMemory for LocalAnon {
     }
 }
 
-/// A memfd-backed region, reached through the manager's own mapping of the memfd
-/// (see the module documentation). Unmaps its view when dropped.
+/// A memfd-backed region, reached through the memfd's descriptor (see the module
+/// documentation).
+///
+/// The manager does not map the memfd: a page read through a mapping of its own would
+/// take a page table entry in the manager's process, and the hole punched when the
+/// page is evicted would then zap it there too, a TLB shootdown on every CPU running
+/// the manager's threads. The agent serves every region, so one region's evictions
+/// interrupted the other regions' fault threads: a KV store beside a thrashing GUPS
+/// in one agent waited 2–2.5× longer for its faults than in a process of its own
+/// (`bench/tiering/results/kv`); read with `pread` the page stays unmapped here.
 #[derive(Debug)]
 pub struct SharedFile {
     fd: OwnedFd,
-    view: usize,
     base: u64,
     pages: usize,
 }
 
 impl SharedFile {
-    /// Maps the memfd `fd` (`pages` pages long) in this process; `base` is where the
-    /// application mapped it (the address its userfaultfd registered).
+    /// The memfd `fd` (`pages` pages long); `base` is where the application mapped it
+    /// (the address its userfaultfd registered).
     ///
     /// # Errors
-    /// `mmap(2)`'s error.
+    /// `fstat(2)`'s error, or `InvalidInput` if the memfd is shorter than `pages`.
     pub fn new(fd: OwnedFd, base: u64, pages: usize) -> io::Result<Self> {
-        let view = mmap(
-            pages * PAGE,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-        )?;
-        Ok(SharedFile {
-            fd,
-            view,
-            base,
-            pages,
-        })
+        // SAFETY: fstat into a zeroed struct of the right type.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid descriptor and a valid pointer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if (st.st_size as u64) < (pages * PAGE) as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("memfd of {} bytes, region of {pages} pages", st.st_size),
+            ));
+        }
+        Ok(SharedFile { fd, base, pages })
     }
 }
 
@@ -250,16 +259,30 @@ impl RegionMemory for SharedFile {
     }
     fn read_page(&self, index: usize, out: &mut [u8]) -> io::Result<()> {
         assert!(index < self.pages && out.len() == PAGE);
-        // SAFETY: the page is in the page cache (mapped in the application, caller's
-        // guarantee), so reading it through our view does not allocate a page; the
-        // application cannot write it while it is write-protected.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (self.view + index * PAGE) as *const u8,
-                out.as_mut_ptr(),
-                PAGE,
-            )
-        };
+        // From the page cache (the page is mapped in the application, caller's
+        // guarantee, and write-protected meanwhile); see the type's documentation.
+        let mut done = 0;
+        while done < PAGE {
+            // SAFETY: reading into the caller's buffer, within its length.
+            let n = unsafe {
+                libc::pread(
+                    self.fd.as_raw_fd(),
+                    out[done..].as_mut_ptr().cast(),
+                    PAGE - done,
+                    (index * PAGE + done) as libc::off_t,
+                )
+            };
+            match n {
+                n if n > 0 => done += n as usize,
+                0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
         Ok(())
     }
     fn drop_pages(&self, first: usize, count: usize) -> io::Result<()> {
@@ -281,13 +304,6 @@ impl RegionMemory for SharedFile {
     }
     fn drop_raises_remove_event(&self) -> bool {
         false
-    }
-}
-
-impl Drop for SharedFile {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the view this struct mapped.
-        unsafe { libc::munmap(self.view as *mut libc::c_void, self.pages * PAGE) };
     }
 }
 
