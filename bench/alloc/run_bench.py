@@ -1,18 +1,30 @@
 #!/usr/bin/python3
 """libmemcolo benchmarks: raw CSV, report.md and PNG plots in results/<UTC date-time>/.
 
-1. Hermes micro benchmark (Middleware'21 §5.2): 1 KiB and 256 KiB blocks until 1 GiB,
-   malloc + first write to each 4 KiB page, back to back and paced (256 KiB every
-   250 us, 1 KiB every 1 us: ~1 GB/s), on a dedicated node, under anonymous-page
-   pressure (a scratch memory cgroup at its limit with a memory hog, zram swap) and
-   under file-cache pressure (the same cgroup with a reader of a large file); allocators:
+1. Hermes micro benchmark (Middleware'21 §5.2): 1 KiB and 256 KiB blocks until 1 GiB
+   (256 MiB with --quick), malloc + first write to each 4 KiB page, back to back and
+   paced (256 KiB every 250 us, 1 KiB every 1 us: ~1 GB/s), on a dedicated node, under
+   anonymous-page pressure (a scratch memory cgroup of 1.5 GiB held at its limit by a
+   memory hog, zram swap: every new page of the benchmark costs a reclaim) and under
+   file-cache pressure (the same cgroup with a reader of a 2 GiB file); allocators:
    glibc, jemalloc, tcmalloc, mimalloc, libmemcolo without reservation, libmemcolo (lc).
-2. Throughput and peak RSS (tput.c): prodcons, small, realloc, larson; median of runs.
+2. Throughput and peak RSS (tput.c): prodcons, small, realloc, larson; the allocators
+   take turns within each repetition (so that load from outside hits all of them
+   alike); median of the repetitions.
 3. Subrelease (ISMM'21 §5.1): subrelease_service.py with Delta = 60 s and Delta = 0.
 
+Parts and resuming: --only hermes,tput,subrelease picks benchmarks and --conditions
+dedicated,anon,file the Hermes conditions, so that a long run can be split into parts
+(each under the benchmark lock: flock /tmp/memcolo-bench.lock); --out DIR puts a part
+into an earlier part's directory, where its rows replace only those of the same
+benchmark/condition, and report.py is rerun over everything there.
+
 Pressure runs need root and cgroup v1's memory controller; the scratch group is made
-below this process's own group and removed at the end. Run with /usr/bin/python3
-(matplotlib). usage: run_bench.py [--quick] [--skip-pressure] [--only hermes,tput,subrelease]
+below this process's own group and removed at the end; the anonymous-pressure part sets
+up /dev/zram0 as swap and swaps it off and resets it at the end (run it under the lock).
+Run with /usr/bin/python3 (matplotlib).
+usage: run_bench.py [--quick] [--skip-pressure] [--only hermes,tput,subrelease]
+                    [--conditions dedicated,anon,file] [--out DIR]
 """
 import argparse
 import csv
@@ -107,23 +119,61 @@ class ScratchCgroup:
                 time.sleep(0.1)
 
 
+def zram_on(mib):
+    """/dev/zram0 as swap of `mib` MiB (the anonymous-pressure condition)."""
+    subprocess.run(["swapoff", "/dev/zram0"], capture_output=True)
+    with open("/sys/block/zram0/reset", "w") as f:
+        f.write("1")
+    with open("/sys/block/zram0/disksize", "w") as f:
+        f.write(str(mib << 20))
+    subprocess.run(["mkswap", "/dev/zram0"], check=True, capture_output=True)
+    subprocess.run(["swapon", "/dev/zram0"], check=True, capture_output=True)
+
+
+def zram_off():
+    for _ in range(10):
+        if subprocess.run(["swapoff", "/dev/zram0"], capture_output=True).returncode == 0:
+            break
+        time.sleep(1)
+    try:
+        with open("/sys/block/zram0/reset", "w") as f:
+            f.write("1")
+    except OSError:
+        pass
+
+
+def merge_rows(path, rows, replaced):
+    """rows of an earlier part in `path` whose key (replaced(row) is False) stays, then `rows`"""
+    old = []
+    if os.path.exists(path):
+        with open(path) as f:
+            old = [r for r in csv.DictReader(f) if not replaced(r)]
+    return old + rows
+
+
 def warm(mb=2048):
     subprocess.run([os.path.join(BIN, "hermes_bench"), "4096", "4096", "b2b", "0", "", str(mb)],
                    stdout=subprocess.DEVNULL, check=False)
 
 
-def hermes(out_dir, quick, skip_pressure):
+def hermes(out_dir, quick, conditions):
     rows = []
     total = GiB // (4 if quick else 1)
     cases = [(262144, "b2b", 0), (262144, "paced", 250_000), (1024, "b2b", 0), (1024, "paced", 1000)]
-    conditions = ["dedicated"] if skip_pressure else ["dedicated", "anon", "file"]
     bigfile = "/var/tmp/memcolo-alloc-bench.dat"
+    limit = int(1.5 * GiB)
     for cond in conditions:
         cg = None
+        swap = False
         if cond != "dedicated":
-            cg = ScratchCgroup(f"mcbench-{cond}", int(1.5 * GiB))
+            cg = ScratchCgroup(f"mcbench-{cond}", limit)
             if cond == "anon":
-                cg.spawn(["stress-ng", "--vm", "1", "--vm-bytes", "1200M", "--vm-keep", "--timeout", "3600"])
+                zram_on(4096)
+                swap = True
+                # the hog alone fills the group to its limit: every page the benchmark
+                # touches is taken from it by reclaim (swap-out to zram)
+                cg.spawn(["stress-ng", "--vm", "1", "--vm-bytes", str(limit // 2**20) + "M", "--vm-keep",
+                          "--timeout", "3600"])
             else:
                 if not os.path.exists(bigfile) or os.path.getsize(bigfile) < 2 * GiB:
                     subprocess.run(["dd", "if=/dev/urandom", f"of={bigfile}", "bs=1M", "count=2048"],
@@ -153,34 +203,42 @@ def hermes(out_dir, quick, skip_pressure):
         finally:
             if cg:
                 cg.close()
-    write_csv(os.path.join(out_dir, "hermes.csv"), rows)
+            if swap:
+                zram_off()
+    path = os.path.join(out_dir, "hermes.csv")
+    write_csv(path, merge_rows(path, rows, lambda r: r["condition"] in conditions))
     return rows
 
 
 def tput(out_dir, quick):
     rows = []
-    reps = 1 if quick else 3
+    reps = 5 if quick else 9
+    # the reservation is for LC services; throughput is measured without it
+    allocs = [a for a in ALLOCATORS if a[0] != "memcolo"]
     for mode in ("prodcons", "small", "realloc", "larson"):
-        for name, lib, extra in ALLOCATORS:
-            if name == "memcolo":
-                continue  # the reservation is for LC services; throughput is measured without it
-            walls, rsss = [], []
-            for _ in range(reps):
+        walls = {a[0]: [] for a in allocs}
+        rsss = {a[0]: [] for a in allocs}
+        for _ in range(reps):
+            for name, lib, extra in allocs:
                 r = subprocess.run([os.path.join(BIN, "tput"), mode, "2"], env=env_for(lib, extra),
                                    capture_output=True, text=True, timeout=600)
                 if r.returncode != 0:
                     print(f"  tput {mode} {name} failed: {r.stderr[:200]}")
                     continue
                 _, _, wall, rss = r.stdout.strip().split(",")
-                walls.append(float(wall))
-                rsss.append(int(rss))
-            if not walls:
+                walls[name].append(float(wall))
+                rsss[name].append(int(rss))
+        for name, _, _ in allocs:
+            if not walls[name]:
                 continue
-            row = {"benchmark": mode, "allocator": name, "wall_ms_median": statistics.median(walls),
-                   "wall_ms_all": " ".join(f"{w:.0f}" for w in walls), "peak_rss_kib_median": statistics.median(rsss)}
+            row = {"benchmark": mode, "allocator": name, "wall_ms_median": statistics.median(walls[name]),
+                   "wall_ms_all": " ".join(f"{w:.0f}" for w in walls[name]),
+                   "peak_rss_kib_median": statistics.median(rsss[name]),
+                   "peak_rss_kib_all": " ".join(str(x) for x in rsss[name])}
             rows.append(row)
             print(f"  {mode:9} {name:14} {row['wall_ms_median']:9.1f} ms  {row['peak_rss_kib_median']:8} KiB", flush=True)
-    write_csv(os.path.join(out_dir, "tput.csv"), rows)
+    path = os.path.join(out_dir, "tput.csv")
+    write_csv(path, merge_rows(path, rows, lambda r: True))
     return rows
 
 
@@ -227,22 +285,34 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-pressure", action="store_true")
     ap.add_argument("--only", default="hermes,tput,subrelease")
+    ap.add_argument("--conditions", default="dedicated,anon,file")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    conditions = ["dedicated"] if a.skip_pressure else [c for c in a.conditions.split(",") if c]
+    for c in conditions:
+        if c not in ("dedicated", "anon", "file"):
+            ap.error(f"unknown condition {c}")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out_dir = a.out or os.path.join(HERE, "results", stamp)
     os.makedirs(os.path.join(out_dir, "cdf"), exist_ok=True)
     build()
     only = a.only.split(",")
-    with open(os.path.join(out_dir, "machine.txt"), "w") as f:
-        f.write(subprocess.run(["uname", "-a"], capture_output=True, text=True).stdout)
-        f.write(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
-        f.write(open("/proc/meminfo").read().split("\n")[0] + "\n")
-        f.write("load average at start: " + open("/proc/loadavg").read())
-        f.write("THP: " + open("/sys/kernel/mm/transparent_hugepage/enabled").read())
+    machine = os.path.join(out_dir, "machine.txt")
+    first = not os.path.exists(machine)
+    with open(machine, "a") as f:
+        if first:
+            f.write(subprocess.run(["uname", "-a"], capture_output=True, text=True).stdout)
+            f.write(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
+            f.write(open("/proc/meminfo").read().split("\n")[0] + "\n")
+            f.write("THP: " + open("/sys/kernel/mm/transparent_hugepage/enabled").read())
+            head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+            f.write("commit: " + head.stdout)
+        part = a.only + ("" if "hermes" not in a.only else " (" + ",".join(conditions) + ")")
+        stamp_now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        f.write(f"part {part}{' quick' if a.quick else ''} at {stamp_now}, load average: " + open("/proc/loadavg").read())
     if "hermes" in only:
         print("hermes micro benchmark", flush=True)
-        hermes(out_dir, a.quick, a.skip_pressure)
+        hermes(out_dir, a.quick, conditions)
     if "tput" in only:
         print("throughput", flush=True)
         tput(out_dir, a.quick)
