@@ -76,6 +76,10 @@ struct Args {
     /// cap: half for reallocation, half for hot/cold exchange).
     #[arg(long, default_value_t = 64 << 10)]
     migration_cap_kib: u64,
+    /// The in-process sampler's FMMR error target (0: aim at 16 hits per window), as
+    /// the agent's `tier.sample_fmmr_error`.
+    #[arg(long, default_value_t = 0.01)]
+    sample_fmmr_error: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long)]
@@ -206,6 +210,7 @@ fn main() -> Result<()> {
             Box::new(node.placement(pid, first, pages)),
             TierConfig {
                 zero_fill_ahead: 64,
+                sample_fmmr_error: a.sample_fmmr_error,
                 ..TierConfig::new(1)
             },
         )?);

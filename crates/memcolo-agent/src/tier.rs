@@ -83,6 +83,12 @@ pub struct TierSection {
     /// Sample hits aimed at per region and window (each costs the process a fault;
     /// 0: always `sample_pages`). Default 16.
     pub sample_target_hits: usize,
+    /// Standard error of an epoch's measured FMMR that each window's sample is sized
+    /// for (within `sample_target_hits` and `sample_pages`); 0: always aim at
+    /// `sample_target_hits`. Default 0.01. The sample is also all the hotness bins
+    /// learn from, so this trades the process's sample faults against how well its
+    /// hot pages are told apart (`bench/tiering/results/kv*`).
+    pub sample_fmmr_error: f64,
     /// Eviction worker threads per region. Default 1.
     pub evict_workers: usize,
 }
@@ -101,6 +107,7 @@ impl Default for TierSection {
             windows_per_epoch: 20,
             sample_pages: 64,
             sample_target_hits: 16,
+            sample_fmmr_error: 0.01,
             evict_workers: 1,
         }
     }
@@ -123,6 +130,12 @@ impl TierSection {
             return Err(format!(
                 "tier.slow {:?}: `compressed` or `remote:HOST:PORT`",
                 self.slow
+            ));
+        }
+        if !(self.sample_fmmr_error >= 0.0 && self.sample_fmmr_error < 1.0) {
+            return Err(format!(
+                "tier.sample_fmmr_error {}: in [0, 1)",
+                self.sample_fmmr_error
             ));
         }
         if self.window_ms == 0 || self.windows_per_epoch == 0 || self.sample_pages == 0 {
@@ -679,6 +692,7 @@ fn register(
     let tcfg = TierConfig {
         sample_pages: shared.cfg.sample_pages,
         sample_target_hits: shared.cfg.sample_target_hits,
+        sample_fmmr_error: shared.cfg.sample_fmmr_error,
         evict_workers: shared.cfg.evict_workers.max(1),
         track_remove: true,
         ..TierConfig::new(id)
@@ -846,6 +860,18 @@ fn status_json(shared: &Shared) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sample_fmmr_error_is_checked() {
+        let mut t = TierSection::default();
+        assert!(t.validate().is_ok());
+        t.sample_fmmr_error = 0.0;
+        assert!(t.validate().is_ok(), "0: aim at sample_target_hits");
+        for bad in [-0.1, 1.0, f64::NAN] {
+            t.sample_fmmr_error = bad;
+            assert!(t.validate().unwrap_err().contains("sample_fmmr_error"));
+        }
+    }
 
     #[test]
     fn a_zombie_is_not_alive() {
