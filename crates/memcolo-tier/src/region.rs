@@ -214,9 +214,11 @@ impl RegionMemory for LocalAnon {
 /// take a page table entry in the manager's process, and the hole punched when the
 /// page is evicted would then zap it there too, a TLB shootdown on every CPU running
 /// the manager's threads. The agent serves every region, so one region's evictions
-/// interrupted the other regions' fault threads: a KV store beside a thrashing GUPS
-/// in one agent waited 2–2.5× longer for its faults than in a process of its own
-/// (`bench/tiering/results/kv`); read with `pread` the page stays unmapped here.
+/// would interrupt the other regions' fault threads; read with `pread` the page stays
+/// unmapped here. (A KV store beside a thrashing GUPS in one agent waited about 2×
+/// longer per fault than with a manager in its own process; with `pread` one pair of
+/// runs came out level and another did not, so that gap is not explained yet:
+/// `bench/tiering/results/kv*/notes.md`.)
 #[derive(Debug)]
 pub struct SharedFile {
     fd: OwnedFd,
