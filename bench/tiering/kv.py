@@ -1,39 +1,64 @@
 #!/usr/bin/python3
 """A key-value store (LS) beside a best-effort GUPS (BE) sharing a small fast tier
-(MaxMem §5.2, scaled): MaxMem vs a static partition vs no QoS.
+(MaxMem §5.2, "Static workload", scaled): MaxMem vs a hand-sized static partition vs
+no QoS.
 
-- Store: ``target/release/kvstore``, 32768 values of 4 KiB (128 MiB), 15 % of the keys
-  take 90 % of the requests (FlexKVS's skew in §5.2), 10 % SETs, one closed-loop
-  client; 15 s warm-up, 20 s measured.
-- BE: ``gups`` with a 256 MiB table updated uniformly, one thread, started first.
-- Fast memory: 160 MiB for both (the slow tier holds the rest).
+Scale: the paper's sizes divided by 2560, so its proportions hold. FlexKVS's 320 GB
+(Table 1) is ``target/release/kvstore`` with 32768 values of 4 KiB (128 MiB); 23 % of
+the keys are hot and take 90 % of the requests, 10 % of the requests are SETs (Table
+1: "9:1 read:update, 23 % hot"); one closed-loop client. GUPS's 256 GB is a 100 MiB
+table updated uniformly by one thread. MaxMem's 128 GB of DRAM is 52 MiB of fast
+memory (the slow tier, LZ4 in the agent or in the process, holds the rest), and its
+cap of 4 GB of migrations per 1 s epoch (§3.1) is 1.625 MiB per epoch. Each system
+gets the paper's warm-up of 100 s to find the hot set (§5.2 "Dynamic workload");
+then 30 s are measured. GUPS starts 5 s before the store.
 
 Configurations:
 
-- ``maxmem``   both processes hand their memory to the agent (libmemcolo's tier.c),
-               which has 160 MiB of fast memory: the store with t_miss = 0.1, GUPS with
-               t_miss = 1. The store's fast memory is read from ``memcolo tier status``.
-- ``static``   HeMem's approach: a fixed partition sized by hand, here the paper's
-               equal split (80 MiB each, §5.2 "three equal sections"), each process
-               managing its own memory in-process (``--manage maxmem --fast-mib 80``).
-- ``kernel``   no QoS: both processes unmanaged in a memory cgroup limited to 160 MiB
-               (plus 24 MiB for code and stacks) with zram swap: the kernel's LRU.
+- ``maxmem``    both processes hand their memory to the agent (libmemcolo's tier.c),
+                which shares the 52 MiB between them: the store with t_miss = 0.1, GUPS
+                with t_miss = 1 (§5.2). The store's fast memory is read once a second
+                from ``memcolo tier status``.
+- ``static``    HeMem's approach, a fixed partition per process, each process managing
+                its own memory in-process (``--manage maxmem --fast-mib N``). How N was
+                chosen: as the paper sized HeMem's partition for FlexKVS ("a fast memory
+                partition of 128GB, fitting FlexKVS's entire hot set"): all of the fast
+                memory goes to the store, which fits its hot set (29.4 MiB) with room to
+                spare, less 1 MiB for GUPS (a partition holds at least a page). This is
+                what sizing by hand without MaxMem gives: the hot set is not known
+                exactly, and may grow, so the partition is sized for the worst case the
+                operator can afford.
+- ``static-N``  the same with N MiB for the store (``--static-sweep``): the curve of the
+                store's throughput against its fast memory, on which the hand-sized
+                partition and MaxMem's choice are two points.
+- ``kernel``    no QoS: both processes unmanaged in a memory cgroup limited to the fast
+                memory (plus 24 MiB for code, stacks and heaps) with zram swap: the
+                kernel's LRU. The store's fast memory is its resident set.
 
 Targets (issue 6): the store under MaxMem within 5 % of the static partition's
-throughput while using at least 30 % less fast memory. Results: ``--out`` (default
-bench/tiering/results/kv): ``runs.jsonl``, timelines, ``report.md``.
+throughput while using at least 30 % less fast memory; p90/p99 latency and throughput
+for all three. Results in ``--out`` (default bench/tiering/results/kv):
+``runs.jsonl`` (one JSON object per run, the store's summary, once-a-second samples of
+the store's and GUPS's memory), ``timelines/`` (the store's and GUPS's per-second
+CSVs), ``logs/``, ``report.md``, ``plots/``. A run already in ``runs.jsonl`` is not
+run again, so the plan is worked through in locked slices (exit status 3 while runs
+are left):
 
     cargo build --release -p memcolo -p memcolo-tiering-bench
-    flock /tmp/memcolo-bench.lock /usr/bin/python3 bench/tiering/kv.py --reps 2
+    flock /tmp/memcolo-bench.lock /usr/bin/python3 bench/tiering/kv.py --reps 2   # until "all runs done"
+    flock /tmp/memcolo-bench.lock /usr/bin/python3 bench/tiering/kv.py --reps 1 --configs '' --static-sweep 30,36,44
     /usr/bin/python3 bench/tiering/kv.py --report-only
 
 zram (``/dev/zram0``) is set up for ``kernel`` runs only, and swapped off and reset
-after each, Ctrl-C included.
+after each, Ctrl-C included. Everything runs in a scratch memory cgroup below the
+caller's own, removed afterwards.
 """
 
 import argparse
+import csv
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -47,12 +72,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import run as tiering  # noqa: E402
 
-FAST_MIB = 160
-STATIC_KV_MIB = 80
-KV = ["--items", "32768", "--value-bytes", "4096", "--hot-items-pct", "15", "--hot-pct", "90",
-      "--set-pct", "10", "--warmup-s", "15", "--measure-s", "20"]
-BE = ["--footprint-mib", "256", "--hot-size-pct", "100", "--warm-size-pct", "0", "--hot-pct", "100",
-      "--warm-pct", "0", "--warmup-s", "0", "--measure-s", "120"]
+VALUE_BYTES = 4096
+BE_START_S = 5
 
 
 def sh(*a, check=True):
@@ -92,19 +113,44 @@ def rss_kib(pid):
     return 0
 
 
-def one(config, rep, out, bins, cg):
+def static_mib(config, args):
+    """The store's fast memory of a static configuration: ``static`` (the hand-sized
+    partition) or ``static-<MiB>``."""
+    return int(config.split("-", 1)[1]) if "-" in config else args.static_kv_mib
+
+
+def read_csv(p):
+    try:
+        with open(p) as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return []
+
+
+def one(config, rep, args, bins, cg):
     memcolo, gups, kvstore, lib = bins
+    out = args.out
     tmp = tempfile.mkdtemp(prefix="memcolo-kv-")
     inc = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
     procs = []
     env = dict(os.environ)
-    kv_args = KV + ["--seed", str(rep + 1), "--label", config,
-                    "--timeline", os.path.join(out, "timelines", "%s-r%d-kv.csv" % (config, rep))]
-    be_args = BE + ["--seed", str(rep + 1)]
+    name = "%s-r%d" % (config, rep)
+    kv_tl = os.path.join(out, "timelines", name + "-kv.csv")
+    be_tl = os.path.join(out, "timelines", name + "-be.csv")
+    items = args.store_mib * (1 << 20) // VALUE_BYTES
+    kv_args = ["--items", str(items), "--value-bytes", str(VALUE_BYTES), "--hot-items-pct", str(args.hot_items_pct),
+               "--hot-pct", str(args.hot_pct), "--set-pct", "10", "--warmup-s", str(args.warmup_s),
+               "--measure-s", str(args.measure_s), "--seed", str(rep + 1), "--label", config, "--timeline", kv_tl]
+    # GUPS outlives the store's run (it is stopped after it).
+    be_args = ["--footprint-mib", str(args.be_mib), "--hot-size-pct", "100", "--warm-size-pct", "0",
+               "--hot-pct", "100", "--warm-pct", "0", "--warmup-s", "0",
+               "--measure-s", str(args.warmup_s + args.measure_s + 60), "--seed", str(rep + 1),
+               "--timeline", be_tl]
     samples = []
+    sock = None
     try:
         if config == "kernel":
-            tiering.cg_write(cg, "memory.limit_in_bytes", (FAST_MIB + 24) << 20)
+            tiering.cg_write(cg, "memory.limit_in_bytes", (args.fast_mib + 24) << 20)
             zram_on(1024)
         else:
             tiering.cg_write(cg, "memory.limit_in_bytes", 3 << 30)
@@ -112,11 +158,13 @@ def one(config, rep, out, bins, cg):
             cfg = os.path.join(tmp, "agent.toml")
             with open(cfg, "w") as f:
                 f.write('metrics_addr = "off"\n[tier]\nenabled = true\nfast_bytes = %d\n'
-                        'migration_cap_bytes = %d\n' % (FAST_MIB << 20, 32 << 20))
+                        'migration_cap_bytes = %d\nsample_fmmr_error = %g\n' % (
+                            args.fast_mib << 20, args.cap_kib << 10, args.sample_fmmr_error))
             sock = os.path.join(tmp, "agent.sock")
             agent = subprocess.Popen(inc + [memcolo, "agent", "--config", cfg, "--socket", sock,
                                             "--state-dir", os.path.join(tmp, "state")],
-                                     env=dict(env, MEMCOLO_LOG="warn"))
+                                     env=dict(env, MEMCOLO_LOG="warn"),
+                                     stderr=open(os.path.join(out, "logs", name + "-agent.err"), "w"))
             procs.append(agent)
             for _ in range(300):
                 if os.path.exists(os.path.join(tmp, "tier.sock")):
@@ -124,26 +172,34 @@ def one(config, rep, out, bins, cg):
                 time.sleep(0.1)
             env = dict(env, MEMCOLO_SOCKET=sock, MEMCOLO_TIER="1", MEMCOLO_TIER_THRESHOLD="64m",
                        LD_PRELOAD=lib)
-            be_env, kv_env = dict(env, MEMCOLO_T_MISS="1"), dict(env, MEMCOLO_T_MISS="0.1")
+            be_env, kv_env = dict(env, MEMCOLO_T_MISS="1"), dict(env, MEMCOLO_T_MISS=str(args.t_miss))
         else:
             be_env = kv_env = env
-        if config == "static":
-            be_args += ["--manage", "maxmem", "--fast-mib", str(FAST_MIB - STATIC_KV_MIB), "--t-miss", "1"]
-            kv_args += ["--manage", "maxmem", "--fast-mib", str(STATIC_KV_MIB)]
-        be = subprocess.Popen(inc + [gups] + be_args, env=be_env, stdout=subprocess.DEVNULL,
-                              stderr=open(os.path.join(out, "logs", "%s-r%d-be.err" % (config, rep)), "w"))
-        procs.append(be)
-        time.sleep(5)
+        if config.startswith("static"):
+            kv_mib = static_mib(config, args)
+            cap = ["--migration-cap-kib", str(args.cap_kib), "--sample-fmmr-error", str(args.sample_fmmr_error)]
+            be_args += ["--manage", "maxmem", "--fast-mib", str(max(1, args.fast_mib - kv_mib)), "--t-miss", "1",
+                        "--sample-fmmr-error", str(args.sample_fmmr_error)]
+            kv_args += ["--manage", "maxmem", "--fast-mib", str(kv_mib)] + cap
+        t_be = time.monotonic()
+        if args.be_mib > 0:
+            be = subprocess.Popen(inc + [gups] + be_args, env=be_env, stdout=subprocess.DEVNULL,
+                                  stderr=open(os.path.join(out, "logs", name + "-be.err"), "w"))
+            procs.append(be)
+            time.sleep(BE_START_S)
+        else:
+            # The store alone (a diagnostic): a stand-in that has no memory of its own.
+            be = subprocess.Popen(["sleep", "100000"])
+            procs.append(be)
+        t_kv = time.monotonic()
         kv = subprocess.Popen(inc + [kvstore] + kv_args, env=kv_env, stdout=subprocess.PIPE,
-                              stderr=open(os.path.join(out, "logs", "%s-r%d-kv.err" % (config, rep)), "w"),
-                              text=True)
+                              stderr=open(os.path.join(out, "logs", name + "-kv.err"), "w"), text=True)
         procs.append(kv)
         stop = threading.Event()
 
         def sampler():
-            t0 = time.monotonic()
             while not stop.wait(1.0):
-                row = {"t": round(time.monotonic() - t0, 1), "kv_rss_kib": rss_kib(kv.pid),
+                row = {"t": round(time.monotonic() - t_kv, 1), "kv_rss_kib": rss_kib(kv.pid),
                        "be_rss_kib": rss_kib(be.pid)}
                 if config == "maxmem":
                     o = sh(memcolo, "tier", "status", "--json", "--socket", sock, check=False)
@@ -151,74 +207,205 @@ def one(config, rep, out, bins, cg):
                         for p in json.loads(o.stdout)["processes"]:
                             who = "kv" if p["pid"] == kv.pid else "be" if p["pid"] == be.pid else None
                             if who:
+                                row[who + "_slow_faults"] = sum(r["slow_faults"] for r in p["regions"])
                                 row[who + "_alloc_bytes"] = p["alloc_bytes"]
                                 row[who + "_fast_bytes"] = p["fast_bytes"]
                                 row[who + "_a_miss"] = p["a_miss"]
+                                row[who + "_infeasible"] = p["infeasible"]
                 samples.append(row)
 
         th = threading.Thread(target=sampler)
         th.start()
-        kv_out, _ = kv.communicate(timeout=300)
+        kv_out, _ = kv.communicate(timeout=args.warmup_s + args.measure_s + 120)
         stop.set()
         th.join()
-        rec = {"run": "%s-r%d" % (config, rep), "config": config, "rc": kv.returncode,
-               "loadavg": open("/proc/loadavg").read().split()[:3], "samples": samples}
+        rec = {"run": name, "config": config, "rep": rep, "rc": kv.returncode,
+               "loadavg": open("/proc/loadavg").read().split()[:3], "samples": samples,
+               "setup": {"fast_mib": args.fast_mib, "store_mib": args.store_mib, "be_mib": args.be_mib,
+                         "hot_items_pct": args.hot_items_pct, "hot_pct": args.hot_pct, "t_miss": args.t_miss,
+                         "cap_kib": args.cap_kib, "warmup_s": args.warmup_s, "measure_s": args.measure_s,
+                         "sample_fmmr_error": args.sample_fmmr_error}}
         if kv.returncode == 0:
             rec.update(json.loads(kv_out.strip().splitlines()[-1]))
-        # The store's fast memory over its measure phase (the last 20 samples).
-        meas = samples[-20:]
+        # The measure phase, in seconds from the store's start: after init and warm-up.
+        m0 = rec.get("init_s", 0) + args.warmup_s
+        m1 = m0 + args.measure_s
+        meas = [x for x in samples if m0 <= x["t"] <= m1 + 1] or samples[-int(args.measure_s):]
         if config == "maxmem":
             vals = [s["kv_fast_bytes"] for s in meas if "kv_fast_bytes" in s]
             rec["kv_fast_mib"] = statistics.mean(vals) / 2**20 if vals else None
             vals = [s["kv_a_miss"] for s in meas if "kv_a_miss" in s]
             rec["kv_a_miss"] = statistics.mean(vals) if vals else None
-        elif config == "static":
-            rec["kv_fast_mib"] = STATIC_KV_MIB
+            sf = [s for s in meas if "kv_slow_faults" in s]
+            if len(sf) >= 2 and rec.get("ops_per_s"):
+                rec["slow_faults_per_op"] = ((sf[-1]["kv_slow_faults"] - sf[0]["kv_slow_faults"]) /
+                                             (rec["ops_per_s"] * (sf[-1]["t"] - sf[0]["t"])))
+            # When the store first met its target, and its fast memory then.
+            met = next((s for s in samples if s.get("kv_a_miss", 1) <= args.t_miss and s["t"] > 2), None)
+            rec["kv_first_met_s"] = met["t"] if met else None
+        elif config.startswith("static"):
+            rec["kv_fast_mib"] = static_mib(config, args)
         else:
             vals = [s["kv_rss_kib"] for s in meas]
             rec["kv_fast_mib"] = statistics.mean(vals) / 1024 if vals else None
+        # GUPS over the store's measure phase (its timeline is timed from its start).
+        off = t_kv - t_be
+        be_rows = [r for r in read_csv(be_tl) if off + m0 <= float(r["t_s"]) <= off + m1]
+        rec["be_mups"] = statistics.mean(float(r["mups"]) for r in be_rows) if be_rows else None
         return rec
     finally:
+        # The workload first, reaped, so that the agent sees its connections close and
+        # drops the regions of exited processes; then the agent.
         for p in reversed(procs):
+            if sock and p is procs[0]:
+                for _ in range(50):
+                    o = sh(memcolo, "tier", "status", "--json", "--socket", sock, check=False)
+                    if o.returncode != 0 or not json.loads(o.stdout)["processes"]:
+                        break
+                    time.sleep(0.1)
             try:
-                p.send_signal(signal.SIGTERM if p is procs[0] and config == "maxmem" else signal.SIGKILL)
+                p.send_signal(signal.SIGTERM if sock and p is procs[0] else signal.SIGKILL)
                 p.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         if config == "kernel":
             zram_off()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def mean(rs, k):
+    v = [r[k] for r in rs if r.get(k) is not None]
+    return statistics.mean(v) if v else float("nan")
 
 
 def report(out):
-    runs = [json.loads(l) for l in open(os.path.join(out, "runs.jsonl"))]
+    runs = [json.loads(line) for line in open(os.path.join(out, "runs.jsonl"))]
+    bad = [r for r in runs if r.get("rc") != 0]
     runs = [r for r in runs if r.get("rc") == 0]
+    if not runs:
+        print("no completed runs")
+        return
+    st = runs[0]["setup"]
     by = {}
     for r in runs:
         by.setdefault(r["config"], []).append(r)
-    m = lambda rs, k: statistics.mean([r[k] for r in rs if r.get(k) is not None]) if rs else float("nan")  # noqa: E731
-    lines = ["# KV store (LS) beside GUPS (BE), MaxMem §5.2 scaled: %s" % out, "",
-             "Fast memory %d MiB for both; store 128 MiB (15 %% of keys take 90 %% of requests); "
-             "GUPS 256 MiB uniform. Means over runs." % FAST_MIB, "",
-             "| config | runs | ops/s | p50 µs | p90 µs | p99 µs | p99.9 µs | store's fast MiB | store a_miss | errors |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for c in ["maxmem", "static", "kernel"]:
+    order = ["maxmem", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
+                                                    key=lambda c: int(c.split("-")[1]))
+    hot_mib = st["store_mib"] * st["hot_items_pct"] / 100
+    lines = ["# KV store (LS) beside GUPS (BE), MaxMem §5.2 scaled: %s" % os.path.relpath(out, ROOT), "",
+             "Fast memory %d MiB shared; the store %d MiB of 4 KiB values, %g %% of the keys (%.1f MiB) take "
+             "%g %% of the requests, 10 %% SETs, one closed-loop client; GUPS %d MiB uniform, one thread. "
+             "MaxMem: store t_miss = %g, GUPS t_miss = 1, migration cap %d KiB per 1 s epoch. "
+             "Warm-up %g s, %g s measured. The static partition (`static`) gives the store %d MiB: all of the "
+             "fast memory less 1 MiB for GUPS, as the paper sized HeMem's partition for FlexKVS (its hot set "
+             "fits with room to spare). `static-N` are other sizes of the store's partition."
+             % (st["fast_mib"], st["store_mib"], st["hot_items_pct"], hot_mib, st["hot_pct"], st["be_mib"],
+                st["t_miss"], st["cap_kib"], st["warmup_s"], st["measure_s"],
+                by["static"][0]["kv_fast_mib"] if by.get("static") else st["fast_mib"] - 1), "",
+             "| config | runs | ops/s | p50 µs | p90 µs | p99 µs | p99.9 µs | store's fast MiB | store a_miss "
+             "| slow faults / op | GUPS MUPS | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in order:
         rs = by.get(c, [])
         if not rs:
             continue
-        lines.append("| %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %s | %d |" % (
-            c, len(rs), m(rs, "ops_per_s"), m(rs, "p50_us"), m(rs, "p90_us"), m(rs, "p99_us"), m(rs, "p999_us"),
-            m(rs, "kv_fast_mib"), "%.3f" % m(rs, "kv_a_miss") if c == "maxmem" else "—",
-            sum(r.get("errors", 0) for r in rs)))
+        lines.append("| %s | %d | %.0f | %.1f | %.1f | %.1f | %.0f | %.1f | %s | %s | %.2f | %d |" % (
+            c, len(rs), mean(rs, "ops_per_s"), mean(rs, "p50_us"), mean(rs, "p90_us"), mean(rs, "p99_us"),
+            mean(rs, "p999_us"), mean(rs, "kv_fast_mib"),
+            "%.3f" % mean(rs, "kv_a_miss") if c == "maxmem" else "—",
+            "%.4f" % mean(rs, "slow_faults_per_op") if c != "kernel" else "—",
+            mean(rs, "be_mups"), sum(r.get("errors", 0) for r in rs)))
     if by.get("maxmem") and by.get("static"):
-        tput = m(by["maxmem"], "ops_per_s") / m(by["static"], "ops_per_s")
-        mem = m(by["maxmem"], "kv_fast_mib") / m(by["static"], "kv_fast_mib")
-        lines += ["", "MaxMem vs static: throughput %.1f %% of static (target >= 95 %%), fast memory %.1f %% "
-                  "of static (target <= 70 %%)." % (100 * tput, 100 * mem)]
+        # Paired by repetition (the runs of a repetition ran back to back), then the mean.
+        reps = sorted({r["rep"] for r in by["maxmem"]} & {r["rep"] for r in by["static"]})
+        pairs = []
+        for k in reps:
+            a = next(r for r in by["maxmem"] if r["rep"] == k)
+            b = next(r for r in by["static"] if r["rep"] == k)
+            pairs.append((a["ops_per_s"] / b["ops_per_s"], a["kv_fast_mib"] / b["kv_fast_mib"],
+                          a["p90_us"] / b["p90_us"], a["p99_us"] / b["p99_us"]))
+        tput = statistics.mean(p[0] for p in pairs)
+        mem = statistics.mean(p[1] for p in pairs)
+        lines += ["", "**Target** (MaxMem vs the hand-sized static partition, mean of %d paired repetitions): "
+                  "throughput **%.1f %%** of static (target >= 95 %%: %s), store's fast memory **%.1f %%** of "
+                  "static, i.e. %.1f %% less (target >= 30 %% less: %s); p90 %.2fx, p99 %.2fx of static's." % (
+                      len(pairs), 100 * tput, "met" if tput >= 0.95 else "missed",
+                      100 * mem, 100 * (1 - mem), "met" if mem <= 0.70 else "missed",
+                      statistics.mean(p[2] for p in pairs), statistics.mean(p[3] for p in pairs)),
+                  "Per repetition (throughput ratio, memory ratio): " +
+                  ", ".join("r%d %.3f / %.3f" % (k, p[0], p[1]) for k, p in zip(reps, pairs))]
+        met = [r["kv_first_met_s"] for r in by["maxmem"] if r.get("kv_first_met_s") is not None]
+        if met:
+            lines.append("Under MaxMem the store first reached a_miss <= t_miss %s s after it started." %
+                         " / ".join("%.0f" % m for m in met))
+    lines += ["", "Every run (load average when it ended):", ""]
     for r in runs:
-        lines.append("- `%s`: %.0f ops/s, p99 %d µs, store fast %.1f MiB, load %s" % (
-            r["run"], r["ops_per_s"], r["p99_us"], r.get("kv_fast_mib") or float("nan"), " ".join(r["loadavg"])))
+        lines.append("- `%s`: %.0f ops/s, p90 %d µs, p99 %d µs, store fast %.1f MiB, GUPS %.2f MUPS, load %s" % (
+            r["run"], r["ops_per_s"], r["p90_us"], r["p99_us"], r.get("kv_fast_mib") or float("nan"),
+            r.get("be_mups") or float("nan"), " ".join(r["loadavg"])))
+    for r in bad:
+        lines.append("- `%s`: failed (exit %s), see logs/" % (r["run"], r.get("rc")))
+    lines += ["", "![throughput and latency against fast memory](plots/kv-vs-fast.png)", "",
+              "![per second](plots/kv-timeline.png)"]
+    plots(out, by, order, st)
     open(os.path.join(out, "report.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def plots(out, by, order, st):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plots")
+        return
+    os.makedirs(os.path.join(out, "plots"), exist_ok=True)
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    statics = [c for c in order if c.startswith("static") and by.get(c)]
+    statics.sort(key=lambda c: mean(by[c], "kv_fast_mib"))
+    style = {"maxmem": ("tab:red", "o"), "kernel": ("tab:grey", "s")}
+    for i, (key, label) in enumerate([("ops_per_s", "store ops/s"), ("p99_us", "store p99 µs")]):
+        a = ax[i]
+        a.plot([mean(by[c], "kv_fast_mib") for c in statics], [mean(by[c], key) for c in statics],
+               "-^", color="tab:blue", label="static partition")
+        for c in statics:
+            for r in by[c]:
+                a.plot(r["kv_fast_mib"], r[key], ".", color="tab:blue", alpha=0.4)
+        for c in ("maxmem", "kernel"):
+            for r in by.get(c, []):
+                a.plot(r["kv_fast_mib"], r[key], style[c][1], color=style[c][0],
+                       label=c if r is by[c][0] else None)
+        a.axvline(st["store_mib"] * st["hot_items_pct"] / 100, color="k", ls=":", lw=1)
+        a.set_xlabel("store's fast memory, MiB (dotted: hot set)")
+        a.set_ylabel(label)
+        a.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "plots", "kv-vs-fast.png"), dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    for c in [c for c in ("maxmem", "static", "kernel") if by.get(c)]:
+        r = by[c][0]
+        rows = read_csv(os.path.join(out, "timelines", r["run"] + "-kv.csv"))
+        ax[0].plot([float(x["t_s"]) for x in rows], [float(x["ops_per_s"]) for x in rows], lw=1, label=c)
+    ax[0].set_ylabel("store ops/s")
+    ax[0].legend(fontsize=8)
+    if by.get("maxmem"):
+        r = by["maxmem"][0]
+        s = [x for x in r["samples"] if "kv_alloc_bytes" in x]
+        ax[1].plot([x["t"] for x in s], [x["kv_alloc_bytes"] / 2**20 for x in s], label="store (maxmem)")
+        ax[1].plot([x["t"] for x in s], [x.get("be_alloc_bytes", 0) / 2**20 for x in s], label="GUPS (maxmem)")
+        ax[1].axhline(mean(by["static"], "kv_fast_mib") if by.get("static") else 0, color="tab:blue", ls="--",
+                      lw=1, label="store (static)")
+        ax[2].plot([x["t"] for x in s], [x["kv_a_miss"] for x in s], label="store a_miss")
+        ax[2].axhline(st["t_miss"], color="k", ls=":", lw=1)
+    ax[1].set_ylabel("fast memory allotted, MiB")
+    ax[1].legend(fontsize=8)
+    ax[2].set_ylabel("a_miss (t_miss dotted)")
+    ax[2].set_xlabel("s since the store started (first repetition)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "plots", "kv-timeline.png"), dpi=110)
+    plt.close(fig)
 
 
 def main():
@@ -226,57 +413,86 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "kv"))
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--configs", default="maxmem,static,kernel")
-    ap.add_argument("--budget-s", type=float, default=420)
+    ap.add_argument("--static-sweep", default="", help="store partitions to add, MiB (e.g. 30,36,44)")
+    ap.add_argument("--fast-mib", type=int, default=52, help="fast memory for both (MaxMem's 128 GB / 2560)")
+    ap.add_argument("--static-kv-mib", type=int, default=51,
+                    help="the hand-sized partition of the store (all fast memory but 1 MiB, as in §5.2)")
+    ap.add_argument("--store-mib", type=int, default=128, help="the store's footprint (FlexKVS's 320 GB / 2560)")
+    ap.add_argument("--hot-items-pct", type=float, default=23)
+    ap.add_argument("--hot-pct", type=float, default=90)
+    ap.add_argument("--be-mib", type=int, default=100, help="GUPS's table (256 GB / 2560); 0: no BE")
+    ap.add_argument("--t-miss", type=float, default=0.1)
+    ap.add_argument("--cap-kib", type=int, default=1664, help="migrations per epoch (4 GB / 2560)")
+    ap.add_argument("--sample-fmmr-error", type=float, default=0.01,
+                    help="the sampler's FMMR error target, agent and in-process alike (0: 16 hits per window)")
+    ap.add_argument("--warmup-s", type=float, default=100)
+    ap.add_argument("--measure-s", type=float, default=30)
+    ap.add_argument("--budget-s", type=float, default=300, help="start no run after this many seconds")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
     out = args.out
-    if not args.report_only:
-        if os.geteuid() != 0:
-            raise SystemExit("needs root")
-        for d in ("timelines", "logs"):
-            os.makedirs(os.path.join(out, d), exist_ok=True)
-        rel = os.path.join(ROOT, "target", "release")
-        tmp = tempfile.mkdtemp(prefix="memcolo-kvlib-")
-        lib = os.path.join(tmp, "libtier.so")
-        subprocess.run(["cc", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
-                        os.path.join(ROOT, "alloc", "src", "tier.c"), "-o", lib], check=True)
-        bins = (os.path.join(rel, "memcolo"), os.path.join(rel, "gups"), os.path.join(rel, "kvstore"), lib)
-        runs_path = os.path.join(out, "runs.jsonl")
-        done = set()
-        if os.path.exists(runs_path):
-            done = {json.loads(l)["run"] for l in open(runs_path)}
-        cg = os.path.join(tiering.CG_ROOT + tiering.own_memory_cgroup(), "memcolo-tiering-kv-%d" % os.getpid())
+    if args.report_only:
+        report(out)
+        return
+    if os.geteuid() != 0:
+        raise SystemExit("needs root")
+    for d in ("timelines", "logs"):
+        os.makedirs(os.path.join(out, d), exist_ok=True)
+    rel = os.path.join(ROOT, "target", "release")
+    tmp = tempfile.mkdtemp(prefix="memcolo-kvbin-")
+    lib = os.path.join(tmp, "libtier.so")
+    subprocess.run(["cc", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
+                    os.path.join(ROOT, "alloc", "src", "tier.c"), "-o", lib], check=True)
+    # Copies: the target directory is shared, and a rebuild must not swap a binary out
+    # from under a run.
+    bins = []
+    for b in ("memcolo", "gups", "kvstore"):
+        shutil.copy2(os.path.join(rel, b), os.path.join(tmp, b))
+        bins.append(os.path.join(tmp, b))
+    bins = tuple(bins) + (lib,)
+    runs_path = os.path.join(out, "runs.jsonl")
+    done = set()
+    if os.path.exists(runs_path):
+        done = {json.loads(line)["run"] for line in open(runs_path)}
+    cg = os.path.join(tiering.CG_ROOT + tiering.own_memory_cgroup(), "memcolo-tiering-kv-%d" % os.getpid())
 
-        def cleanup(*_):
-            zram_off()
-            tiering.cg_remove(cg)
-            sys.exit(130)
+    def cleanup(*_):
+        zram_off()
+        tiering.cg_remove(cg)
+        shutil.rmtree(tmp, ignore_errors=True)
+        sys.exit(130)
 
-        signal.signal(signal.SIGTERM, cleanup)
-        signal.signal(signal.SIGINT, cleanup)
-        start = time.monotonic()
-        configs = args.configs.split(",")
-        try:
-            for rep in range(args.reps):
-                for c in configs[rep % len(configs):] + configs[:rep % len(configs)]:
-                    rid = "%s-r%d" % (c, rep)
-                    if rid in done:
-                        continue
-                    if time.monotonic() - start > args.budget_s:
-                        raise StopIteration
-                    os.makedirs(cg, exist_ok=True)
-                    print("run", rid, flush=True)
-                    rec = one(c, rep, out, bins, cg)
-                    with open(runs_path, "a") as f:
-                        f.write(json.dumps(rec) + "\n")
-                    print("  -> %s ops/s p99 %s us, store fast %s MiB" % (
-                        rec.get("ops_per_s"), rec.get("p99_us"), rec.get("kv_fast_mib")), flush=True)
-                    tiering.cg_remove(cg)
-        except StopIteration:
-            print("budget spent; runs left")
-        finally:
-            tiering.cg_remove(cg)
+    signal.signal(signal.SIGTERM, cleanup)
+    signal.signal(signal.SIGINT, cleanup)
+    start = time.monotonic()
+    configs = [c for c in args.configs.split(",") if c]
+    configs += ["static-%d" % int(m) for m in args.static_sweep.split(",") if m]
+    left = 0
+    try:
+        for rep in range(args.reps):
+            for c in configs[rep % len(configs):] + configs[:rep % len(configs)]:
+                rid = "%s-r%d" % (c, rep)
+                if rid in done:
+                    continue
+                if time.monotonic() - start > args.budget_s:
+                    left += 1
+                    continue
+                os.makedirs(cg, exist_ok=True)
+                print("run", rid, flush=True)
+                rec = one(c, rep, args, bins, cg)
+                with open(runs_path, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+                print("  -> %s ops/s p99 %s us, store fast %s MiB" % (
+                    rec.get("ops_per_s"), rec.get("p99_us"), rec.get("kv_fast_mib")), flush=True)
+                tiering.cg_remove(cg)
+    finally:
+        tiering.cg_remove(cg)
+        shutil.rmtree(tmp, ignore_errors=True)
     report(out)
+    if left:
+        print("%d runs left: run again" % left)
+        sys.exit(3)
+    print("all runs done")
 
 
 if __name__ == "__main__":
