@@ -62,7 +62,14 @@ pub fn cache_stat(path: &Path) -> Result<CacheStat> {
 }
 
 fn cachestat_fd(file: &File, path: &Path) -> Result<CacheStat> {
-    let range = CachestatRange { off: 0, len: 0 }; // len 0: to the end of the file
+    cachestat_range(file, path, 0, 0) // len 0: to the end of the file
+}
+
+/// `cachestat(2)` on bytes `[off, off + len)` of `file` (`len` 0: to the end of the
+/// file); `path` names the file in errors. Errors: [`Error::Unsupported`] on `ENOSYS`
+/// (before Linux 6.5), [`Error::Io`] otherwise.
+pub(crate) fn cachestat_range(file: &File, path: &Path, off: u64, len: u64) -> Result<CacheStat> {
+    let range = CachestatRange { off, len };
     let mut cs = RawCachestat::default();
     // SAFETY: both pointers refer to live, correctly laid-out structs.
     let rc = unsafe {

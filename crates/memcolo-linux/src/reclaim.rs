@@ -293,53 +293,16 @@ pub struct FileDropReport {
     pub droppable_bytes: u64,
 }
 
-/// `cachestat(2)`'s syscall number; the same on every architecture (asm-generic table).
-const SYS_CACHESTAT: libc::c_long = 451;
-
 /// Pages of `[off, off + len)` of `file` in the page cache, and how many of them are
 /// clean (neither dirty nor under writeback), from `cachestat(2)` (Linux 6.5+;
 /// `len` 0: to the end of the file). Errors: [`Error::Unsupported`] on `ENOSYS`.
 fn cachestat_range(file: &File, path: &Path, off: u64, len: u64) -> Result<(u64, u64)> {
-    #[repr(C)]
-    struct Range {
-        off: u64,
-        len: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct Stat {
-        nr_cache: u64,
-        nr_dirty: u64,
-        nr_writeback: u64,
-        nr_evicted: u64,
-        nr_recently_evicted: u64,
-    }
-    let range = Range { off, len };
-    let mut cs = Stat::default();
-    // SAFETY: both pointers refer to live, correctly laid-out structs.
-    let rc = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            file.as_raw_fd(),
-            &range as *const Range,
-            &mut cs as *mut Stat,
-            0,
-        )
-    };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ENOSYS) {
-            return Err(Error::Unsupported {
-                what: "cachestat(2) (Linux 6.5+)".into(),
-            });
-        }
-        return Err(Error::io(path, e));
-    }
+    let cs = crate::filecache::cachestat_range(file, path, off, len)?;
     let clean = cs
-        .nr_cache
-        .saturating_sub(cs.nr_dirty)
-        .saturating_sub(cs.nr_writeback);
-    Ok((cs.nr_cache, clean))
+        .cache_pages
+        .saturating_sub(cs.dirty_pages)
+        .saturating_sub(cs.writeback_pages);
+    Ok((cs.cache_pages, clean))
 }
 
 /// One open file of the processes, opened again through `/proc/PID/fd/N`.
