@@ -10,6 +10,9 @@
 //! Needs root and the cgroup v1 memory controller; elsewhere it says why and passes
 //! without running. Every wait is bounded; nothing depends on the machine's speed.
 
+mod common;
+
+use common::{agent_status, wait_for};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -68,17 +71,6 @@ impl Drop for Cleanup {
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }
-    }
-}
-
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < limit,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -267,19 +259,7 @@ fn agent_manages_real_processes_in_a_cgroup_scope() {
         "registration reply: {first}"
     );
 
-    let status = || -> Value {
-        let o = Command::new(exe)
-            .args(["status", "--json", "--socket"])
-            .arg(&sock)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "status failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        serde_json::from_slice(&o.stdout).unwrap()
-    };
+    let status = || agent_status(exe, &sock);
     wait_for(
         "lc, be and elastic registered",
         Duration::from_secs(30),

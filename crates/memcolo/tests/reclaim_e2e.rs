@@ -21,6 +21,9 @@
 #[path = "../../memcolo-agent/tests/support/mod.rs"]
 mod support;
 
+mod common;
+
+use common::{agent_status, wait_for};
 use memcolo_linux::cgroup::Limit;
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -38,17 +41,6 @@ impl Drop for Agent {
             let _ = c.kill();
             let _ = c.wait();
         }
-    }
-}
-
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < limit,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -161,19 +153,7 @@ fn reclaim_agent_pages_out_be_memory_and_never_lc() {
         sock.exists()
     });
 
-    let status = || -> Value {
-        let o = Command::new(exe)
-            .args(["status", "--json", "--socket"])
-            .arg(&sock)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "status failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        serde_json::from_slice(&o.stdout).unwrap()
-    };
+    let status = || agent_status(exe, &sock);
     let run = |class: &str, group: &str, mib: u64, step: u64| {
         let mut c = Command::new(exe);
         c.args(["run", "--class", class, "--cgroup", group, "--socket"])
