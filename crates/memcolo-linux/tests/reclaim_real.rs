@@ -281,6 +281,9 @@ impl FileHolder {
             ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            // Not the test's stderr: where that is a file (a CI log), its clean page
+            // cache is the holder's too, and the drops below would count it.
+            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         if let Some(cg) = cg {
