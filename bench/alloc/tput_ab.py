@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""tput_ab.py — repeated, interleaved runs of tput.c (throughput and peak RSS) for the
+peers and one or more libmemcolo builds, with medians, spread and paired ratios.
+
+Each repetition of a benchmark runs every allocator once, in an order rotated from one
+repetition to the next (no allocator always runs first or right after another), and
+holds the shared benchmark lock (/tmp/memcolo-bench.lock, flock(2)) only for that one
+repetition, so that a run of many repetitions lets others in between. Per run it
+records wall time (ms, as tput.c prints it), CPU time of the process (user + system,
+ms, from wait4) and peak RSS (VmHWM, KiB).
+
+The summary gives per benchmark and allocator the median, min and max of wall time,
+the median CPU time and peak RSS, and for each libmemcolo build the *paired* ratio to
+the best peer: in every repetition, its wall time over the fastest peer's wall time in
+the same repetition (median and quartiles of these ratios), and peak RSS over glibc's.
+A gap is taken as real when the lower quartile of the paired ratios is above 1.10 (or
+the upper one below 1.0 for a lead).
+
+usage: tput_ab.py [--reps 9] [--modes prodcons,small,realloc,larson] [--threads 2]
+                  [--lib NAME=PATH[:ENV=VAL,...]] ... [--no-peers] [--out DIR]
+With no --lib, the tree's alloc/build/libmemcolo.so runs as memcolo-norsv
+(MEMCOLO_CLASS=be, as run_bench.py does). Writes DIR/tput_ab.csv (raw) and
+DIR/summary.md; prints the summary.
+"""
+import argparse
+import fcntl
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+BIN = os.path.join(ROOT, "alloc", "build", "bench", "tput")
+LIB = os.path.join(ROOT, "alloc", "build", "libmemcolo.so")
+SYS = "/usr/lib/x86_64-linux-gnu"
+PEERS = [
+    ("glibc", None, {}),
+    ("jemalloc", f"{SYS}/libjemalloc.so.2", {}),
+    ("tcmalloc", f"{SYS}/libtcmalloc_minimal.so.4", {}),
+    ("mimalloc", f"{SYS}/libmimalloc.so.2", {}),
+]
+LOCK = "/tmp/memcolo-bench.lock"
+
+
+def env_for(lib, extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCOLO_") and k != "LD_PRELOAD"}
+    if lib:
+        env["LD_PRELOAD"] = lib
+    env.update(extra)
+    return env
+
+
+def run_one(mode, threads, lib, extra):
+    """one tput run: (wall_ms, cpu_ms, peak_rss_kib) or None on failure"""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.dup2(w, 1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        try:
+            os.execve(BIN, [BIN, mode, str(threads)], env_for(lib, extra))
+        finally:
+            os._exit(127)
+    os.close(w)
+    out = b""
+    while True:
+        chunk = os.read(r, 4096)
+        if not chunk:
+            break
+        out += chunk
+    os.close(r)
+    _, status, ru = os.wait4(pid, 0)
+    if status != 0:
+        return None
+    try:
+        _, _, wall, rss = out.decode().strip().split(",")
+    except ValueError:
+        return None
+    return float(wall), (ru.ru_utime + ru.ru_stime) * 1000.0, int(rss)
+
+
+def parse_lib(spec):
+    name, _, rest = spec.partition("=")
+    path, _, envs = rest.partition(":")
+    extra = {"MEMCOLO_CLASS": "be"}
+    for kv in filter(None, envs.split(",")):
+        k, _, v = kv.partition("=")
+        extra[k] = v
+    return name, os.path.abspath(path), extra
+
+
+def quartiles(xs):
+    xs = sorted(xs)
+    if len(xs) < 2:
+        return xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--modes", default="prodcons,small,realloc,larson")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lib", action="append", default=[])
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    if not os.path.exists(BIN):
+        os.makedirs(os.path.dirname(BIN), exist_ok=True)
+        subprocess.run(["gcc", "-O2", "-pthread", "-o", BIN, os.path.join(HERE, "tput.c")], check=True)
+    libs = [parse_lib(s) for s in a.lib] or [("memcolo-norsv", LIB, {"MEMCOLO_CLASS": "be"})]
+    allocs = ([] if a.no_peers else PEERS) + libs
+    out = a.out or os.path.join("/tmp", "tput_ab-" + time.strftime("%Y%m%dT%H%M%S"))
+    os.makedirs(out, exist_ok=True)
+    rows = []
+    modes = a.modes.split(",")
+    lockf = open(LOCK, "a")
+    for rep in range(a.reps):
+        for mode in modes:
+            k = (rep * 3 + modes.index(mode)) % len(allocs)
+            order = allocs[k:] + allocs[:k]
+            fcntl.flock(lockf, fcntl.LOCK_EX)
+            load = open("/proc/loadavg").read().split()[0]
+            for name, lib, extra in order:
+                res = run_one(mode, a.threads, lib, extra)
+                if res is None:
+                    print(f"  {mode} {name} rep {rep}: failed", file=sys.stderr)
+                    continue
+                rows.append({"rep": rep, "benchmark": mode, "allocator": name, "wall_ms": res[0],
+                             "cpu_ms": res[1], "peak_rss_kib": res[2], "load1": load})
+            fcntl.flock(lockf, fcntl.LOCK_UN)
+        print(f"rep {rep + 1}/{a.reps} done (load {load})", file=sys.stderr, flush=True)
+    with open(os.path.join(out, "tput_ab.csv"), "w") as f:
+        f.write("rep,benchmark,allocator,wall_ms,cpu_ms,peak_rss_kib,load1\n")
+        for r in rows:
+            f.write(f"{r['rep']},{r['benchmark']},{r['allocator']},{r['wall_ms']:.1f},{r['cpu_ms']:.0f},{r['peak_rss_kib']},{r['load1']}\n")
+    lines = [f"# tput interleaved: {a.reps} repetitions, {a.threads} threads", "",
+             "| benchmark | allocator | wall ms median | min | max | cpu ms median | peak RSS KiB median | min | max |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    peer_names = [p[0] for p in allocs if p not in libs]
+    for mode in modes:
+        for name, _, _ in allocs:
+            rs = [r for r in rows if r["benchmark"] == mode and r["allocator"] == name]
+            if not rs:
+                continue
+            w = [r["wall_ms"] for r in rs]
+            c = [r["cpu_ms"] for r in rs]
+            m = [r["peak_rss_kib"] for r in rs]
+            lines.append(f"| {mode} | {name} | {statistics.median(w):.1f} | {min(w):.1f} | {max(w):.1f} | "
+                         f"{statistics.median(c):.0f} | {statistics.median(m):.0f} | {min(m)} | {max(m)} |")
+    if peer_names:
+        lines += ["", "Paired per repetition: wall / fastest peer's wall in the same repetition, "
+                  "peak RSS / glibc's.", "",
+                  "| benchmark | allocator | best peer (median) | wall ratio median | q1 | q3 | verdict | RSS ratio median |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for mode in modes:
+            med = {}
+            for p in peer_names:
+                w = [r["wall_ms"] for r in rows if r["benchmark"] == mode and r["allocator"] == p]
+                if w:
+                    med[p] = statistics.median(w)
+            best = min(med, key=med.get) if med else "-"
+            for name, _, _ in libs:
+                ratios, rss = [], []
+                for rep in range(a.reps):
+                    rr = {r["allocator"]: r for r in rows if r["benchmark"] == mode and r["rep"] == rep}
+                    pw = [rr[p]["wall_ms"] for p in peer_names if p in rr]
+                    if name in rr and pw:
+                        ratios.append(rr[name]["wall_ms"] / min(pw))
+                    if name in rr and "glibc" in rr:
+                        rss.append(rr[name]["peak_rss_kib"] / rr["glibc"]["peak_rss_kib"])
+                if not ratios:
+                    continue
+                q1, q3 = quartiles(ratios)
+                med_r = statistics.median(ratios)
+                verdict = "gap (>1.10)" if q1 > 1.10 else ("ahead" if q3 < 1.0 else ("within 10 %" if med_r <= 1.10 else "unclear"))
+                rss_s = f"{statistics.median(rss):.3f}" if rss else "-"
+                lines.append(f"| {mode} | {name} | {best} ({med.get(best, 0):.1f}) | {med_r:.3f} | {q1:.3f} | {q3:.3f} | {verdict} | {rss_s} |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(text)
+    print(text)
+    print(f"raw: {out}/tput_ab.csv", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
