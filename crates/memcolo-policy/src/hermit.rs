@@ -30,15 +30,23 @@
 //!   the CPU budget `max_workers` (the agent derives it from the CPUs no LC process
 //!   runs on).
 //! - **backing off**: page turnaround — how long an evicted page stays out before it
-//!   refaults — is estimated by Little's law on the swapped population,
-//!   `turnaround = swapped_bytes / swap_in_rate` (a page leaves swap only by
-//!   refaulting, so the mean residence time is the population over the exit rate).
-//!   When it shortens to below `turnaround_drop_ratio` of the previous period's, or
-//!   below `thrash_turnaround`, reclaim is evicting pages that are still in use: the
-//!   scheduler backs off to reclaiming only what keeps the high mark (no proactive
-//!   band) for `backoff_periods` periods, and `k` resets. It never backs off below
-//!   the high mark: once headroom is that low the kernel would reclaim anyway, on the
-//!   allocating thread of whichever process faults next — an LC one included.
+//!   refaults (Hermit's slides, "Hermit's Adaptive Reclaim Scheduling": "Page
+//!   Turnaround (PT): how long a swapped-out page remains untouched") — is taken from
+//!   a *sample of the pages reclaim evicted recently* ([`SampledTurnaround`]: a
+//!   quantile, by default the median, of their eviction→refault times, pages not back
+//!   yet counted as such). While fewer than `min_turnaround_samples` sampled
+//!   evictions back it (or no sampler runs), it falls back to a mean by Little's law
+//!   on the swapped population, `swapped_bytes / swap_in_rate` (a page leaves swap
+//!   only by refaulting, so the mean residence time is the population over the exit
+//!   rate). The mean is a poor thrash signal: pages evicted long ago that never come
+//!   back dominate it (594 s in the agent's reclaim end-to-end test while the sampled
+//!   median was 0.6–0.9 s), so it is the fallback only. When the turnaround shortens to below `turnaround_drop_ratio` of
+//!   the previous period's (same source), or below `thrash_turnaround`, reclaim is
+//!   evicting pages that are still in use: the scheduler backs off to reclaiming only
+//!   what keeps the high mark (no proactive band) for `backoff_periods` periods, and
+//!   `k` resets. It never backs off below the high mark: once headroom is that low
+//!   the kernel would reclaim anyway, on the allocating thread of whichever process
+//!   faults next — an LC one included.
 //!
 //! - **not churning**: the mean refault distance — bytes evicted between a page's
 //!   eviction and its refault — is about the swapped population (Little's law again:
@@ -107,6 +115,10 @@ pub struct ReclaimConfig {
     pub adapt_period: Duration,
     /// Periods the scheduler stays backed off after turnaround fell. Default 3.
     pub backoff_periods: u32,
+    /// Sampled evictions ([`SampledTurnaround::pages`]) needed before the sampled
+    /// turnaround steers the back-off; with fewer, the Little's-law mean does.
+    /// Default 16.
+    pub min_turnaround_samples: u32,
     /// While pages refault, the low mark is at most `max(high, swapped / churn_ratio)`:
     /// proactive headroom must stay well below the mean refault distance. Default 2.
     pub churn_ratio: f64,
@@ -137,6 +149,7 @@ impl Default for ReclaimConfig {
             turnaround_drop_ratio: 0.5,
             adapt_period: Duration::from_secs(1),
             backoff_periods: 3,
+            min_turnaround_samples: 16,
             churn_ratio: 2.0,
             swap_stop_free_ratio: 0.05,
             initial_worker_rate: 256.0 * (1 << 20) as f64,
@@ -268,6 +281,56 @@ pub struct ReclaimObservation {
     pub swap_free_bytes: u64,
     /// Bytes the mechanisms may still reclaim (resident memory of the targets).
     pub reclaimable_bytes: u64,
+    /// Page turnaround measured on a sample of the pages reclaim evicted recently;
+    /// `None` when nothing is sampled (the Little's-law mean steers then).
+    pub sampled_turnaround: Option<SampledTurnaround>,
+}
+
+/// Page turnaround — the time from a page's eviction to its refault (Hermit's
+/// slides, "Page Turnaround (PT): how long a swapped-out page remains untouched") —
+/// measured on a sample of the pages reclaim evicted recently (the agent's sampler
+/// follows each sampled page from the end of the batch that evicted it to the first
+/// look that finds it present again).
+///
+/// `turnaround_s` is one quantile (the agent passes the median) of the sampled
+/// evictions' turnaround, in seconds, by the product-limit (Kaplan–Meier) estimate:
+/// a page not back yet counts as "out for at least its age so far", never as a
+/// refault, and a page freed by its process as out until it was last seen. When the
+/// quantile lies beyond every age seen (more than that share of the sample is still
+/// out), `at_least` is set and `turnaround_s` is the largest age seen: a lower bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SampledTurnaround {
+    /// The quantile, seconds; a lower bound when `at_least`.
+    pub turnaround_s: f64,
+    /// The quantile is past every age seen: `turnaround_s` is only a lower bound.
+    pub at_least: bool,
+    /// Sampled evictions the estimate rests on: refaulted, still out, censored at
+    /// the sampler's horizon, or freed.
+    pub pages: u32,
+}
+
+/// Where the turnaround that steers the back-off came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnaroundSource {
+    /// Nothing refaults (and nothing sampled): infinite.
+    #[default]
+    None,
+    /// [`SampledTurnaround`] with at least `min_turnaround_samples` pages.
+    Sampled,
+    /// Little's law on the swapped population: `swapped_bytes / swap-in rate`.
+    Mean,
+}
+
+impl TurnaroundSource {
+    /// The snake_case name used in status and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnaroundSource::None => "none",
+            TurnaroundSource::Sampled => "sampled",
+            TurnaroundSource::Mean => "mean",
+        }
+    }
 }
 
 /// Why the scheduler chose its worker count.
@@ -323,8 +386,17 @@ pub struct ReclaimDecision {
     pub burst_rate: f64,
     /// Measured throughput of one worker, bytes/s.
     pub worker_rate: f64,
-    /// Estimated page turnaround in seconds; `None` while nothing refaults (infinite).
+    /// The page turnaround that steers the back-off, seconds (see
+    /// `turnaround_source`; a lower bound when `turnaround_at_least`); `None` while
+    /// nothing refaults (infinite).
     pub turnaround_s: Option<f64>,
+    /// Where `turnaround_s` came from.
+    pub turnaround_source: TurnaroundSource,
+    /// `turnaround_s` is a sampled lower bound (see [`SampledTurnaround::at_least`]).
+    pub turnaround_at_least: bool,
+    /// Mean page turnaround by Little's law, `swapped_bytes / swap-in rate`, seconds;
+    /// `None` while nothing refaults.
+    pub mean_turnaround_s: Option<f64>,
     /// Estimated mean refault distance in bytes (the swapped population); `None`
     /// while nothing refaults.
     pub refault_distance_bytes: Option<u64>,
@@ -351,7 +423,8 @@ pub struct ReclaimScheduler {
     swapin_rate: f64,
     k: f64,
     period_start: Option<Duration>,
-    prev_turnaround: Option<f64>,
+    /// The previous period's turnaround, its source and whether it was a lower bound.
+    prev_turnaround: Option<(f64, TurnaroundSource, bool)>,
     backoff_left: u32,
 }
 
@@ -448,11 +521,22 @@ impl ReclaimScheduler {
         }
         self.last = Some((now, obs.used_bytes));
 
-        // Page turnaround by Little's law on the swapped population.
-        let turnaround = if self.swapin_rate > 4096.0 {
+        // Page turnaround: sampled when enough recent evictions back it, else the mean
+        // by Little's law on the swapped population.
+        let mean_turnaround = if self.swapin_rate > 4096.0 {
             Some(obs.swapped_bytes as f64 / self.swapin_rate)
         } else {
             None
+        };
+        let sampled = obs.sampled_turnaround.filter(|s| {
+            s.pages >= cfg.min_turnaround_samples.max(1)
+                && s.turnaround_s.is_finite()
+                && s.turnaround_s >= 0.0
+        });
+        let (turnaround, source, at_least) = match (sampled, mean_turnaround) {
+            (Some(s), _) => (Some(s.turnaround_s), TurnaroundSource::Sampled, s.at_least),
+            (None, Some(m)) => (Some(m), TurnaroundSource::Mean, false),
+            (None, None) => (None, TurnaroundSource::None, false),
         };
         // Adapt k and the back-off once per period.
         match self.period_start {
@@ -460,11 +544,16 @@ impl ReclaimScheduler {
             Some(start) if now.saturating_sub(start) >= cfg.adapt_period => {
                 self.period_start = Some(now);
                 let thrash = cfg.thrash_turnaround.as_secs_f64();
+                // A lower bound never shows a fall; a previous lower bound is compared
+                // as it is (the fall from the true value was larger); two sources are
+                // never compared.
                 let fell = match (turnaround, self.prev_turnaround) {
+                    (Some(_), _) if at_least => false,
                     (Some(t), _) if t < thrash => true,
-                    (Some(t), Some(p)) => t < cfg.turnaround_drop_ratio * p,
-                    (Some(_), None) => false,
-                    (None, _) => false,
+                    (Some(t), Some((p, src, _))) if src == source => {
+                        t < cfg.turnaround_drop_ratio * p
+                    }
+                    _ => false,
                 };
                 if fell {
                     self.k = cfg.low_multiplier_min;
@@ -473,7 +562,7 @@ impl ReclaimScheduler {
                     self.k = (self.k * cfg.low_growth).min(cfg.low_multiplier_max);
                     self.backoff_left = self.backoff_left.saturating_sub(1);
                 }
-                self.prev_turnaround = turnaround;
+                self.prev_turnaround = turnaround.map(|t| (t, source, at_least));
             }
             Some(_) => {}
         }
@@ -501,7 +590,7 @@ impl ReclaimScheduler {
         let mut high = high_for(self.burst_rate);
         let mut low = low_for(high);
         let mut backing_off = backing_off_now;
-        let distance = turnaround.map(|_| obs.swapped_bytes as f64);
+        let distance = mean_turnaround.map(|_| obs.swapped_bytes as f64);
         let mut churn_capped = false;
         if let Some(d) = distance {
             if d < cfg.churn_ratio * low {
@@ -566,6 +655,9 @@ impl ReclaimScheduler {
             burst_rate: self.burst_rate,
             worker_rate: self.worker_rate,
             turnaround_s: turnaround,
+            turnaround_source: source,
+            turnaround_at_least: at_least,
+            mean_turnaround_s: mean_turnaround,
             refault_distance_bytes: distance.map(|d| d as u64),
             churn_capped,
             state,
@@ -772,6 +864,193 @@ mod tests {
             }
         }
         assert!(backed_off, "{d:?}");
+    }
+
+    fn sampled(turnaround_s: f64, pages: u32) -> Option<SampledTurnaround> {
+        Some(SampledTurnaround {
+            turnaround_s,
+            at_least: false,
+            pages,
+        })
+    }
+
+    /// 1 GiB in swap refaulting at 8 MiB/s, observed once a second: a Little's-law
+    /// mean of 128 s.
+    fn slow_mean(used: u64, sampled_turnaround: Option<SampledTurnaround>) -> ReclaimObservation {
+        slow_mean_every(1000, used, sampled_turnaround)
+    }
+
+    /// As [`slow_mean`], observed every `tick_ms`.
+    fn slow_mean_every(
+        tick_ms: u64,
+        used: u64,
+        sampled_turnaround: Option<SampledTurnaround>,
+    ) -> ReclaimObservation {
+        ReclaimObservation {
+            swapin_bytes: 8 * MIB * tick_ms / 1000,
+            swapped_bytes: GIB,
+            sampled_turnaround,
+            ..obs(used)
+        }
+    }
+
+    #[test]
+    fn a_short_sampled_turnaround_backs_off_though_the_mean_is_long_and_recovers() {
+        // 70 MiB of headroom: inside the proactive band once k has grown (low =
+        // min(k × 32 MiB, 2 % of 4 GiB ≈ 82 MiB)).
+        const USED: u64 = 4 * GIB - 70 * MIB;
+        let mut s = sched();
+        let mut d = s.step(ms(0), &obs(USED));
+        for i in 1..=5 {
+            d = s.step(Duration::from_secs(i), &obs(USED));
+        }
+        assert_eq!(d.state, ReclaimState::Proactive, "{d:?}");
+        assert_eq!(d.workers, 1);
+        assert!(d.low_multiplier > 2.0);
+        // Old evictions sit in swap and rarely come back (mean 128 s), but half of
+        // what reclaim evicted recently was back within 0.7 s: thrashing. One period
+        // later the scheduler backs off.
+        let mut t = 5_000;
+        for _ in 0..50 {
+            t += 20;
+            d = s.step(ms(t), &slow_mean_every(20, USED, sampled(0.7, 64)));
+        }
+        assert_eq!(d.turnaround_source, TurnaroundSource::Sampled, "{d:?}");
+        assert_eq!(d.turnaround_s, Some(0.7));
+        assert!(d.mean_turnaround_s.unwrap() > 100.0, "{d:?}");
+        assert_eq!(d.low_multiplier, 2.0, "{d:?}");
+        // Only the high mark and one batch above it are kept: 70 MiB is enough.
+        assert_eq!(d.high_mark_bytes, 32 * MIB);
+        assert_eq!(d.low_mark_bytes, 48 * MIB, "{d:?}");
+        assert_eq!(
+            (d.state, d.workers, d.target_bytes),
+            (ReclaimState::Idle, 0, 0)
+        );
+        // Headroom drifts down to 40 MiB at 12.5 MiB/s (no burst to raise the high
+        // mark): between the marks, one worker, backing off, up to the low mark only.
+        let mut used = USED;
+        while used < 4 * GIB - 40 * MIB {
+            used += MIB / 4;
+            t += 20;
+            d = s.step(ms(t), &slow_mean_every(20, used, sampled(0.7, 64)));
+        }
+        assert_eq!((d.state, d.workers), (ReclaimState::BackingOff, 1), "{d:?}");
+        assert_eq!(d.high_mark_bytes, 32 * MIB, "{d:?}");
+        assert_eq!(d.target_bytes, 8 * MIB);
+        // Below the high mark the deficit is closed whatever the turnaround: 32 MiB
+        // allocated in one tick and a deficit to close in 0.2 s need 2 or more
+        // workers at 256 MiB/s each.
+        t += 20;
+        d = s.step(
+            ms(t),
+            &slow_mean_every(20, 4 * GIB - 8 * MIB, sampled(0.7, 64)),
+        );
+        assert_eq!(d.state, ReclaimState::Urgent, "{d:?}");
+        assert!(d.workers >= 2 && d.workers <= 4, "{d:?}");
+        // Recovery: recent evictions now stay out 5 s. The back-off lasts its three
+        // periods, k grows meanwhile, and then the band is back.
+        let mut periods_backed_off = 0;
+        let mut last_period = t / 1000;
+        for _ in 0..300 {
+            t += 20;
+            d = s.step(ms(t), &slow_mean_every(20, USED, sampled(5.0, 64)));
+            if t / 1000 != last_period {
+                last_period = t / 1000;
+                if d.low_mark_bytes == d.high_mark_bytes + 16 * MIB {
+                    periods_backed_off += 1;
+                }
+            }
+        }
+        assert!(periods_backed_off <= 3, "{periods_backed_off}");
+        assert_eq!(d.turnaround_s, Some(5.0));
+        assert!(d.low_multiplier > 4.0, "{d:?}");
+        assert_eq!((d.state, d.workers), (ReclaimState::Proactive, 1), "{d:?}");
+        assert!(d.low_mark_bytes > 80 * MIB, "{d:?}");
+    }
+
+    #[test]
+    fn too_few_sampled_evictions_leave_the_back_off_to_the_mean() {
+        const USED: u64 = 4 * GIB - 70 * MIB;
+        let mut s = sched();
+        let mut d = s.step(ms(0), &obs(USED));
+        // 15 sampled pages (one short of the default 16) say 0.5 s: not trusted, the
+        // 128 s mean steers, and k keeps growing.
+        for i in 1..=8 {
+            d = s.step(Duration::from_secs(i), &slow_mean(USED, sampled(0.5, 15)));
+        }
+        assert_eq!(d.turnaround_source, TurnaroundSource::Mean, "{d:?}");
+        assert!(d.turnaround_s.unwrap() > 100.0);
+        assert!(d.low_multiplier > 5.0, "{d:?}");
+        assert_eq!(d.state, ReclaimState::Proactive);
+        // The 16th page makes the sample count: back off.
+        d = s.step(Duration::from_secs(9), &slow_mean(USED, sampled(0.5, 16)));
+        assert_eq!(d.turnaround_source, TurnaroundSource::Sampled);
+        assert_eq!(
+            (d.low_multiplier, d.state),
+            (2.0, ReclaimState::Idle),
+            "{d:?}"
+        );
+        // No sampler and nothing refaulting: infinite, no source.
+        let mut s = sched();
+        s.step(ms(0), &obs(USED));
+        let d = s.step(Duration::from_secs(1), &obs(USED));
+        assert_eq!(
+            (d.turnaround_s, d.turnaround_source),
+            (None, TurnaroundSource::None)
+        );
+    }
+
+    #[test]
+    fn a_sampled_fall_backs_off_but_a_lower_bound_or_a_change_of_source_does_not() {
+        const USED: u64 = 4 * GIB - 70 * MIB;
+        let at_least = |t: f64| {
+            Some(SampledTurnaround {
+                turnaround_s: t,
+                at_least: true,
+                pages: 64,
+            })
+        };
+        let backed_off = |d: &ReclaimDecision| d.low_mark_bytes == d.high_mark_bytes + 16 * MIB;
+        let mut s = sched();
+        let mut d = s.step(ms(0), &obs(USED));
+        let mut t = 0;
+        let mut period = |s: &mut ReclaimScheduler, o: ReclaimObservation| {
+            t += 1;
+            s.step(Duration::from_secs(t), &o)
+        };
+        // Every recent eviction is younger than 0.5 s and none is back: the median is
+        // only known to exceed 0.5 s, which is no thrash.
+        for _ in 0..4 {
+            d = period(&mut s, slow_mean(USED, at_least(0.5)));
+        }
+        assert!(d.turnaround_at_least && !backed_off(&d), "{d:?}");
+        // 8 s, then 3 s: below half the previous period's, a fall.
+        d = period(&mut s, slow_mean(USED, sampled(8.0, 64)));
+        assert!(!backed_off(&d), "{d:?}");
+        d = period(&mut s, slow_mean(USED, sampled(3.0, 64)));
+        assert!(backed_off(&d), "{d:?}");
+        // Steady at 3 s: the back-off runs out after its periods.
+        for _ in 0..3 {
+            d = period(&mut s, slow_mean(USED, sampled(3.0, 64)));
+        }
+        assert!(!backed_off(&d), "{d:?}");
+        // A lower bound of 9 s, then 4 s known: a fall (the true value fell more).
+        d = period(&mut s, slow_mean(USED, at_least(9.0)));
+        assert!(!backed_off(&d), "{d:?}");
+        d = period(&mut s, slow_mean(USED, sampled(4.0, 64)));
+        assert!(backed_off(&d), "{d:?}");
+        for _ in 0..3 {
+            d = period(&mut s, slow_mean(USED, sampled(4.0, 64)));
+        }
+        assert!(!backed_off(&d), "{d:?}");
+        // The mean (128 s) then a sample of 20 s: different sources, not compared.
+        d = period(&mut s, slow_mean(USED, None));
+        assert_eq!(d.turnaround_source, TurnaroundSource::Mean);
+        d = period(&mut s, slow_mean(USED, sampled(20.0, 64)));
+        assert!(!backed_off(&d), "{d:?}");
+        // A known value falling from a known one within the same source still counts.
+        d = period(&mut s, slow_mean(USED, sampled(6.0, 64)));
+        assert!(backed_off(&d), "{d:?}");
     }
 
     #[test]

@@ -393,7 +393,7 @@ fn hermes_plans_hold_their_rules_over_random_inputs() {
 #[test]
 fn reclaim_scheduler_invariants() {
     use memcolo_policy::hermit::{
-        ReclaimConfig, ReclaimObservation, ReclaimScheduler, ReclaimState,
+        ReclaimConfig, ReclaimObservation, ReclaimScheduler, ReclaimState, SampledTurnaround,
     };
     for seed in 0..200u64 {
         let mut rng = Rng(seed);
@@ -440,6 +440,15 @@ fn reclaim_scheduler_invariants() {
                     0
                 } else {
                     rng.range(0, limit)
+                },
+                sampled_turnaround: if rng.chance(50) {
+                    Some(SampledTurnaround {
+                        turnaround_s: rng.range(0, 200_000) as f64 / 1000.0,
+                        at_least: rng.chance(25),
+                        pages: rng.range(0, 64) as u32,
+                    })
+                } else {
+                    None
                 },
             };
             let d = s.step(now, &obs);
