@@ -256,6 +256,9 @@ void mc_heap_shrink(mc_span_t *s, size_t new_pages);   /* in place; locks */
 size_t mc_heap_release_locked(size_t bytes, bool cache_only, size_t protect_cache_bytes);
 size_t mc_heap_backed_free_bytes(void);
 bool mc_heap_prefault_one_hugepage(void);          /* reservation: one more backed hp */
+/* the management thread, no lock held: maps the next chunk of address space for huge
+ * pages ahead, so that allocations never wait in mmap (locks) */
+void mc_heap_va_prepare(void);
 /* background THP: collapses dense, resident huge pages for at most budget_us; returns
  * the number collapsed (takes and drops the lock around each MADV_COLLAPSE) */
 unsigned mc_heap_collapse_pass(uint64_t budget_us, bool with_cache);

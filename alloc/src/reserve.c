@@ -180,6 +180,7 @@ static void *mc_reserve_main(void *arg) {
     } else {
       large_idle_intervals++;
     }
+    mc_heap_va_prepare(); /* address space ahead: allocations never wait in mmap */
     /* Algorithm 1: the main heap */
     size_t rsv = (size_t)(factor * (double)small);
     if (rsv < min_rsv) rsv = min_rsv;

@@ -113,6 +113,34 @@ TEST(test_filler_packing) {
   CHECK(heap_ok());
 }
 
+/* huge pages are carved from chunks of address space: mmap (which waits for every
+ * MADV_POPULATE_WRITE in the process) is rare, and never on the allocation path once
+ * the management thread has mapped the next chunk ahead */
+TEST(test_hugepages_carved_from_chunks) {
+  enum { N = 80 }; /* 40 huge pages' worth of 1 MiB spans */
+  static mc_span_t *s[2 * N];
+  uint64_t m0 = mc_heap.os_mmap_calls;
+  for (int i = 0; i < N; i++) {
+    s[i] = mc_heap_alloc(256, MC_SPAN_LARGE, false);
+    CHECK(s[i] != NULL && s[i]->hp->base % MC_HUGE_SIZE == 0);
+  }
+  CHECK(mc_heap.os_mmap_calls - m0 <= 2);
+  uint64_t in_alloc = 0;
+  for (int i = N; i < 2 * N; i++) {
+    mc_heap_va_prepare();
+    uint64_t m = mc_heap.os_mmap_calls;
+    s[i] = mc_heap_alloc(256, MC_SPAN_LARGE, false);
+    in_alloc += mc_heap.os_mmap_calls - m;
+    CHECK(s[i] != NULL);
+  }
+  CHECK(in_alloc == 0);
+  for (int i = 0; i < 2 * N; i++) {
+    memset((void *)s[i]->start, 1, 4096);
+    mc_heap_free(s[i]);
+  }
+  CHECK(heap_ok());
+}
+
 TEST(test_subrelease_breaks_and_heals) {
   memcolo_stats_t st;
   mc_span_t *s[8];
@@ -387,6 +415,7 @@ int main(int argc, char **argv) {
   RUN(test_filler_packing);
   RUN(test_realloc_growth_region);
   RUN(test_tcache_arrays_sized_by_use);
+  RUN(test_hugepages_carved_from_chunks);
   RUN(test_subrelease_breaks_and_heals);
   RUN(test_release_cache_only);
   RUN(test_skip_subrelease_and_tracker);
