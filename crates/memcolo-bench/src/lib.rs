@@ -9,6 +9,8 @@
 //! - [`batch`]: a k-means batch job with part of its working set in zram swap, with the
 //!   kernel alone and with the agent's asynchronous reclaim (Hermit's throughput
 //!   experiment).
+//! - [`progress`]: BE progress per job against each job's solo rate, and the weighted
+//!   speedup over the jobs (Snavely & Tullsen).
 //!
 //! The remaining modules are the pieces both use: a scratch cgroup v1 node
 //! ([`cgroup`]), zram swap ([`zram`]), child processes placed in cgroups ([`process`]),
@@ -26,6 +28,7 @@ pub mod lc;
 pub mod loadgen;
 pub mod memcached;
 pub mod process;
+pub mod progress;
 pub mod report;
 pub mod signal;
 pub mod size;

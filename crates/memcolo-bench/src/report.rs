@@ -91,6 +91,15 @@ pub struct RunRecord {
     pub reclaim_cpu_s_per_gib: Option<f64>,
     /// The LC service (`redis`, `memcached`); the `redis_*` columns are its figures.
     pub lc_service: String,
+    /// The streamer's and the holder's solo rates (alone on the BE CPUs, no memory
+    /// pressure; `solo.csv`), MiB/min and bogo ops/min; empty for a job the run lacks.
+    pub be_file_solo_mib_per_min: Option<f64>,
+    pub be_anon_solo_ops_per_min: Option<f64>,
+    /// Each job's rate / its solo rate, and their sum, the weighted speedup
+    /// ([`crate::progress`]).
+    pub be_file_progress: Option<f64>,
+    pub be_anon_progress: Option<f64>,
+    pub be_weighted_speedup: Option<f64>,
 }
 
 /// A run's record and its latency histogram (µs).
@@ -310,6 +319,7 @@ pub fn markdown(ctx: &ReportContext, records: &[RunRecord]) -> String {
         .collect();
     s.push_str(&loads.join("; "));
     s.push_str(".\n\n");
+    s.push_str(&be_progress_section(records));
     if !ctx.notes.is_empty() {
         s.push_str("## Notes\n\n");
         for n in &ctx.notes {
@@ -323,7 +333,42 @@ pub fn markdown(ctx: &ReportContext, records: &[RunRecord]) -> String {
             let _ = writeln!(s, "![{p}]({p})\n");
         }
     }
-    s.push_str("Raw data: `runs.csv` (one row per run), `percentiles.csv` (latency distribution per run), `logs/`.\n");
+    s.push_str("Raw data: `runs.csv` (one row per run), `percentiles.csv` (latency distribution per run), `solo.csv` (BE jobs alone, the progress denominators), `logs/`.\n");
+    s
+}
+
+/// The "BE progress" section of the report: each BE job's rate over its solo rate
+/// and the weighted speedup ([`crate::progress`]), per mode against the kernel alone,
+/// and a plain list of the figures below 90 % of the kernel alone's. Empty when no
+/// run has a progress figure.
+pub fn be_progress_section(records: &[RunRecord]) -> String {
+    use crate::progress::{below_kernel, progress_rows, progress_table};
+    let rows = progress_rows(records);
+    if !rows
+        .iter()
+        .any(|r| r.file.is_some() || r.anon.is_some() || r.ws.is_some())
+    {
+        return String::new();
+    }
+    let mut s = String::from("## BE progress\n\n");
+    s.push_str(
+        "Per BE job: its rate in the run / its rate alone on the same CPUs without memory \
+         pressure (`solo.csv`; streamer MiB/min read in the measured phase, holder \
+         stress-ng bogo ops/min over its run). Weighted speedup = the sum over the run's \
+         BE jobs (Snavely & Tullsen). Medians over the runs of each (level, mode); \
+         \"vs kernel\" = the median over the kernel alone's at the same level.\n\n",
+    );
+    s.push_str(&progress_table(&rows));
+    let below = below_kernel(&rows, 0.9);
+    if below.is_empty() {
+        s.push_str("\nNo figure is below 90 % of the kernel alone's.\n\n");
+    } else {
+        s.push_str("\nBelow 90 % of the kernel alone's:\n\n");
+        for b in below {
+            let _ = writeln!(s, "- {b}");
+        }
+        s.push('\n');
+    }
     s
 }
 
@@ -427,6 +472,32 @@ mod tests {
         assert!(md.contains("SLO: **120 µs**"));
         assert!(md.contains("![latency_p90.png](latency_p90.png)"));
         assert!(md.contains("| 150% | agent |"));
+        // No progress figures, no progress section.
+        assert!(!md.contains("## BE progress"));
+    }
+
+    #[test]
+    fn report_names_progress_figures_below_the_kernel() {
+        let mut k = rec(100, "kernel", 900, "ok");
+        k.be_file_progress = Some(0.6);
+        k.be_anon_progress = Some(0.4);
+        k.be_weighted_speedup = Some(1.0);
+        let mut m = rec(100, "reclaim", 300, "ok");
+        m.be_file_progress = Some(0.3);
+        m.be_anon_progress = Some(0.7);
+        m.be_weighted_speedup = Some(1.0);
+        let md = markdown(&ReportContext::default(), &[k.clone(), m]);
+        assert!(md.contains("## BE progress"), "{md}");
+        assert!(
+            md.contains("| 100% | reclaim | 1 | 30 % | 70 % | 1.00 | 50 % | 175 % | 100 % |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- 100 % reclaim: file streamer 50 % of kernel-alone"),
+            "{md}"
+        );
+        let md = markdown(&ReportContext::default(), &[k]);
+        assert!(md.contains("No figure is below 90 %"), "{md}");
     }
 
     #[test]
