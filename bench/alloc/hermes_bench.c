@@ -1,20 +1,29 @@
 /* hermes_bench.c — the Hermes micro benchmark (Middleware'21 §5.2).
  * Allocates blocks of BLOCK bytes until TOTAL bytes (never freed), measuring for each
  * allocation the latency of malloc + the first write to every 4 KiB page of the block.
- * Modes: "b2b" (back to back, as in the paper) and "paced" (one allocation every
- * INTERVAL_NS, as a service's requests arrive). The allocator is whatever malloc the
+ * Modes: "b2b" (back to back, as in the paper); "paced": one allocation every
+ * INTERVAL_NS, as a service's requests arrive, the thread sleeping until the next
+ * absolute deadline (clock_nanosleep TIMER_ABSTIME, timer slack 1 ns) as a service waits
+ * in epoll for its next request, leaving the CPU free; a deadline already past is served
+ * at once (a queued request), so the average rate is kept even when the interval is
+ * shorter than a sleep; "paced-spin": the same deadlines, busy-waiting between them
+ * (the thread holds its CPU all the time). The allocator is whatever malloc the
  * process has (LD_PRELOAD selects it).
  * Before measuring, WARM_MB of memory is touched and unmapped, so that the VM's memory
  * is backed by the host (memory idle for a while costs several times more).
  * Output: one CSV line of percentiles on stdout, and with a CDF path, QUANTILES rows
  * "quantile,latency_ns" for the plot.
- * usage: hermes_bench BLOCK TOTAL b2b|paced INTERVAL_NS [CDF_PATH] [WARM_MB] */
+ * With the environment variable HERMES_RAW=PATH, also every allocation in order:
+ * "i,start_us,latency_ns" (start relative to the first allocation), for finding what
+ * the slow ones coincide with.
+ * usage: hermes_bench BLOCK TOTAL b2b|paced|paced-spin INTERVAL_NS [CDF_PATH] [WARM_MB] */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 static inline uint64_t now_ns(void) {
@@ -36,12 +45,13 @@ static double pct(const uint64_t *v, size_t n, double q) {
 
 int main(int argc, char **argv) {
   if (argc < 5) {
-    fprintf(stderr, "usage: %s BLOCK TOTAL b2b|paced INTERVAL_NS [CDF_PATH] [WARM_MB]\n", argv[0]);
+    fprintf(stderr, "usage: %s BLOCK TOTAL b2b|paced|paced-spin INTERVAL_NS [CDF_PATH] [WARM_MB]\n", argv[0]);
     return 2;
   }
   size_t block = strtoull(argv[1], NULL, 0), total = strtoull(argv[2], NULL, 0);
-  int paced = strcmp(argv[3], "paced") == 0;
-  if (!paced && strcmp(argv[3], "b2b") != 0) { fprintf(stderr, "mode must be b2b or paced\n"); return 2; }
+  int spin = strcmp(argv[3], "paced-spin") == 0;
+  int paced = spin || strcmp(argv[3], "paced") == 0;
+  if (!paced && strcmp(argv[3], "b2b") != 0) { fprintf(stderr, "mode must be b2b, paced or paced-spin\n"); return 2; }
   uint64_t interval = strtoull(argv[4], NULL, 0);
   const char *cdf = argc > 5 && argv[5][0] ? argv[5] : NULL;
   size_t warm_mb = argc > 6 ? strtoull(argv[6], NULL, 0) : 1536;
@@ -49,7 +59,12 @@ int main(int argc, char **argv) {
   size_t n = total / block;
   uint64_t *lat = (uint64_t *)mmap(NULL, n * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (lat == MAP_FAILED) { perror("mmap"); return 1; }
+  const char *raw = getenv("HERMES_RAW");
+  uint64_t *start = raw && raw[0] ? (uint64_t *)mmap(NULL, n * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                                                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0)
+                                  : NULL;
+  if (lat == MAP_FAILED || start == MAP_FAILED) { perror("mmap"); return 1; }
+  if (paced && !spin) prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   if (warm_mb) {
     size_t w = warm_mb << 20;
     char *m = (char *)mmap(NULL, w, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -63,18 +78,32 @@ int main(int argc, char **argv) {
   free(first);
   struct timespec pause = {0, 20 * 1000 * 1000};
   nanosleep(&pause, NULL);
-  uint64_t next = now_ns();
+  uint64_t next = now_ns(), begin = next;
   for (size_t i = 0; i < n; i++) {
     if (paced) {
       next += interval;
-      while (now_ns() < next) { }
+      if (spin) {
+        while (now_ns() < next) { }
+      } else if (now_ns() < next) {
+        struct timespec dl = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &dl, NULL) != 0) { }
+      }
     }
     uint64_t t0 = now_ns();
+    if (start) start[i] = t0 - begin;
     char *p = (char *)malloc(block);
     if (p == NULL) { fprintf(stderr, "malloc failed at %zu\n", i); return 1; }
     for (size_t off = 0; off < block; off += 4096) p[off] = (char)i;
     p[block - 1] = (char)i;
     lat[i] = now_ns() - t0;
+  }
+  if (start) {
+    FILE *f = fopen(raw, "w");
+    if (f) {
+      fprintf(f, "i,start_us,latency_ns\n");
+      for (size_t i = 0; i < n; i++) fprintf(f, "%zu,%.1f,%llu\n", i, (double)start[i] / 1000.0, (unsigned long long)lat[i]);
+      fclose(f);
+    }
   }
   qsort(lat, n, sizeof(uint64_t), cmp_u64);
   double sum = 0;
