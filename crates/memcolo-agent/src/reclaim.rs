@@ -16,10 +16,13 @@
 //! limit step that the agent did not live to undo is undone at the next start from
 //! the journal in `state_dir` (`reclaim-step-<worker>.json`).
 //!
-//! Page turnaround is also measured directly, on a sample of the pages the batches
-//! evict (see [`turnaround`]): workers watch a few resident pages of each target
-//! around every batch, and the controller follows the evicted ones until they
-//! refault, into the distribution shown in status and metrics.
+//! Page turnaround is measured directly, on a sample of the pages the batches evict
+//! (see [`turnaround`]): workers watch a few resident pages of each target around
+//! every batch, and the controller follows the evicted ones until they refault, into
+//! the distribution shown in status and metrics. The median turnaround of the sampled
+//! pages evicted in the last 10 s ([`TurnaroundSampler::recent`]) is what the
+//! scheduler backs off on ([`SampledTurnaround`]); with fewer than
+//! `min_turnaround_samples` of them it falls back to the Little's-law mean.
 
 pub mod turnaround;
 
@@ -32,7 +35,9 @@ use memcolo_linux::reclaim::{
     PageoutCursor, VmaKind,
 };
 use memcolo_linux::scope::Scope;
-use memcolo_policy::hermit::{ReclaimDecision, ReclaimObservation, ReclaimScheduler};
+use memcolo_policy::hermit::{
+    ReclaimDecision, ReclaimObservation, ReclaimScheduler, SampledTurnaround,
+};
 use memcolo_policy::{Class, Pid};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -168,7 +173,20 @@ pub struct ReclaimStatus {
     pub high_mark_bytes: u64,
     pub alloc_rate_bytes_per_s: f64,
     pub worker_rate_bytes_per_s: f64,
+    /// The page turnaround the back-off steers on, seconds (`null`: nothing
+    /// refaults): the sampled median of recent evictions, or the mean by Little's law
+    /// while too few are sampled; see `turnaround_source`.
     pub turnaround_s: Option<f64>,
+    /// `sampled`, `mean` or `none`.
+    #[serde(default)]
+    pub turnaround_source: String,
+    /// `turnaround_s` is a sampled lower bound (over half the recent sample is still
+    /// out at every age seen).
+    #[serde(default)]
+    pub turnaround_at_least: bool,
+    /// Mean page turnaround by Little's law (swapped bytes ÷ swap-in rate), seconds.
+    #[serde(default)]
+    pub mean_turnaround_s: Option<f64>,
     /// Mean refault distance (the swapped population), bytes; `None` while nothing
     /// refaults.
     pub refault_distance_bytes: Option<u64>,
@@ -610,6 +628,9 @@ struct Controller {
     sampler: Option<TurnaroundSampler>,
     pages: ProcPages,
     sample_cpu: Duration,
+    /// The sampled distribution as of the last poll, published with the decision it
+    /// steered so that a status snapshot is consistent.
+    sampled_summary: Option<TurnaroundSummary>,
 }
 
 #[derive(Default)]
@@ -660,6 +681,7 @@ impl Controller {
             }),
             pages: ProcPages::new(ProcFs::new(cfg.procfs.clone())),
             sample_cpu: Duration::ZERO,
+            sampled_summary: None,
         })
     }
 
@@ -981,7 +1003,7 @@ impl Controller {
         let mut summary = sampler.summary();
         summary.cpu_seconds_total = self.sample_cpu.as_secs_f64();
         m.reclaim_turnaround_tracked.set(summary.tracked as i64);
-        sh.status.lock().unwrap().turnaround_sampled = Some(summary);
+        self.sampled_summary = Some(summary);
     }
 
     fn tick(&mut self, sh: &Shared, now: Duration) {
@@ -1017,6 +1039,15 @@ impl Controller {
         self.totals.reclaimed += obs.reclaimed_bytes;
         self.reclaimable = self.reclaimable.saturating_sub(obs.reclaimed_bytes);
         obs.reclaimable_bytes = self.reclaimable;
+        obs.sampled_turnaround =
+            self.sampler
+                .as_ref()
+                .and_then(|s| s.recent())
+                .map(|r| SampledTurnaround {
+                    turnaround_s: r.turnaround_s,
+                    at_least: r.at_least,
+                    pages: r.pages.min(u32::MAX as u64) as u32,
+                });
         let d = self.sched.step(now, &obs);
         let desired = d.workers.min(budget);
         {
@@ -1071,7 +1102,7 @@ impl Controller {
             .with_label_values(&["refault"])
             .set(self.totals.refault_rate);
         m.reclaim_turnaround
-            .set(d.turnaround_s.unwrap_or(f64::INFINITY));
+            .set(d.mean_turnaround_s.unwrap_or(f64::INFINITY));
         m.reclaim_refault_bytes.inc_by(swapin);
         let total = self.totals.reclaimed;
         let prev = m.reclaim_bytes.get();
@@ -1091,6 +1122,12 @@ impl Controller {
         st.alloc_rate_bytes_per_s = d.alloc_rate;
         st.worker_rate_bytes_per_s = d.worker_rate;
         st.turnaround_s = d.turnaround_s;
+        if self.sampled_summary.is_some() {
+            st.turnaround_sampled = self.sampled_summary.clone();
+        }
+        st.turnaround_source = d.turnaround_source.as_str().into();
+        st.turnaround_at_least = d.turnaround_at_least;
+        st.mean_turnaround_s = d.mean_turnaround_s;
         st.refault_distance_bytes = d.refault_distance_bytes;
         st.churn_capped = d.churn_capped;
         st.refault_bytes_per_s = self.totals.refault_rate;

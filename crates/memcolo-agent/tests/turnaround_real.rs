@@ -65,6 +65,8 @@ fn a_paged_out_page_touched_again_is_recorded_with_its_turnaround() {
         poll: Duration::from_millis(100),
         horizon: Duration::from_secs(600),
         window: Duration::from_secs(600),
+        recent: Duration::from_secs(600),
+        ..Default::default()
     });
     assert_eq!(sampler.admit(&evicted, evicted_at), evicted.len());
 
@@ -98,6 +100,21 @@ fn a_paged_out_page_touched_again_is_recorded_with_its_turnaround() {
         p50 >= lo.as_secs_f64() * 0.99 && p50 <= hi.as_secs_f64() * 1.01,
         "p50 {p50} s outside [{lo:?}, {hi:?}]"
     );
+    // The median of these recent evictions, which steers the scheduler's back-off,
+    // lies between the polls too when over half of them are back; a lower bound
+    // (the time they were last seen out) otherwise.
+    let recent = sampler.recent().unwrap();
+    assert_eq!(recent.pages, evicted.len() as u64, "{recent:?}");
+    assert_eq!(recent.refaulted, second.refaulted.len() as u64);
+    if recent.refaulted * 2 >= recent.pages {
+        assert!(!recent.at_least, "{recent:?}");
+        assert!(
+            recent.turnaround_s >= lo.as_secs_f64() && recent.turnaround_s <= hi.as_secs_f64(),
+            "recent median {recent:?} outside [{lo:?}, {hi:?}]"
+        );
+    } else {
+        assert!(recent.at_least, "{recent:?}");
+    }
     eprintln!(
         "{test}: {watched} watched, {} evicted, {} refaulted in [{lo:?}, {hi:?}], p50 {p50:.3} s",
         evicted.len(),

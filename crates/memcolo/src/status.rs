@@ -104,7 +104,11 @@ pub fn render(s: &Value) -> Vec<String> {
             rate_mib(&r["refault_bytes_per_s"]),
             r["turnaround_s"]
                 .as_f64()
-                .map(|t| format!("{t:.1} s"))
+                .map(|t| format!(
+                    "{}{t:.1} s ({})",
+                    if r["turnaround_at_least"] == true { ">" } else { "" },
+                    r["turnaround_source"].as_str().unwrap_or("?")
+                ))
                 .unwrap_or_else(|| "inf".into()),
         ));
         out.push(format!(

@@ -6,8 +6,9 @@
 //! Asserts that (1) the agent's workers reclaim the BE group (its swap and pgpgout
 //! grow, `memcolo_reclaim_*` metrics and status move, the target is the BE group),
 //! (2) the BE data is intact afterwards, (3) its refaults show in the sampled page
-//! turnaround, (4) no LC page is ever in swap and the LC is never a reclaim target,
-//! (5) no process is killed, and (6) on SIGTERM, sent while the BE is refaulting and
+//! turnaround, which steers the back-off once enough recent evictions are sampled,
+//! (4) no LC page is ever in swap and the LC is never a reclaim target, (5) no
+//! process is killed, and (6) on SIGTERM, sent while the BE is refaulting and
 //! the workers are busy, the agent exits cleanly with every v1 limit as it was and
 //! no limit-step journal left behind.
 //!
@@ -225,12 +226,37 @@ fn reclaim_agent_pages_out_be_memory_and_never_lc() {
 
     // (3) Those refaults reach the sampled page turnaround.
     let started = Instant::now();
+    // What steered the back-off meanwhile: the sampled median of recent evictions
+    // once enough of them are sampled, the Little's-law mean before.
+    let mut steering: Vec<String> = Vec::new();
+    let mut note = |r: &Value| {
+        let seen = format!(
+            "{}{} s ({}; mean {} s; recent {})",
+            if r["turnaround_at_least"] == true {
+                ">"
+            } else {
+                ""
+            },
+            r["turnaround_s"],
+            r["turnaround_source"].as_str().unwrap_or("?"),
+            r["mean_turnaround_s"],
+            r["turnaround_sampled"]["recent"],
+        );
+        if steering.last() != Some(&seen) {
+            steering.push(seen);
+        }
+    };
     wait_for(
         "sampled refaults in status",
         Duration::from_secs(60),
-        || status()["reclaim"]["turnaround_sampled"]["refaulted_total"].as_u64() > Some(0),
+        || {
+            let r = status()["reclaim"].clone();
+            note(&r);
+            r["turnaround_sampled"]["refaulted_total"].as_u64() > Some(0)
+        },
     );
     let r = status()["reclaim"].clone();
+    note(&r);
     let t = r["turnaround_sampled"].clone();
     eprintln!(
         "{test}: reclaimed {} MiB in {} batches ({} CPU s/GiB); BE swap {} MiB; \
@@ -247,6 +273,17 @@ fn reclaim_agent_pages_out_be_memory_and_never_lc() {
         t["tracked"],
         t["cpu_seconds_total"],
     );
+    eprintln!("{test}: steering turnaround seen: {steering:#?}");
+    // The back-off steers on the sampled median once 16 recent evictions back it
+    // (how many do depends on the machine's timing, so both branches are checked).
+    let recent = &t["recent"];
+    if recent["pages"].as_u64().unwrap_or(0) >= 16 {
+        assert_eq!(r["turnaround_source"], "sampled", "{r}");
+        assert_eq!(r["turnaround_s"], recent["turnaround_s"], "{r}");
+        assert_eq!(r["turnaround_at_least"], recent["at_least"], "{r}");
+    } else {
+        assert_ne!(r["turnaround_source"], "sampled", "{r}");
+    }
     let p50 = t["p50_s"].as_f64().unwrap();
     assert!(p50 > 0.0 && p50 <= t["horizon_s"].as_f64().unwrap(), "{t}");
     let m = metrics(&maddr);

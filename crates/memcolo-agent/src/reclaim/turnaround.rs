@@ -24,6 +24,21 @@
 //!   the horizon. A page neither present nor swapped was freed by its process, and a
 //!   process that exited takes its pages with it: both are dropped quietly.
 //!
+//! - **Recent evictions.** What steers the reclaim scheduler's back-off is not the
+//!   window's distribution (its refaults are of pages evicted up to two minutes
+//!   before) but [`TurnaroundSampler::recent`]: one quantile (default the median) of
+//!   the turnaround of the sampled pages evicted in the last `recent` (10 s), by the
+//!   product-limit (Kaplan–Meier) estimate. Each such page is either back (its
+//!   turnaround), or not back yet — still followed (out for at least the time until
+//!   the last poll saw it out), censored at the horizon, or freed (out until last
+//!   seen) — and counts as a right-censored observation at that age, never as a
+//!   refault. Counting a young page that is simply not back yet as "long" would hide
+//!   the onset of thrashing: the pages evicted in the last half second are always
+//!   out. When more than the quantile's share is still out at every age seen, the
+//!   estimate is a lower bound (the largest age seen). Pages turned away when the
+//!   sample is full are never followed, whatever their fate, so the estimate is not
+//!   biased by them; it is biased in time towards moments with room.
+//!
 //! Resolution: a refault is seen at the first poll after it; the recorded time is the
 //! midpoint between the last poll that saw the page out and the one that saw it
 //! back, so it is off by at most half a poll interval (plus the batch's own length:
@@ -57,6 +72,9 @@ const VMA_REFRESH: Duration = Duration::from_secs(1);
 /// Largest turnaround the histogram holds, milliseconds (1 h); the horizon is capped
 /// to it.
 const HIST_MAX_MS: u64 = 3_600_000;
+/// Ended samples (refaulted, censored, dropped) kept for [`TurnaroundSampler::recent`],
+/// at most this many times the capacity.
+const RECENT_KEEP_PER_CAPACITY: usize = 16;
 
 /// A virtual page as `/proc/PID/pagemap` sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -358,6 +376,10 @@ pub struct TurnaroundConfig {
     pub horizon: Duration,
     /// Quantiles cover the refaults and censorings of the last one to two windows.
     pub window: Duration,
+    /// [`TurnaroundSampler::recent`] covers the pages evicted this long ago or less.
+    pub recent: Duration,
+    /// The quantile (0..1) that [`TurnaroundSampler::recent`] estimates.
+    pub recent_quantile: f64,
 }
 
 impl Default for TurnaroundConfig {
@@ -367,8 +389,29 @@ impl Default for TurnaroundConfig {
             poll: Duration::from_millis(500),
             horizon: Duration::from_secs(120),
             window: Duration::from_secs(60),
+            recent: Duration::from_secs(10),
+            recent_quantile: 0.5,
         }
     }
+}
+
+/// One quantile of the turnaround of recent evictions, see
+/// [`TurnaroundSampler::recent`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecentTurnaround {
+    /// Which quantile (0..1).
+    pub quantile: f64,
+    /// Its value, seconds; a lower bound when `at_least`.
+    pub turnaround_s: f64,
+    /// More than the quantile's share of the pages is still out at every age seen:
+    /// `turnaround_s` is the largest age seen.
+    pub at_least: bool,
+    /// Sampled pages evicted within the window that the estimate rests on, and how
+    /// many of them are back.
+    pub pages: u64,
+    pub refaulted: u64,
+    /// The window, seconds.
+    pub window_s: f64,
 }
 
 /// The sampled turnaround distribution, for `memcolo status` and the metrics.
@@ -401,6 +444,9 @@ pub struct TurnaroundSummary {
     pub rejected_total: u64,
     /// CPU time spent sampling (watching batches and polling), seconds.
     pub cpu_seconds_total: f64,
+    /// The turnaround of the pages evicted in the last few seconds that steers the
+    /// scheduler's back-off, as of the last poll; `None` before any eviction in them.
+    pub recent: Option<RecentTurnaround>,
 }
 
 /// What one [`TurnaroundSampler::poll`] found.
@@ -412,6 +458,15 @@ pub struct PollOutcome {
     pub censored: u64,
     /// Pages dropped at this poll (freed, or their process exited).
     pub dropped: u64,
+}
+
+/// How a followed page's sample ended: back after `age` (`refaulted`), or known to
+/// be out for `age` and then not followed further (censored or freed).
+#[derive(Clone, Copy, Debug)]
+struct Ended {
+    evicted: Instant,
+    age: Duration,
+    refaulted: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -452,6 +507,9 @@ pub struct TurnaroundSampler {
     censored_total: u64,
     dropped_total: u64,
     rejected_total: u64,
+    /// Samples that ended, eviction order roughly; pruned to `cfg.recent`.
+    ended: std::collections::VecDeque<Ended>,
+    recent: Option<RecentTurnaround>,
 }
 
 impl TurnaroundSampler {
@@ -468,6 +526,8 @@ impl TurnaroundSampler {
             censored_total: 0,
             dropped_total: 0,
             rejected_total: 0,
+            ended: std::collections::VecDeque::new(),
+            recent: None,
         }
     }
 
@@ -513,16 +573,24 @@ impl TurnaroundSampler {
         let mut out = PollOutcome::default();
         let mut kept = Vec::with_capacity(self.tracked.len());
         for (t, s) in self.tracked.iter().zip(states) {
+            let end = |age: Duration, refaulted: bool| Ended {
+                evicted: t.evicted,
+                age,
+                refaulted,
+            };
             match s {
                 Some(PageState::Present) => {
                     // Back somewhere between the last look and now: the midpoint.
                     let back = t.seen_out + now.saturating_duration_since(t.seen_out) / 2;
-                    out.refaulted
-                        .push(back.saturating_duration_since(t.evicted));
+                    let d = back.saturating_duration_since(t.evicted);
+                    out.refaulted.push(d);
+                    self.ended.push_back(end(d, true));
                 }
                 Some(PageState::Swapped) => {
-                    if now.saturating_duration_since(t.evicted) >= self.cfg.horizon {
+                    let age = now.saturating_duration_since(t.evicted);
+                    if age >= self.cfg.horizon {
                         out.censored += 1;
+                        self.ended.push_back(end(age, false));
                     } else {
                         kept.push(Tracked {
                             seen_out: now,
@@ -530,7 +598,11 @@ impl TurnaroundSampler {
                         });
                     }
                 }
-                Some(PageState::Absent) | None => out.dropped += 1,
+                Some(PageState::Absent) | None => {
+                    out.dropped += 1;
+                    self.ended
+                        .push_back(end(t.seen_out.saturating_duration_since(t.evicted), false));
+                }
             }
         }
         self.tracked = kept;
@@ -544,7 +616,54 @@ impl TurnaroundSampler {
         self.censored_total += out.censored;
         self.dropped_total += out.dropped;
         src.retain(&|pid| self.tracked.iter().any(|t| t.pid == pid));
+        let keep = RECENT_KEEP_PER_CAPACITY * self.cfg.capacity.max(1);
+        while self.ended.len() > keep
+            || self
+                .ended
+                .front()
+                .is_some_and(|e| now.saturating_duration_since(e.evicted) > self.cfg.recent)
+        {
+            self.ended.pop_front();
+        }
+        self.recent = self.estimate_recent(now);
         out
+    }
+
+    /// The turnaround of recent evictions as of the last poll: quantile
+    /// `recent_quantile` of the sampled pages evicted at most `recent` before it, by
+    /// the product-limit estimate over refaults and pages not back yet (see the
+    /// module docs); `None` before the first poll and while no such page has been
+    /// seen out for any time. Units: seconds.
+    pub fn recent(&self) -> Option<RecentTurnaround> {
+        self.recent
+    }
+
+    fn estimate_recent(&self, now: Instant) -> Option<RecentTurnaround> {
+        let in_window =
+            |evicted: Instant| now.saturating_duration_since(evicted) <= self.cfg.recent;
+        let mut obs: Vec<(Duration, bool)> = self
+            .ended
+            .iter()
+            .filter(|e| in_window(e.evicted))
+            .map(|e| (e.age, e.refaulted))
+            .chain(
+                self.tracked
+                    .iter()
+                    .filter(|t| in_window(t.evicted))
+                    .map(|t| (t.seen_out.saturating_duration_since(t.evicted), false)),
+            )
+            // A page not back and not yet seen out for any time says nothing.
+            .filter(|&(age, refaulted)| refaulted || !age.is_zero())
+            .collect();
+        let (value, at_least) = product_limit_quantile(&mut obs, self.cfg.recent_quantile)?;
+        Some(RecentTurnaround {
+            quantile: self.cfg.recent_quantile,
+            turnaround_s: value.as_secs_f64(),
+            at_least,
+            pages: obs.len() as u64,
+            refaulted: obs.iter().filter(|o| o.1).count() as u64,
+            window_s: self.cfg.recent.as_secs_f64(),
+        })
     }
 
     fn rotate(&mut self, now: Instant) {
@@ -584,8 +703,42 @@ impl TurnaroundSampler {
             dropped_total: self.dropped_total,
             rejected_total: self.rejected_total,
             cpu_seconds_total: 0.0,
+            recent: self.recent,
         }
     }
+}
+
+/// Quantile `q` (0..1) of turnarounds observed as `(age, refaulted)`: a refault after
+/// `age`, or a page known to be out for `age` and not followed beyond (right-censored),
+/// by the product-limit (Kaplan–Meier) estimate of the distribution: at each refault
+/// time `t`, `S(t) = S(t−) × (1 − refaults at t / pages still at risk at t)`, a censored
+/// page at risk up to and including its age. Returns the first refault time where
+/// `1 − S ≥ q` and `false`, or, when `1 − S` never reaches `q`, the largest age seen and
+/// `true` (a lower bound). `None` for no observations. Sorts `obs`.
+fn product_limit_quantile(obs: &mut [(Duration, bool)], q: f64) -> Option<(Duration, bool)> {
+    // By time, refaults before censorings at the same time.
+    obs.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    let last = obs.last()?.0;
+    let mut at_risk = obs.len();
+    let mut survival = 1.0f64;
+    let mut i = 0;
+    while i < obs.len() {
+        let t = obs[i].0;
+        let (mut refaults, mut ended) = (0usize, 0usize);
+        while i < obs.len() && obs[i].0 == t {
+            refaults += usize::from(obs[i].1);
+            ended += 1;
+            i += 1;
+        }
+        if refaults > 0 {
+            survival *= 1.0 - refaults as f64 / at_risk as f64;
+            if 1.0 - survival >= q - 1e-9 {
+                return Some((t, false));
+            }
+        }
+        at_risk -= ended;
+    }
+    Some((last, true))
 }
 
 /// Quantile `q` of the refaults in `hist` (ms) and `censored` pages that stayed out
@@ -809,6 +962,7 @@ mod tests {
             poll: Duration::from_millis(500),
             horizon: Duration::from_secs(10),
             window: Duration::from_secs(60),
+            ..Default::default()
         }
     }
 
@@ -922,6 +1076,137 @@ mod tests {
         ts.poll(&mut src, s(1000));
         assert_eq!(ts.summary().refaulted, 0);
         assert_eq!(ts.summary().refaulted_total, 3);
+    }
+
+    fn secs(x: f64) -> Duration {
+        Duration::from_secs_f64(x)
+    }
+
+    #[test]
+    fn the_product_limit_quantile_counts_pages_not_back_as_censored() {
+        // Every page back: the plain quantile.
+        let mut all: Vec<(Duration, bool)> = [3.0, 1.0, 2.0, 4.0]
+            .iter()
+            .map(|&x| (secs(x), true))
+            .collect();
+        assert_eq!(
+            product_limit_quantile(&mut all, 0.5),
+            Some((secs(2.0), false))
+        );
+        assert_eq!(
+            product_limit_quantile(&mut all, 0.75),
+            Some((secs(3.0), false))
+        );
+        assert_eq!(
+            product_limit_quantile(&mut all, 1.0),
+            Some((secs(4.0), false))
+        );
+        // Thrashing as it starts: 10 pages evicted a while ago came back after
+        // 0.5 s; 15 evicted just now have been out 0.2 s. Counted as "not back", the
+        // young pages would put the median past everything seen (10 of 25 back);
+        // censored at 0.2 s they leave the 10 older pages at risk at 0.5 s, all of
+        // which came back: the median is 0.5 s.
+        let mut onset: Vec<(Duration, bool)> = (0..10)
+            .map(|_| (secs(0.5), true))
+            .chain((0..15).map(|_| (secs(0.2), false)))
+            .collect();
+        assert_eq!(
+            product_limit_quantile(&mut onset, 0.5),
+            Some((secs(0.5), false))
+        );
+        // A page out for 0.5 s and one back at 1 s, one at 2 s, one out for 3 s:
+        // S(1) = 2/3, S(2) = 1/3, so the median is 2 s and the p25 1 s.
+        let mut mixed = vec![
+            (secs(0.5), false),
+            (secs(1.0), true),
+            (secs(2.0), true),
+            (secs(3.0), false),
+        ];
+        assert_eq!(
+            product_limit_quantile(&mut mixed, 0.5),
+            Some((secs(2.0), false))
+        );
+        assert_eq!(
+            product_limit_quantile(&mut mixed, 0.25),
+            Some((secs(1.0), false))
+        );
+        // Over 2/3 of it (S never below 1/3): a lower bound, the largest age seen.
+        assert_eq!(
+            product_limit_quantile(&mut mixed, 0.9),
+            Some((secs(3.0), true))
+        );
+        // Nothing back: a lower bound; nothing at all: none.
+        let mut out = vec![(secs(4.0), false), (secs(7.0), false)];
+        assert_eq!(
+            product_limit_quantile(&mut out, 0.5),
+            Some((secs(7.0), true))
+        );
+        assert_eq!(product_limit_quantile(&mut [], 0.5), None);
+        // A refault and a censoring at the same time: the censored page was at risk.
+        let mut tie = vec![(secs(1.0), false), (secs(1.0), true)];
+        assert_eq!(
+            product_limit_quantile(&mut tie, 0.5),
+            Some((secs(1.0), false))
+        );
+    }
+
+    #[test]
+    fn recent_turnaround_covers_the_last_evictions_back_or_not() {
+        let mut src = Fake::default();
+        let t0 = Instant::now();
+        let s = |x: f64| t0 + secs(x);
+        let mut ts = TurnaroundSampler::new(TurnaroundConfig {
+            capacity: 100,
+            poll: Duration::from_millis(100),
+            horizon: Duration::from_secs(30),
+            window: Duration::from_secs(60),
+            recent: Duration::from_secs(10),
+            recent_quantile: 0.5,
+        });
+        assert_eq!(ts.recent(), None);
+        let page = |i: u64| BASE + i * PAGE;
+        // At 0 s, 20 pages evicted; 12 come back by 0.3 s (recorded at 0.25 s), 4
+        // are freed at 1 s, 4 stay out.
+        for i in 0..20 {
+            src.set(10, page(i), PageState::Swapped);
+        }
+        let first: Vec<(Pid, u64)> = (0..20).map(|i| (10, page(i))).collect();
+        ts.admit(&first, s(0.0));
+        ts.poll(&mut src, s(0.2));
+        for i in 0..12 {
+            src.set(10, page(i), PageState::Present);
+        }
+        ts.poll(&mut src, s(0.3));
+        let r = ts.recent().unwrap();
+        assert_eq!((r.pages, r.refaulted), (20, 12));
+        assert!(!r.at_least);
+        assert!((r.turnaround_s - 0.25).abs() < 1e-9, "{r:?}");
+        for i in 12..16 {
+            src.set(10, page(i), PageState::Absent);
+        }
+        ts.poll(&mut src, s(1.0));
+        assert_eq!(ts.summary().recent, ts.recent());
+        // Still a median of 0.25 s: freed pages are censored where last seen out.
+        let r = ts.recent().unwrap();
+        assert_eq!((r.pages, r.refaulted), (20, 12));
+        assert!((r.turnaround_s - 0.25).abs() < 1e-9, "{r:?}");
+        // 11 s on, those evictions have left the window; 8 new ones at 11 s have
+        // been out 1 s and the 4 old ones still out are not counted.
+        for i in 20..28 {
+            src.set(10, page(i), PageState::Swapped);
+        }
+        let second: Vec<(Pid, u64)> = (20..28).map(|i| (10, page(i))).collect();
+        ts.admit(&second, s(11.0));
+        ts.poll(&mut src, s(12.0));
+        let r = ts.recent().unwrap();
+        assert_eq!((r.pages, r.refaulted), (8, 0), "{r:?}");
+        assert!(r.at_least && (r.turnaround_s - 1.0).abs() < 1e-9, "{r:?}");
+        // Admitted and not yet seen out: no information, so no estimate.
+        let mut fresh = TurnaroundSampler::new(TurnaroundConfig::default());
+        src.set(11, BASE, PageState::Swapped);
+        fresh.admit(&[(11, BASE)], s(20.0));
+        fresh.poll(&mut src, s(20.0));
+        assert_eq!(fresh.recent(), None);
     }
 
     #[test]
