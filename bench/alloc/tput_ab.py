@@ -12,7 +12,9 @@ ms, from wait4) and peak RSS (VmHWM, KiB).
 The summary gives per benchmark and allocator the median, min and max of wall time,
 the median CPU time and peak RSS, and for each libmemcolo build the *paired* ratio to
 the best peer: in every repetition, its wall time over the fastest peer's wall time in
-the same repetition (median and quartiles of these ratios), and peak RSS over glibc's.
+the same repetition (median and quartiles of these ratios), the same for CPU time (less
+disturbed than wall time by other work on the machine: a preempted thread's wait is
+not counted), and peak RSS over glibc's.
 A gap is taken as real when the lower quartile of the paired ratios is above 1.10 (or
 the upper one below 1.0 for a lead).
 
@@ -156,8 +158,8 @@ def main():
     if peer_names:
         lines += ["", "Paired per repetition: wall / fastest peer's wall in the same repetition, "
                   "peak RSS / glibc's.", "",
-                  "| benchmark | allocator | best peer (median) | wall ratio median | q1 | q3 | verdict | RSS ratio median |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| benchmark | allocator | best peer (median) | wall ratio median | q1 | q3 | verdict | CPU ratio median | RSS ratio median |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for mode in modes:
             med = {}
             for p in peer_names:
@@ -166,12 +168,14 @@ def main():
                     med[p] = statistics.median(w)
             best = min(med, key=med.get) if med else "-"
             for name, _, _ in libs:
-                ratios, rss = [], []
+                ratios, cpus, rss = [], [], []
                 for rep in range(a.reps):
                     rr = {r["allocator"]: r for r in rows if r["benchmark"] == mode and r["rep"] == rep}
                     pw = [rr[p]["wall_ms"] for p in peer_names if p in rr]
                     if name in rr and pw:
                         ratios.append(rr[name]["wall_ms"] / min(pw))
+                        pc = [rr[p]["cpu_ms"] for p in peer_names if p in rr]
+                        cpus.append(rr[name]["cpu_ms"] / max(min(pc), 1.0))
                     if name in rr and "glibc" in rr:
                         rss.append(rr[name]["peak_rss_kib"] / rr["glibc"]["peak_rss_kib"])
                 if not ratios:
@@ -180,7 +184,7 @@ def main():
                 med_r = statistics.median(ratios)
                 verdict = "gap (>1.10)" if q1 > 1.10 else ("ahead" if q3 < 1.0 else ("within 10 %" if med_r <= 1.10 else "unclear"))
                 rss_s = f"{statistics.median(rss):.3f}" if rss else "-"
-                lines.append(f"| {mode} | {name} | {best} ({med.get(best, 0):.1f}) | {med_r:.3f} | {q1:.3f} | {q3:.3f} | {verdict} | {rss_s} |")
+                lines.append(f"| {mode} | {name} | {best} ({med.get(best, 0):.1f}) | {med_r:.3f} | {q1:.3f} | {q3:.3f} | {verdict} | {statistics.median(cpus):.3f} | {rss_s} |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write(text)
