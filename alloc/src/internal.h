@@ -164,6 +164,8 @@ typedef enum {
   MC_OPT_NUM_EPOCHS,          /* allow-rate gate: NUM_epochs (M3 §4.2) */
   MC_OPT_GATE_MIN_EPOCH_MS,   /* allow-rate gate: shortest epoch, ms (protocol §9) */
   MC_OPT_TOP_HOLD_S,          /* seconds without reservation after a `top` notification */
+  MC_OPT_MGMT_NICE,           /* nice of the management thread while the reservation is on */
+  MC_OPT_RSV_HORIZON_MS,      /* reserves also cover this long of the measured demand rate */
   MC_OPT__COUNT
 } mc_option_t;
 

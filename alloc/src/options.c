@@ -27,6 +27,8 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
   [MC_OPT_NUM_EPOCHS] = {"NUM_EPOCHS", 5, "allow-rate gate: epochs until the rate is back at 1"},
   [MC_OPT_GATE_MIN_EPOCH_MS] = {"GATE_MIN_EPOCH_MS", 1000, "ms, allow-rate gate: shortest epoch (0 = handling time alone)"},
   [MC_OPT_TOP_HOLD_S] = {"TOP_HOLD_S", 10, "s without reservation after a top notification"},
+  [MC_OPT_RSV_HORIZON_MS] = {"RSV_HORIZON_MS", 100, "ms of the measured demand rate that the reserves also hold (0 = Hermes' RSV_FACTOR x last interval alone)"},
+  [MC_OPT_MGMT_NICE] = {"MGMT_NICE", -10, "nice of the management thread while the reservation is on (-20..19; needs CAP_SYS_NICE below 0, else left at the process's)"},
 };
 
 long mc_options_cache[MC_OPT__COUNT];
@@ -89,6 +91,10 @@ void mc_options_init(void) {
   if (mc_options_cache[MC_OPT_T_SCHEDULE_S] > 900) mc_options_cache[MC_OPT_T_SCHEDULE_S] = 900;
   if (mc_options_cache[MC_OPT_SKIP_SUBRELEASE_S] < 0) mc_options_cache[MC_OPT_SKIP_SUBRELEASE_S] = 0;
   if (mc_options_cache[MC_OPT_SKIP_SUBRELEASE_S] > 900) mc_options_cache[MC_OPT_SKIP_SUBRELEASE_S] = 900;
+  if (mc_options_cache[MC_OPT_RSV_HORIZON_MS] < 0) mc_options_cache[MC_OPT_RSV_HORIZON_MS] = 0;
+  if (mc_options_cache[MC_OPT_RSV_HORIZON_MS] > 10000) mc_options_cache[MC_OPT_RSV_HORIZON_MS] = 10000;
+  if (mc_options_cache[MC_OPT_MGMT_NICE] < -20) mc_options_cache[MC_OPT_MGMT_NICE] = -20;
+  if (mc_options_cache[MC_OPT_MGMT_NICE] > 19) mc_options_cache[MC_OPT_MGMT_NICE] = 19;
   if (mc_options_cache[MC_OPT_GATE_MIN_EPOCH_MS] < 0) mc_options_cache[MC_OPT_GATE_MIN_EPOCH_MS] = 0;
   if (mc_options_cache[MC_OPT_GATE_MIN_EPOCH_MS] > 3600000) mc_options_cache[MC_OPT_GATE_MIN_EPOCH_MS] = 3600000;
 }

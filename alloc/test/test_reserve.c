@@ -1,8 +1,11 @@
 /* test_reserve.c — Hermes reservation (run with MEMCOLO_CLASS=lc): the management
  * thread pre-faults min_rsv, the pool of large blocks serves paced 256 KiB requests,
  * blocks from the pool are usable and calloc'ed ones zeroed, an agent-style release
- * returns memory, and a forked child runs without the reservation. No timing asserts:
+ * returns memory, a forked child runs without the reservation, and the management
+ * thread runs at MEMCOLO_MGMT_NICE while reserving (when permitted). No timing asserts:
  * the waits are bounded polls on counters. */
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +18,42 @@ static void sleep_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
+/* how many of this process's threads run at `nice` (from /proc/self/task/TID/stat) */
+static int threads_at_nice(long nice) {
+  DIR *d = opendir("/proc/self/task");
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    char *c = strrchr(buf, ')'); /* fields after the command name; nice is field 19 */
+    long v = 0;
+    int field = 2;
+    for (char *t = c ? strtok(c + 1, " ") : NULL; t != NULL; t = strtok(NULL, " ")) {
+      if (++field == 19) { v = strtol(t, NULL, 10); break; }
+    }
+    if (field == 19 && v == nice) n++;
+  }
+  closedir(d);
+  return n;
+}
+
+/* whether this process may lower a thread's nice (CAP_SYS_NICE or RLIMIT_NICE) */
+static int may_lower_nice(void) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(setpriority(PRIO_PROCESS, 0, -1) == 0 ? 0 : 1);
+  int ws = 0;
+  waitpid(pid, &ws, 0);
+  return WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+}
+
 int main(void) {
   memcolo_stats_t st;
   MC_API(free)(MC_API(malloc)(1));
@@ -25,6 +64,17 @@ int main(void) {
   mc_t_current = "prefaulted_min_rsv";
   CHECK(st.prefaulted_bytes >= (5u << 20));
   CHECK(st.free_backed_bytes >= (4u << 20));
+
+  /* the management thread runs at MEMCOLO_MGMT_NICE (default -10) while it reserves,
+   * where the process may lower a nice; never the application's threads */
+  mc_t_current = "mgmt_nice";
+  if (may_lower_nice()) {
+    for (int i = 0; i < 500 && threads_at_nice(-10) < 1; i++) sleep_ms(10);
+    CHECK(threads_at_nice(-10) == 1);
+  } else {
+    CHECK(threads_at_nice(-10) == 0);
+  }
+  CHECK(getpriority(PRIO_PROCESS, 0) == 0);
 
   /* paced large requests: the pool starts serving them */
   enum { N = 3000 };
@@ -81,5 +131,9 @@ int main(void) {
   CHECK(got > 0);
   CHECK(st.reservation_on == 0);
   CHECK(st.pool_bytes == 0);
+  /* without the reservation the thread is back at the process's nice */
+  mc_t_current = "mgmt_nice_restored";
+  for (int i = 0; i < 500 && threads_at_nice(-10) > 0; i++) sleep_ms(10);
+  CHECK(threads_at_nice(-10) == 0);
   TEST_END();
 }

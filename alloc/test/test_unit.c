@@ -43,6 +43,8 @@ TEST(test_options_from_env) {
     setenv("MEMCOLO_MIN_RSV", "8m", 1);
     setenv("MEMCOLO_SKIP_SUBRELEASE_S", "junk", 1);
     setenv("MEMCOLO_CLASS", "be", 1);
+    setenv("MEMCOLO_RSV_HORIZON_MS", "250", 1);
+    setenv("MEMCOLO_MGMT_NICE", "-40", 1); /* clamped to -20 */
     execl("/proc/self/exe", "test_unit", "--print-options", (char *)NULL);
     _exit(127);
   }
@@ -52,8 +54,10 @@ TEST(test_options_from_env) {
   close(fds[0]);
   waitpid(pid, NULL, 0);
   CHECK(n > 0);
-  long rsv = -1, minr = -1, skip = -1, cls = -1;
-  sscanf(buf, "%ld %ld %ld %ld", &rsv, &minr, &skip, &cls);
+  long rsv = -1, minr = -1, skip = -1, cls = -1, horizon = -1, nice = 0;
+  sscanf(buf, "%ld %ld %ld %ld %ld %ld", &rsv, &minr, &skip, &cls, &horizon, &nice);
+  CHECK(horizon == 250);
+  CHECK(nice == -20);
   CHECK(rsv == 150);
   CHECK(minr == 8L << 20);
   CHECK(skip == 60); /* unreadable value: default */
@@ -405,8 +409,9 @@ TEST(test_tcache_arrays_sized_by_use) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--print-options") == 0) {
     free(malloc(1));
-    printf("%ld %ld %ld %ld\n", MC_OPT(MC_OPT_RSV_FACTOR_PCT), MC_OPT(MC_OPT_MIN_RSV_BYTES),
-           MC_OPT(MC_OPT_SKIP_SUBRELEASE_S), MC_OPT(MC_OPT_CLASS));
+    printf("%ld %ld %ld %ld %ld %ld\n", MC_OPT(MC_OPT_RSV_FACTOR_PCT), MC_OPT(MC_OPT_MIN_RSV_BYTES),
+           MC_OPT(MC_OPT_SKIP_SUBRELEASE_S), MC_OPT(MC_OPT_CLASS), MC_OPT(MC_OPT_RSV_HORIZON_MS),
+           MC_OPT(MC_OPT_MGMT_NICE));
     return 0;
   }
   free(malloc(1));
