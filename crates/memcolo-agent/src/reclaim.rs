@@ -172,6 +172,10 @@ pub struct ReclaimStatus {
     pub low_mark_bytes: u64,
     pub high_mark_bytes: u64,
     pub alloc_rate_bytes_per_s: f64,
+    /// Bytes per 4 KiB charge event that the allocation rate scales v1 charges by
+    /// (1 until calibrated; see `memcolo_policy::hermit::ReclaimObservation`).
+    #[serde(default)]
+    pub charge_scale: f64,
     pub worker_rate_bytes_per_s: f64,
     /// The page turnaround the back-off steers on, seconds (`null`: nothing
     /// refaults): the sampled median of recent evictions, or the mean by Little's law
@@ -618,6 +622,11 @@ struct Controller {
     last_refaults: Option<u64>,
     /// Pages charged to the scope at the previous observation (v1 `total_pgpgin`).
     last_charged: Option<u64>,
+    /// The scope's limit failures (v1 `memory.failcnt`, v2 `memory.events` max) and
+    /// the bytes memcolo's core dropped or elastic processes reported freeing, at the
+    /// previous observation.
+    last_failures: Option<u64>,
+    last_removed: Option<u64>,
     last_refresh: Option<Instant>,
     inputs: ReclaimInputs,
     reclaimable: u64,
@@ -665,6 +674,8 @@ impl Controller {
             page_size: ProcFs::page_size(),
             last_refaults: None,
             last_charged: None,
+            last_failures: None,
+            last_removed: None,
             last_refresh: None,
             inputs: ReclaimInputs::default(),
             reclaimable: 0,
@@ -908,7 +919,7 @@ impl Controller {
 
     fn observe(&mut self) -> memcolo_linux::Result<ReclaimObservation> {
         let mi = self.procfs.read_meminfo()?;
-        let (limit, used, swapped, refaults, charged) = match &self.scope {
+        let (limit, used, swapped, refaults, charged, failures) = match &self.scope {
             Scope::Cgroup(cg) => {
                 let limit = cg
                     .read_effective_limit()?
@@ -930,6 +941,7 @@ impl Controller {
                     stat.swap_bytes,
                     stat.raw.get(key).copied().unwrap_or(0),
                     charged,
+                    cg.read_events().ok().map(|e| e.max),
                 )
             }
             Scope::Host(_) => {
@@ -939,6 +951,7 @@ impl Controller {
                     mi.mem_total_bytes.saturating_sub(mi.mem_free_bytes),
                     mi.swap_total_bytes.saturating_sub(mi.swap_free_bytes),
                     vm.get("workingset_refault_anon").copied().unwrap_or(0),
+                    None,
                     None,
                 )
             }
@@ -953,11 +966,25 @@ impl Controller {
             _ => None,
         };
         self.last_charged = charged;
+        let limit_failures = match (self.last_failures, failures) {
+            (Some(prev), Some(now)) => now.saturating_sub(prev),
+            _ => 0,
+        };
+        self.last_failures = failures;
+        // Page cache the core dropped on Hermes advice and memory elastic processes
+        // reported freeing: taken out of the scope, so usage growth alone would
+        // understate allocation by it.
+        let removed =
+            self.metrics.file_cache_dropped_bytes.get() + self.metrics.reclaimed_bytes.get();
+        let removed_bytes = removed.saturating_sub(self.last_removed.unwrap_or(removed));
+        self.last_removed = Some(removed);
         Ok(ReclaimObservation {
             limit_bytes: limit,
             used_bytes: used,
             swapin_bytes: swapin,
             charged_bytes,
+            removed_bytes,
+            limit_failures,
             swapped_bytes: swapped,
             swap_total_bytes: mi.swap_total_bytes,
             swap_free_bytes: mi.swap_free_bytes,
@@ -1026,6 +1053,7 @@ impl Controller {
         let (budget, active) = {
             let mut p = sh.pool.lock().unwrap();
             obs.reclaimed_bytes = std::mem::take(&mut p.reclaimed);
+            obs.inflight_bytes = p.inflight;
             obs.worker_busy = std::mem::take(&mut p.busy);
             self.totals.cpu += std::mem::take(&mut p.cpu);
             self.totals.batches += std::mem::take(&mut p.batches);
@@ -1120,6 +1148,7 @@ impl Controller {
         st.low_mark_bytes = d.low_mark_bytes;
         st.high_mark_bytes = d.high_mark_bytes;
         st.alloc_rate_bytes_per_s = d.alloc_rate;
+        st.charge_scale = d.charge_scale;
         st.worker_rate_bytes_per_s = d.worker_rate;
         st.turnaround_s = d.turnaround_s;
         if self.sampled_summary.is_some() {

@@ -259,15 +259,43 @@ pub struct ReclaimObservation {
     /// Bytes charged to the scope since the previous observation (gross allocation,
     /// refaults included: cgroup v1 `total_pgpgin` × the page size), when the scope
     /// counts them. `None`: the allocation rate is estimated as usage growth plus
-    /// `reclaimed_bytes`, which arrives in lumps at the end of each batch.
+    /// `reclaimed_bytes` (which arrives in lumps at the end of each batch) plus
+    /// `removed_bytes`.
     ///
     /// v1 counts one charge *event* per folio whatever its size ("pagein of a big
     /// page is an event"), so with large page-cache folios or THP these bytes
     /// undercount (by 100x and more for a file streamer on Linux 6.18). The scheduler
-    /// therefore takes them for the *timing* of allocation and scales them by the
-    /// ratio of usage growth plus reclaimed bytes to charges over a few seconds
-    /// (at least 1, at most 512: 2 MiB folios counted as 4 KiB pages).
+    /// therefore takes them for the *timing* of allocation and scales them to bytes
+    /// by the median, over the last five blocks of at least 1 s and 16 charge events,
+    /// of each block's gross allocation by usage (usage growth + `reclaimed_bytes` +
+    /// `removed_bytes`) over its charges (at least 1, at most 512: 2 MiB folios
+    /// counted as 4 KiB pages). Per-block ratios and a median, not one average: a
+    /// burst of 4 KiB events (a process starting) beside a streamer of 2 MiB folios
+    /// must not drag the scale of the next seconds down. A block in which charges hit
+    /// the limit (`limit_failures`) understates allocation (the kernel reclaimed
+    /// what usage does not show) and only counts when it raises the scale.
+    ///
+    /// One scale cannot fit a mix that changes: a streamer whose readahead restarts
+    /// with small folios (after its cache was dropped) charges hundreds of events a
+    /// second that a scale of 512 would read as GB/s. So, while no charge hit the
+    /// limit, an observation's scaled charges are capped by what usage can show:
+    /// usage growth + `reclaimed_bytes` + `removed_bytes` + the reclaim in flight at
+    /// either end of the interval (`inflight_bytes`) + 4 MiB (the two counters are
+    /// not read at one instant), and never below the unscaled charges.
     pub charged_bytes: Option<u64>,
+    /// Bytes the workers were asked to reclaim and have not reported yet (their
+    /// batches in flight): usage may have fallen by up to this much more than
+    /// `reclaimed_bytes` shows.
+    pub inflight_bytes: u64,
+    /// Bytes that memcolo took out of the scope since the previous observation by
+    /// other means than the reclaim workers (page cache dropped on Hermes advice,
+    /// memory that elastic processes reported freeing): allocation is usage growth
+    /// plus `reclaimed_bytes` plus these.
+    pub removed_bytes: u64,
+    /// Charges that hit the scope's limit since the previous observation (v1
+    /// `memory.failcnt`, v2 `memory.events` `max`): the kernel then reclaimed on the
+    /// allocating thread, which usage growth does not show.
+    pub limit_failures: u64,
     /// Time memcolo's workers spent reclaiming since the previous observation, summed
     /// over workers.
     pub worker_busy: Duration,
@@ -384,6 +412,9 @@ pub struct ReclaimDecision {
     pub alloc_rate: f64,
     /// Burst envelope of the allocation rate, bytes/s.
     pub burst_rate: f64,
+    /// Bytes per 4 KiB of `charged_bytes` (see [`ReclaimObservation::charged_bytes`];
+    /// 1 until calibrated).
+    pub charge_scale: f64,
     /// Measured throughput of one worker, bytes/s.
     pub worker_rate: f64,
     /// The page turnaround that steers the back-off, seconds (see
@@ -409,16 +440,14 @@ pub struct ReclaimDecision {
 #[derive(Clone, Debug)]
 pub struct ReclaimScheduler {
     cfg: ReclaimConfig,
-    last: Option<(Duration, u64)>,
+    /// Time, usage and reclaim in flight at the previous observation.
+    last: Option<(Duration, u64, u64)>,
     alloc_rate: f64,
     burst_rate: f64,
     /// Burst envelope of allocation net of refaults (swap-ins): new memory only.
     burst_new_rate: f64,
-    /// Slow averages (bytes/s) of the charges reported and of usage growth plus
-    /// reclaimed bytes, and the scale between them applied to the charges.
-    charged_avg: f64,
-    usage_gross_avg: f64,
-    charge_scale: f64,
+    /// The scale from charge events to bytes.
+    charges: ChargeCalibration,
     worker_rate: f64,
     swapin_rate: f64,
     k: f64,
@@ -428,13 +457,81 @@ pub struct ReclaimScheduler {
     backoff_left: u32,
 }
 
-/// The calibration of charged bytes against usage averages over this many
-/// `rate_half_life`s.
-const CHARGE_CALIBRATION_HALF_LIVES: u32 = 3;
+/// A calibration block of charges against usage: closes after this long with at
+/// least `MIN_BLOCK_CHARGES` charge events in it.
+const CHARGE_BLOCK: Duration = Duration::from_secs(1);
+/// Charge events (of 4 KiB) a block needs before it closes.
+const MIN_BLOCK_CHARGES: u64 = 16;
+/// A block that has not gathered its charges after this long is dropped.
+const MAX_BLOCK: Duration = Duration::from_secs(10);
+/// The scale is the median ratio of this many last blocks.
+const CHARGE_BLOCKS: usize = 5;
+/// Scaled charges may exceed what usage shows by this much (usage and the charge
+/// counter are read one after the other), bytes.
+const USAGE_SLACK_BYTES: f64 = 4.0 * 1024.0 * 1024.0;
 /// Largest scale of charged bytes: a 2 MiB folio counted as one 4 KiB page.
 const MAX_CHARGE_SCALE: f64 = 512.0;
-/// Below this average charge rate (bytes/s) there is nothing to calibrate against.
-const MIN_CALIBRATION_RATE: f64 = 64.0 * 1024.0;
+
+/// The scale from charge events to bytes, see [`ReclaimObservation::charged_bytes`].
+#[derive(Clone, Debug)]
+struct ChargeCalibration {
+    /// The block being filled: charged bytes (4 KiB per event), gross bytes by
+    /// usage, limit failures, length.
+    charged: u64,
+    gross: f64,
+    failures: u64,
+    len: Duration,
+    /// Ratios of the last blocks (at most `CHARGE_BLOCKS`), oldest first.
+    ratios: std::collections::VecDeque<f64>,
+    scale: f64,
+}
+
+impl Default for ChargeCalibration {
+    fn default() -> Self {
+        ChargeCalibration {
+            charged: 0,
+            gross: 0.0,
+            failures: 0,
+            len: Duration::ZERO,
+            ratios: std::collections::VecDeque::new(),
+            scale: 1.0,
+        }
+    }
+}
+
+impl ChargeCalibration {
+    /// Adds one observation's charges (bytes at 4 KiB per event), gross allocation by
+    /// usage (bytes) and limit failures over `dt` to the block; when the block is
+    /// complete, takes its ratio and sets the scale to the upper median of the last
+    /// `CHARGE_BLOCKS` ratios.
+    fn add(&mut self, charged: u64, gross: f64, failures: u64, dt: Duration) {
+        self.charged += charged;
+        self.gross += gross;
+        self.failures += failures;
+        self.len += dt;
+        let enough = self.charged >= MIN_BLOCK_CHARGES * 4096;
+        if self.len < CHARGE_BLOCK || (!enough && self.len < MAX_BLOCK) {
+            return;
+        }
+        let (charged, gross, failures) = (self.charged, self.gross, self.failures);
+        (self.charged, self.gross, self.failures, self.len) = (0, 0.0, 0, Duration::ZERO);
+        if !enough || gross <= 0.0 {
+            return;
+        }
+        let ratio = (gross / charged as f64).clamp(1.0, MAX_CHARGE_SCALE);
+        // At the limit the kernel's own reclaim hides allocation: only a lower bound.
+        if failures > 0 && ratio <= self.scale {
+            return;
+        }
+        if self.ratios.len() == CHARGE_BLOCKS {
+            self.ratios.pop_front();
+        }
+        self.ratios.push_back(ratio);
+        let mut sorted: Vec<f64> = self.ratios.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        self.scale = sorted[sorted.len() / 2];
+    }
+}
 
 /// Weight of a new sample in an exponential average with half-life `half` after `dt`.
 fn ewma_weight(dt: Duration, half: Duration) -> f64 {
@@ -453,9 +550,7 @@ impl ReclaimScheduler {
             alloc_rate: 0.0,
             burst_rate: 0.0,
             burst_new_rate: 0.0,
-            charged_avg: 0.0,
-            usage_gross_avg: 0.0,
-            charge_scale: 1.0,
+            charges: ChargeCalibration::default(),
             swapin_rate: 0.0,
             period_start: None,
             prev_turnaround: None,
@@ -474,31 +569,29 @@ impl ReclaimScheduler {
     pub fn step(&mut self, now: Duration, obs: &ReclaimObservation) -> ReclaimDecision {
         let cfg = &self.cfg;
         let dt = match self.last {
-            Some((t, _)) => now.saturating_sub(t),
+            Some((t, _, _)) => now.saturating_sub(t),
             None => Duration::ZERO,
         };
         // Gross allocation: what was charged, else usage growth plus what we took away
         // meanwhile.
-        if let Some((_, prev_used)) = self.last {
+        if let Some((_, prev_used, prev_inflight)) = self.last {
             if !dt.is_zero() {
-                let secs = dt.as_secs_f64();
-                let by_usage =
-                    obs.used_bytes as f64 - prev_used as f64 + obs.reclaimed_bytes as f64;
+                let by_usage = obs.used_bytes as f64 - prev_used as f64
+                    + obs.reclaimed_bytes as f64
+                    + obs.removed_bytes as f64;
                 let growth = match obs.charged_bytes {
                     Some(c) => {
-                        // Calibrate the charges' bytes against usage over a few half-lives:
-                        // the lumps of batch credit average out there, and the charges keep
-                        // the timing.
-                        let wc =
-                            ewma_weight(dt, cfg.rate_half_life * CHARGE_CALIBRATION_HALF_LIVES);
-                        self.charged_avg += wc * (c as f64 / secs - self.charged_avg);
-                        self.usage_gross_avg += wc * (by_usage / secs - self.usage_gross_avg);
-                        self.charge_scale = if self.charged_avg >= MIN_CALIBRATION_RATE {
-                            (self.usage_gross_avg / self.charged_avg).clamp(1.0, MAX_CHARGE_SCALE)
+                        // The charges keep the timing; blocks of usage give their size.
+                        self.charges.add(c, by_usage, obs.limit_failures, dt);
+                        let scaled = c as f64 * self.charges.scale;
+                        if obs.limit_failures == 0 {
+                            let shown = by_usage
+                                + (prev_inflight + obs.inflight_bytes) as f64
+                                + USAGE_SLACK_BYTES;
+                            scaled.min(shown.max(c as f64))
                         } else {
-                            1.0
-                        };
-                        c as f64 * self.charge_scale
+                            scaled
+                        }
                     }
                     None => by_usage,
                 };
@@ -519,7 +612,7 @@ impl ReclaimScheduler {
             let w = ewma_weight(obs.worker_busy, cfg.rate_half_life);
             self.worker_rate += w * (inst - self.worker_rate);
         }
-        self.last = Some((now, obs.used_bytes));
+        self.last = Some((now, obs.used_bytes, obs.inflight_bytes));
 
         // Page turnaround: sampled when enough recent evictions back it, else the mean
         // by Little's law on the swapped population.
@@ -653,6 +746,7 @@ impl ReclaimScheduler {
             low_multiplier: self.k,
             alloc_rate: self.alloc_rate,
             burst_rate: self.burst_rate,
+            charge_scale: self.charges.scale,
             worker_rate: self.worker_rate,
             turnaround_s: turnaround,
             turnaround_source: source,
@@ -1139,11 +1233,13 @@ mod tests {
     #[test]
     fn charges_counted_per_folio_are_scaled_to_the_bytes_usage_shows() {
         // A streamer allocating 64 MiB/s of page cache in 256 KiB folios: v1 counts
-        // one event (4 KiB) per folio, 1/64 of the bytes. Usage shows the bytes.
+        // one event (4 KiB) per folio, 1/64 of the bytes. Usage shows the bytes; the
+        // scale is set from the first 1 s block on, and 8 s in the 1 s average of the
+        // rate has settled.
         let mut s = sched();
         let mut used = GIB;
         let mut d = s.step(ms(0), &obs(used));
-        for i in 1..=250u64 {
+        for i in 1..=400u64 {
             let bytes = 64 * MIB / 50;
             used += bytes;
             d = s.step(
@@ -1157,10 +1253,11 @@ mod tests {
         let rate = 64.0 * MIB as f64;
         assert!((d.burst_rate - rate).abs() < 0.05 * rate, "{d:?}");
         assert!((d.alloc_rate - rate).abs() < 0.05 * rate, "{d:?}");
-        // The timing still comes from the charges: a burst of 4x the charges in one
-        // tick (usage lagging behind) shows in the envelope at once.
+        // The timing still comes from the charges: a burst of 4x in one tick shows
+        // in the envelope at once.
+        used += 4 * 64 * MIB / 50;
         d = s.step(
-            ms(20 * 251),
+            ms(20 * 401),
             &ReclaimObservation {
                 charged_bytes: Some(4 * 64 * MIB / 50 / 64),
                 ..obs(used)
@@ -1180,6 +1277,199 @@ mod tests {
             );
         }
         assert!((d.alloc_rate - 50.0 * MIB as f64).abs() < 0.05 * 50.0 * MIB as f64);
+    }
+
+    /// A page-cache streamer at 100 MiB/s in 2 MiB folios, one charge event of 4 KiB
+    /// per 20 ms tick, from `from` for `secs` seconds; `at_limit`: every tick has
+    /// limit failures and the scope's usage is flat (only `reclaimed_per_tick` shows).
+    fn stream(
+        s: &mut ReclaimScheduler,
+        from: u64,
+        secs: u64,
+        used: &mut u64,
+        at_limit: bool,
+        reclaimed_per_tick: u64,
+        removed: impl Fn(u64) -> u64,
+    ) -> ReclaimDecision {
+        let mut d = None;
+        for i in from * 50 + 1..=(from + secs) * 50 {
+            let removed_now = removed(i);
+            if !at_limit {
+                *used += 2 * MIB;
+                *used -= removed_now;
+            }
+            d = Some(s.step(
+                ms(20 * i),
+                &ReclaimObservation {
+                    charged_bytes: Some(4096),
+                    reclaimed_bytes: reclaimed_per_tick,
+                    removed_bytes: removed_now,
+                    limit_failures: u64::from(at_limit),
+                    ..obs(*used)
+                },
+            ));
+        }
+        d.unwrap()
+    }
+
+    #[test]
+    fn a_burst_of_small_charges_does_not_hold_down_the_scale_of_large_folios() {
+        // The streamer starts: 1236 events of 4 KiB pages (its binary, its buffers)
+        // while usage grows 43 MiB, then 2 MiB folios. The first block's ratio is
+        // low; the median of the blocks is the folios' 512 from the second on.
+        let mut s = sched();
+        let mut used = GIB;
+        s.step(ms(0), &obs(used));
+        used += 43 * MIB;
+        s.step(
+            ms(20),
+            &ReclaimObservation {
+                charged_bytes: Some(1236 * 4096),
+                ..obs(used)
+            },
+        );
+        let d = stream(&mut s, 0, 6, &mut used, false, 0, |_| 0);
+        let rate = 100.0 * MIB as f64;
+        assert!((d.alloc_rate - rate).abs() < 0.1 * rate, "{d:?}");
+        assert!((d.burst_rate - rate).abs() < 0.1 * rate, "{d:?}");
+    }
+
+    #[test]
+    fn blocks_at_the_limit_never_lower_the_scale() {
+        let rate = 100.0 * MIB as f64;
+        // Calibrated to 2 MiB folios, then at the limit: usage flat, the workers
+        // reclaim 10 MiB/s and the kernel the rest. The blocks' ratio (51) is only a
+        // lower bound: the scale and the rate hold.
+        let mut s = sched();
+        let mut used = GIB;
+        s.step(ms(0), &obs(used));
+        stream(&mut s, 0, 6, &mut used, false, 0, |_| 0);
+        let d = stream(&mut s, 6, 10, &mut used, true, 10 * MIB / 50, |_| 0);
+        assert!((d.alloc_rate - rate).abs() < 0.1 * rate, "{d:?}");
+        // The same blocks without failures are taken at their word.
+        let mut s = sched();
+        let mut used = GIB;
+        s.step(ms(0), &obs(used));
+        stream(&mut s, 0, 6, &mut used, false, 0, |_| 0);
+        let mut at_limit_unseen = stream(&mut s, 6, 10, &mut used, false, 0, |_| 0);
+        assert!(at_limit_unseen.alloc_rate > 0.9 * rate);
+        for i in 16 * 50 + 1..=26 * 50 {
+            at_limit_unseen = s.step(
+                ms(20 * i),
+                &ReclaimObservation {
+                    charged_bytes: Some(4096),
+                    reclaimed_bytes: 10 * MIB / 50,
+                    ..obs(used)
+                },
+            );
+        }
+        assert!(
+            at_limit_unseen.alloc_rate < 0.2 * rate,
+            "{at_limit_unseen:?}"
+        );
+        // With no calibration before, blocks at the limit raise the scale to their
+        // lower bound: 10 MiB/s shown over 100 MiB/s of folios counted as pages.
+        let mut s = sched();
+        let mut used = GIB;
+        s.step(ms(0), &obs(used));
+        let d = stream(&mut s, 0, 10, &mut used, true, 10 * MIB / 50, |_| 0);
+        assert!((d.alloc_rate - 0.1 * rate).abs() < 0.02 * rate, "{d:?}");
+    }
+
+    #[test]
+    fn small_folios_after_a_large_folio_calibration_count_no_more_than_usage_shows() {
+        let rate = 100.0 * MIB as f64;
+        let mut s = sched();
+        let mut used = GIB;
+        s.step(ms(0), &obs(used));
+        let d = stream(&mut s, 0, 6, &mut used, false, 0, |_| 0);
+        assert_eq!(d.charge_scale, 512.0);
+        // The streamer's cache was dropped and its readahead starts over in 16 KiB
+        // folios: 128 events (2 MiB) in a tick. At 512 per event that would be
+        // 256 MiB in 20 ms; usage shows 2 MiB, so 2 MiB + 4 MiB of slack at most.
+        let small = |s: &mut ReclaimScheduler, i: u64, used: &mut u64, o: ReclaimObservation| {
+            *used += 2 * MIB;
+            s.step(
+                ms(20 * i),
+                &ReclaimObservation {
+                    charged_bytes: Some(128 * 4096),
+                    used_bytes: *used,
+                    ..o
+                },
+            )
+        };
+        let d = small(&mut s, 301, &mut used, obs(0));
+        assert!(d.burst_rate <= 6.0 * MIB as f64 / 0.02 + 1.0, "{d:?}");
+        assert!(d.alloc_rate < 1.5 * rate, "{d:?}");
+        // A batch in flight may hide up to its bytes: they widen the bound...
+        let d = small(
+            &mut s,
+            302,
+            &mut used,
+            ReclaimObservation {
+                inflight_bytes: 16 * MIB,
+                ..obs(0)
+            },
+        );
+        assert!(d.burst_rate > 17.0 * MIB as f64 / 0.02, "{d:?}");
+        // ...and so does a charge that hit the limit (the kernel reclaimed unseen):
+        // then the scaled charges stand.
+        let d = small(
+            &mut s,
+            303,
+            &mut used,
+            ReclaimObservation {
+                limit_failures: 1,
+                ..obs(0)
+            },
+        );
+        assert!(d.burst_rate >= 256.0 * MIB as f64 / 0.02 - 1.0, "{d:?}");
+    }
+
+    #[test]
+    fn memory_memcolo_removed_by_other_means_counts_as_allocation() {
+        // The streamer, and every 0.5 s the core drops the 50 MiB of page cache it
+        // read meanwhile on Hermes advice: usage stays flat, but the drops are
+        // reported.
+        let rate = 100.0 * MIB as f64;
+        let drops = |i: u64| if i.is_multiple_of(25) { 50 * MIB } else { 0 };
+        let mut s = sched();
+        let mut used = GIB;
+        s.step(ms(0), &obs(used));
+        let d = stream(&mut s, 0, 20, &mut used, false, 0, drops);
+        assert!((d.alloc_rate - rate).abs() < 0.1 * rate, "{d:?}");
+        // Unreported, no block would show allocation, and the folios would stay
+        // counted as 4 KiB pages.
+        let mut s = sched();
+        let mut used = GIB;
+        s.step(ms(0), &obs(used));
+        let mut d = d;
+        for i in 1..=20 * 50u64 {
+            used = used + 2 * MIB - drops(i);
+            d = s.step(
+                ms(20 * i),
+                &ReclaimObservation {
+                    charged_bytes: Some(4096),
+                    ..obs(used)
+                },
+            );
+        }
+        assert!(d.alloc_rate < 0.01 * rate, "{d:?}");
+        // Without charges (the host scope) they count the same way.
+        let mut s = sched();
+        let mut used = GIB;
+        s.step(ms(0), &obs(used));
+        for i in 1..=20 * 50u64 {
+            used = used + 2 * MIB - drops(i);
+            d = s.step(
+                ms(20 * i),
+                &ReclaimObservation {
+                    removed_bytes: drops(i),
+                    ..obs(used)
+                },
+            );
+        }
+        assert!((d.alloc_rate - rate).abs() < 0.1 * rate, "{d:?}");
     }
 
     #[test]

@@ -441,6 +441,13 @@ fn reclaim_scheduler_invariants() {
                 } else {
                     rng.range(0, limit)
                 },
+                removed_bytes: if rng.chance(10) {
+                    rng.range(0, 512 << 20)
+                } else {
+                    0
+                },
+                limit_failures: if rng.chance(20) { rng.range(0, 100) } else { 0 },
+                inflight_bytes: rng.range(0, 64 << 20),
                 sampled_turnaround: if rng.chance(50) {
                     Some(SampledTurnaround {
                         turnaround_s: rng.range(0, 200_000) as f64 / 1000.0,
