@@ -100,7 +100,8 @@
 //! coldest page of a bin is the one sampled or moved longest ago and the hottest the
 //! latest. (Ordering a bin by page id instead would make every demand victim of a
 //! far-memory tier, where most pages sit in bin 0, the lowest address, whatever its
-//! use.)
+//! use.) A caller that sees a page accessed between samples may give it a second
+//! chance ([`MaxMem::requeue`]): it goes to the end of its bin's list, count unchanged.
 //!
 //! **T7 — allocation on demand** (§3.1, "Memory allocation"; "Process exit"). A page
 //! touched for the first time is placed in fast memory if the process has unfilled
@@ -548,6 +549,20 @@ impl Proc {
         self.bins[b][to.idx()].insert((stamp, page));
         self.n[from.idx()] -= 1;
         self.n[to.idx()] += 1;
+    }
+
+    /// Moves `page` to the end of its bin's list in its tier (a second chance).
+    fn requeue(&mut self, page: PageId) -> bool {
+        let Some(b) = self.bin_of_page(page) else {
+            return false;
+        };
+        let stamp = self.tick();
+        let rec = self.pages.get_mut(&page).expect("known page");
+        let (old, tier) = (rec.stamp, rec.tier.idx());
+        rec.stamp = stamp;
+        self.bins[b][tier].remove(&(old, page));
+        self.bins[b][tier].insert((stamp, page));
+        true
     }
 
     /// Halves every count: shifts the bin lists one bin colder (bins 0 and 1 merge)
@@ -1050,6 +1065,35 @@ impl MaxMem {
         }
         p.move_to(page, tier);
         Ok(())
+    }
+
+    /// The pages of `pid` in `tier`, coldest first: bins ascending and, within a bin,
+    /// in the order they entered its list (rule T6). This is the order in which demand
+    /// victims ([`MaxMem::fault_in`]) and demotions are chosen, so a caller can test
+    /// the next victims before they are evicted (a second chance, see
+    /// [`MaxMem::requeue`]). Empty for a process the policy does not manage.
+    pub fn coldest_pages(&self, pid: Pid, tier: Tier) -> impl Iterator<Item = PageId> + '_ {
+        self.procs
+            .get(&pid)
+            .into_iter()
+            .flat_map(move |p| p.coldest(tier.idx()).map(|(_, page)| page))
+    }
+
+    /// A second chance (CLOCK on rule T6's lists): `page` of `pid` was seen accessed
+    /// between samples (e.g. touched while it was being tested as the next victim).
+    /// It moves to the end of its bin's list in its tier, so that every other page of
+    /// that bin is chosen as a victim before it; its sample count is unchanged (counts
+    /// change only through [`MaxMem::step`]'s samples).
+    ///
+    /// # Errors
+    /// [`PolicyError::UnknownProcess`]; [`PolicyError::UnknownPage`].
+    pub fn requeue(&mut self, pid: Pid, page: PageId) -> Result<(), PolicyError> {
+        let p = self.proc_mut(pid)?;
+        if p.requeue(page) {
+            Ok(())
+        } else {
+            Err(PolicyError::UnknownPage { pid, page })
+        }
     }
 
     /// The tier `page` of `pid` is in, if the policy knows the page.
@@ -2017,6 +2061,35 @@ mod tests {
         assert_eq!(m.free_pages(), 1);
         assert_eq!(m.allocate(2, 7).unwrap(), Tier::Fast);
         assert_eq!(m.free_page(1, 99).unwrap(), None);
+        m.check_invariants().unwrap();
+    }
+
+    /// The coldest-first order is the demand victims' order, and a requeued page
+    /// (a second chance) goes to the end of its bin: it is chosen after every other
+    /// page of that bin, and its count (bin) is unchanged.
+    #[test]
+    fn coldest_pages_and_requeue() {
+        let mut m = MaxMem::new(cfg(4, 4));
+        m.register(1, 1.0).unwrap();
+        touch(&mut m, 1, 0..4);
+        m.step(&[sample_pages(1, 1, 0, &[(3, 2)])]);
+        let order = |m: &MaxMem| m.coldest_pages(1, Tier::Fast).collect::<Vec<_>>();
+        assert_eq!(order(&m), vec![0, 1, 2, 3]);
+        assert_eq!(m.coldest_pages(9, Tier::Fast).count(), 0);
+        m.requeue(1, 0).unwrap();
+        assert_eq!(order(&m), vec![1, 2, 0, 3]);
+        assert_eq!(m.bin_of(1, 0), Some(0));
+        assert_eq!(m.fault_in(1, 4).unwrap().victim, Some(1));
+        assert_eq!(m.coldest_pages(1, Tier::Slow).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(order(&m), vec![2, 0, 4, 3]);
+        assert!(matches!(
+            m.requeue(1, 99),
+            Err(PolicyError::UnknownPage { .. })
+        ));
+        assert!(matches!(
+            m.requeue(7, 0),
+            Err(PolicyError::UnknownProcess { .. })
+        ));
         m.check_invariants().unwrap();
     }
 

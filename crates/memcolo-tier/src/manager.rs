@@ -15,6 +15,10 @@
 //! | sample-drop | yes, write-protected | being copied aside for sampling |
 //! | sample-dropping | being dropped, write-protected | copied aside |
 //! | sampled | no | a copy here (the sampler's stash) |
+//! | probe-drop | yes, write-protected | being copied aside for probation |
+//! | probe-dropping | being dropped, write-protected | copied aside |
+//! | probation | no | a copy here (a next victim under test) |
+//! | expiring | no | being stored from its probation copy |
 //! | lost | no | gone: the slow tier failed; the process must be stopped |
 //!
 //! # Faults (the fault thread)
@@ -56,6 +60,31 @@
 //! slow tier confirmed it; a failed store unprotects the pages and leaves them
 //! resident, and so does a failed drop for the runs it did not reach.
 //!
+//! # Probation: a second chance for the next victims
+//!
+//! Without PEBS a resident page is seen used only when the sampler picks it (a few
+//! pages per window, [`crate::sampler`]), so the placement's demand victims (MaxMem's
+//! coldest fast pages, first in first out within a bin) are chosen close to first in,
+//! first out: hot pages keep being evicted and faulted back (a KV store at 36 MiB of
+//! fast memory faulted on 14 % of its requests, against 7.2 % with its hot set in
+//! fast memory; `bench/tiering/results/kv/notes.md`). Probation tests the victims
+//! before they go. Once the region has had to evict, each eviction worker, after
+//! each batch, keeps up to [`TierConfig::probation_pages`] of the placement's next
+//! victims ([`Placement::next_victims`]) unmapped, their contents copied here by the
+//! sampler's protect–copy–drop: they stay in local memory, and the policy still
+//! counts them as fast. A touch is a missing fault served from the copy (a
+//! *probation hit*): it counts as a fast access and as a hotness sample of the page
+//! (which leaves the coldest bin at the next epoch), and the page gets a second
+//! chance at once ([`Placement::second_chance`]: the policy moves it behind every
+//! other page of its bin). A victim still untouched when the policy evicts it is
+//! stored from its copy, with no further protect or drop; a fault on it meanwhile
+//! waits for the store and then faults it in. Only pages about to be evicted are
+//! tested, so the faults this costs hot pages are bounded by the eviction rate, and
+//! a region that fits its fast memory never evicts and has none on probation. A page
+//! stays on probation for about `probation_pages` / evictions per second. Pages on
+//! probation are outside the sampler's frame (its `R`): their touches are counted
+//! exactly, as hits.
+//!
 //! # Application frees
 //!
 //! With [`TierConfig::track_remove`] (needs the `EVENT_REMOVE` feature on the
@@ -89,6 +118,16 @@ pub trait Placement: Send {
     fn evict_failed(&mut self, page: usize);
     /// The application freed `page`.
     fn freed(&mut self, page: usize);
+    /// Up to `n` region pages that would be chosen as victims next (the policy's
+    /// coldest fast pages), coldest first, for the manager to put on probation
+    /// before they are evicted ([`TierConfig::probation_pages`]). The default names
+    /// none, so a placement that does not know turns probation off.
+    fn next_victims(&mut self, _n: usize) -> Vec<usize> {
+        Vec::new()
+    }
+    /// `page` was touched while on probation: a second chance (the policy moves it
+    /// behind every other page of its bin). The default does nothing.
+    fn second_chance(&mut self, _page: usize) {}
 }
 
 /// A placement that never asks for evictions (the owner evicts explicitly).
@@ -146,6 +185,17 @@ pub struct TierConfig {
     pub sample_drop: bool,
     /// Handle `UFFD_EVENT_REMOVE` (the userfaultfd must have the feature).
     pub track_remove: bool,
+    /// Most pages on probation (128; 0: none), and never more than an eighth of the
+    /// resident pages. Once the region has had to evict, the placement's next
+    /// victims ([`Placement::next_victims`]) are unmapped ahead of time with their
+    /// contents kept in local memory: a touch meanwhile is a fault served from that
+    /// copy (a *probation hit*, no slow-tier access) that gives the page a second
+    /// chance ([`Placement::second_chance`]) and a hotness sample, and a victim still
+    /// untouched when it is evicted goes to the slow tier from the copy, without
+    /// another protect or drop. Only pages that are about to be evicted are tested,
+    /// so the faults this costs are bounded by the eviction rate; a region that fits
+    /// its fast memory never evicts and has none. See the module documentation.
+    pub probation_pages: usize,
 }
 
 impl TierConfig {
@@ -163,6 +213,7 @@ impl TierConfig {
             seed: 0x5EED ^ region_id,
             sample_drop: true,
             track_remove: false,
+            probation_pages: 128,
         }
     }
 }
@@ -198,6 +249,16 @@ pub struct ManagerStats {
     pub lost_pages: u64,
     /// Pages the application freed (`MADV_DONTNEED`).
     pub freed_pages: u64,
+    /// Pages on probation now (unmapped next victims kept in local memory; counted
+    /// in `resident_pages`).
+    pub probation_pages: u64,
+    /// Pages put on probation.
+    pub probation_entries: u64,
+    /// Missing faults on pages on probation (probation hits: fast accesses).
+    pub probation_hits: u64,
+    /// Pages evicted from probation (untouched until evicted; counted in
+    /// `evictions`).
+    pub probation_evictions: u64,
 }
 
 /// Accesses of one policy epoch, region pages numbered from 0.
@@ -224,6 +285,10 @@ enum St {
     SampleDrop,
     SampleDropping,
     Sampled,
+    ProbeDrop,
+    ProbeDropping,
+    Probation,
+    Expiring,
     Lost,
 }
 
@@ -251,8 +316,14 @@ struct Window {
 struct Table {
     st: Vec<St>,
     crc: Vec<u32>,
+    /// Pages held in local memory (mapped, sampled, or on probation).
     resident: u64,
     stored: u64,
+    /// Pages on probation (`ProbeDrop`, `ProbeDropping`, `Probation`, `Expiring`):
+    /// held in local memory but out of the sampler's reach.
+    probation: u64,
+    /// Pages whose missing fault waits for their store from probation to finish.
+    expiring_waiters: Vec<usize>,
     stash: HashMap<usize, Box<[u8]>>,
     window: Option<Window>,
 }
@@ -278,6 +349,9 @@ struct Counters {
     sample_windows: AtomicU64,
     lost: AtomicU64,
     freed: AtomicU64,
+    probation_entries: AtomicU64,
+    probation_hits: AtomicU64,
+    probation_evictions: AtomicU64,
 }
 
 struct Queue {
@@ -324,6 +398,9 @@ struct Inner {
     /// Slow faults since the current window opened.
     window_slow: AtomicU64,
     stop: AtomicBool,
+    /// Stops the fault thread, once the eviction workers have stopped (a drop of
+    /// theirs may wait for the fault thread to read its remove event).
+    stop_faults: AtomicBool,
     wake_fd: OwnedFd,
     fatal: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
@@ -372,6 +449,32 @@ fn runs(sorted: &[usize]) -> Vec<(usize, usize)> {
     out
 }
 
+/// What pages copied aside and dropped are for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stash {
+    /// A sampling window: put back at its end if untouched.
+    Sample,
+    /// Probation: evicted from the copy if untouched.
+    Probation,
+}
+
+impl Stash {
+    /// The states a page goes through: being copied, being dropped, done.
+    fn states(self) -> (St, St, St) {
+        match self {
+            Stash::Sample => (St::SampleDrop, St::SampleDropping, St::Sampled),
+            Stash::Probation => (St::ProbeDrop, St::ProbeDropping, St::Probation),
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Stash::Sample => "sampling",
+            Stash::Probation => "probation",
+        }
+    }
+}
+
 /// The tier manager of one region; see the module documentation.
 pub struct TierManager {
     inner: Arc<Inner>,
@@ -417,6 +520,8 @@ impl TierManager {
                 crc: vec![0; pages],
                 resident: 0,
                 stored: 0,
+                probation: 0,
+                expiring_waiters: Vec::new(),
                 stash: HashMap::new(),
                 window: None,
             }),
@@ -437,6 +542,7 @@ impl TierManager {
             sizing: Mutex::new(Sizing::default()),
             window_slow: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            stop_faults: AtomicBool::new(false),
             wake_fd,
             fatal: Mutex::new(None),
             last_error: Mutex::new(None),
@@ -563,7 +669,12 @@ impl TierManager {
         let t = lock(&self.inner.table);
         t.st.iter()
             .enumerate()
-            .filter(|(_, s)| !matches!(s, St::Untouched | St::Resident | St::Stored | St::Sampled))
+            .filter(|(_, s)| {
+                !matches!(
+                    s,
+                    St::Untouched | St::Resident | St::Stored | St::Sampled | St::Probation
+                )
+            })
             .map(|(i, s)| (i, format!("{s:?}")))
             .collect()
     }
@@ -588,6 +699,10 @@ impl TierManager {
             sample_windows: g(&n.sample_windows),
             lost_pages: g(&n.lost),
             freed_pages: g(&n.freed),
+            probation_pages: t.probation,
+            probation_entries: g(&n.probation_entries),
+            probation_hits: g(&n.probation_hits),
+            probation_evictions: g(&n.probation_evictions),
         }
     }
 
@@ -615,8 +730,16 @@ impl TierManager {
     }
 
     fn halt_threads(&mut self) {
+        // The eviction workers first: a batch in flight (its drops raise remove
+        // events that the kernel waits to see read) finishes while the fault thread
+        // still serves.
         self.inner.stop.store(true, Ordering::Release);
         self.inner.queue_cv.notify_all();
+        let fault_thread = (!self.threads.is_empty()).then(|| self.threads.remove(0));
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.inner.stop_faults.store(true, Ordering::Release);
         let one: u64 = 1;
         // SAFETY: writing 8 bytes to our eventfd wakes the fault thread's poll.
         unsafe {
@@ -626,7 +749,7 @@ impl TierManager {
                 8,
             )
         };
-        for t in self.threads.drain(..) {
+        if let Some(t) = fault_thread {
             let _ = t.join();
         }
     }
@@ -737,7 +860,7 @@ impl Inner {
 
     fn fault_loop(&self) {
         let mut buf = vec![0u8; PAGE];
-        while !self.stop.load(Ordering::Acquire) {
+        while !self.stop_faults.load(Ordering::Acquire) {
             match self.uffd.poll(Some(self.wake_fd.as_fd()), 500) {
                 Ok((true, _)) => {}
                 Ok(_) => continue,
@@ -779,7 +902,12 @@ impl Inner {
             let st = lock(&self.table).st[i];
             if matches!(
                 st,
-                St::Evicting | St::Dropping | St::SampleDrop | St::SampleDropping
+                St::Evicting
+                    | St::Dropping
+                    | St::SampleDrop
+                    | St::SampleDropping
+                    | St::ProbeDrop
+                    | St::ProbeDropping
             ) {
                 return; // The worker unprotects and wakes it.
             }
@@ -905,7 +1033,43 @@ impl Inner {
                 self.n.sample_hits.fetch_add(1, Ordering::Relaxed);
                 self.record_sample(i, false);
             }
-            St::Resident | St::Evicting | St::SampleDrop => {
+            St::Probation => {
+                // A probation hit: the next victim was touched, so it is not cold. Put
+                // it back from its copy; the touch is a fast access, a hotness sample
+                // and a second chance.
+                let data = t.stash.remove(&i).expect("stashed page on probation");
+                match self.uffd.copy(page_addr, &data, false) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) => {
+                        t.stash.insert(i, data);
+                        drop(t);
+                        if is_eagain(&e) {
+                            let _ = self.uffd.wake(page_addr, PAGE as u64);
+                        } else {
+                            self.note_error(format!("restoring page {i} from probation: {e}"));
+                        }
+                        return;
+                    }
+                }
+                t.st[i] = St::Resident;
+                t.probation -= 1;
+                drop(t);
+                self.n.probation_hits.fetch_add(1, Ordering::Relaxed);
+                {
+                    let mut e = lock(&self.epoch);
+                    e.fast += 1.0;
+                    *e.pages.entry(i).or_default() += 1;
+                }
+                lock(&self.placement).second_chance(i);
+            }
+            St::Expiring => {
+                // Being stored from its probation copy: the worker wakes the thread
+                // once the page is stored, and the retry faults it in.
+                t.expiring_waiters.push(i);
+                self.n.spurious.fetch_add(1, Ordering::Relaxed);
+            }
+            St::Resident | St::Evicting | St::SampleDrop | St::ProbeDrop => {
                 // Believed mapped: either mapped since the fault was raised (the zero
                 // fill finds it and just wakes), or dropped by the application itself,
                 // which then reads zeros as the kernel promises.
@@ -919,7 +1083,7 @@ impl Inner {
                     Err(e) => self.note_error(format!("page {i}: {e}")),
                 }
             }
-            St::Loading | St::Dropping | St::SampleDropping => {
+            St::Loading | St::Dropping | St::SampleDropping | St::ProbeDropping => {
                 // A prefetch is bringing it in (its copy wakes the thread), or a
                 // worker is dropping it (its unprotect wakes the thread, which then
                 // finds it stored or sampled).
@@ -981,6 +1145,13 @@ impl Inner {
                     St::Sampled | St::SampleDropping => {
                         t.stash.remove(&i);
                         t.resident -= 1;
+                    }
+                    St::Probation | St::ProbeDropping | St::ProbeDrop | St::Expiring => {
+                        // (An expiring page's copy is the worker's; it drops the
+                        // slow-tier copy when it finds the page freed.)
+                        t.stash.remove(&i);
+                        t.resident -= 1;
+                        t.probation -= 1;
                     }
                     St::Resident | St::Evicting | St::SampleDrop => t.resident -= 1,
                     St::Loading => t.stored -= 1,
@@ -1082,6 +1253,7 @@ impl Inner {
                 (start, q.pages.drain(..n).collect())
             };
             self.evict_batch(batch);
+            self.refill_probation();
             let mut q = lock(&self.queue);
             q.in_flight -= 1;
             if let Some(k) = q.batch_starts.iter().position(|&b| b == start) {
@@ -1128,9 +1300,11 @@ impl Inner {
     fn evict_batch(&self, mut pages: Vec<usize>) {
         pages.sort_unstable();
         pages.dedup();
-        // 1. Claim the pages that are resident; tell the placement about the others
-        //    that it believes will leave but cannot.
+        // 1. Claim the pages that are resident, and the pages on probation (stored
+        //    from their copies); tell the placement about the others that it
+        //    believes will leave but cannot.
         let mut claimed = Vec::with_capacity(pages.len());
+        let mut expiring = Vec::new();
         let mut refused = Vec::new();
         {
             let mut t = lock(&self.table);
@@ -1140,11 +1314,24 @@ impl Inner {
                         t.st[p] = St::Evicting;
                         claimed.push(p);
                     }
-                    St::Sampled | St::SampleDrop | St::SampleDropping | St::Loading => {
-                        refused.push(p)
+                    St::Probation => {
+                        let data = t.stash.remove(&p).expect("stashed page on probation");
+                        t.st[p] = St::Expiring;
+                        expiring.push((p, data));
                     }
+                    St::Sampled
+                    | St::SampleDrop
+                    | St::SampleDropping
+                    | St::ProbeDrop
+                    | St::ProbeDropping
+                    | St::Loading => refused.push(p),
                     // Leaving already (queued twice), gone, or freed.
-                    St::Evicting | St::Dropping | St::Untouched | St::Stored | St::Lost => {}
+                    St::Evicting
+                    | St::Dropping
+                    | St::Expiring
+                    | St::Untouched
+                    | St::Stored
+                    | St::Lost => {}
                 }
             }
         }
@@ -1153,6 +1340,10 @@ impl Inner {
             for &p in &refused {
                 pl.evict_failed(p);
             }
+        }
+        if !expiring.is_empty() {
+            self.n.evict_batches.fetch_add(1, Ordering::Relaxed);
+            self.expire(expiring);
         }
         if claimed.is_empty() {
             return;
@@ -1276,6 +1467,106 @@ impl Inner {
         self.n.evictions.fetch_add(evicted, Ordering::Relaxed);
     }
 
+    /// Stores pages evicted from probation from their copies (no protect or drop:
+    /// they are unmapped already), then wakes the faults that waited for them. A
+    /// failed store puts them back on probation (still in local memory).
+    fn expire(&self, pages: Vec<(usize, Box<[u8]>)>) {
+        let batch: Vec<(PageKey, &[u8])> =
+            pages.iter().map(|(p, d)| (self.key(*p), &d[..])).collect();
+        let stored = self.tier.store_batch(&batch);
+        drop(batch);
+        let mut evicted = 0u64;
+        let mut failed = Vec::new();
+        let waiters = {
+            let mut t = lock(&self.table);
+            for (p, data) in pages {
+                if t.st[p] != St::Expiring {
+                    // Freed meanwhile. A stale slow-tier copy costs space only: the
+                    // next eviction overwrites it.
+                    continue;
+                }
+                if stored.is_ok() {
+                    t.crc[p] = checksum(&data);
+                    t.st[p] = St::Stored;
+                    t.resident -= 1;
+                    t.probation -= 1;
+                    t.stored += 1;
+                    evicted += 1;
+                } else {
+                    t.stash.insert(p, data);
+                    t.st[p] = St::Probation;
+                    failed.push(p);
+                }
+            }
+            std::mem::take(&mut t.expiring_waiters)
+        };
+        for p in waiters {
+            let _ = self.uffd.wake(self.addr(p), PAGE as u64);
+        }
+        self.n.evictions.fetch_add(evicted, Ordering::Relaxed);
+        self.n
+            .probation_evictions
+            .fetch_add(evicted, Ordering::Relaxed);
+        if let Err(e) = stored {
+            self.n
+                .evict_failures
+                .fetch_add(failed.len() as u64, Ordering::Relaxed);
+            let mut pl = lock(&self.placement);
+            for &p in &failed {
+                pl.evict_failed(p);
+            }
+            drop(pl);
+            self.note_error(format!(
+                "storing {} pages from probation: {e}",
+                failed.len()
+            ));
+        }
+    }
+
+    /// Tops probation up (see [`TierConfig::probation_pages`]): the placement's next
+    /// victims that are mapped are unmapped, their contents kept here. Called by the
+    /// eviction workers after each batch, so a region that never evicts has none.
+    fn refill_probation(&self) {
+        let most = self.cfg.probation_pages;
+        if most == 0 || !self.cfg.sample_drop {
+            return;
+        }
+        let (held, want) = {
+            let t = lock(&self.table);
+            let cap = most.min((t.resident / 8) as usize);
+            (
+                t.probation as usize,
+                cap.saturating_sub(t.probation as usize),
+            )
+        };
+        if want == 0 {
+            return;
+        }
+        // The next victims start with the pages on probation already (coldest first).
+        let next = lock(&self.placement).next_victims(held + want + 16);
+        let chosen: Vec<usize> = {
+            let mut t = lock(&self.table);
+            let mut chosen: Vec<usize> = next
+                .into_iter()
+                .filter(|&p| p < self.pages && t.st[p] == St::Resident)
+                .take(want)
+                .collect();
+            chosen.sort_unstable();
+            for &p in &chosen {
+                t.st[p] = St::ProbeDrop;
+            }
+            t.probation += chosen.len() as u64;
+            chosen
+        };
+        if chosen.is_empty() {
+            return;
+        }
+        let failed = self.stash_out(&chosen, Stash::Probation);
+        self.n
+            .probation_entries
+            .fetch_add((chosen.len() - failed.len()) as u64, Ordering::Relaxed);
+    }
+
     fn sample_begin(&self) -> Vec<usize> {
         if lock(&self.table).window.is_some() {
             self.sample_end();
@@ -1312,7 +1603,9 @@ impl Inner {
             for &p in &chosen {
                 t.st[p] = St::SampleDrop;
             }
-            let resident = t.resident;
+            // The sample frame: resident pages the sampler can draw (pages on
+            // probation are not; their touches are counted exactly as hits).
+            let resident = t.resident - t.probation;
             t.window = Some(Window {
                 sampled: chosen.clone(),
                 resident,
@@ -1320,29 +1613,55 @@ impl Inner {
             });
             (chosen, resident)
         };
-        // In groups of up to SAMPLE_GROUP runs: protect each run, copy its pages
-        // aside, drop the group's runs in one call (one TLB shootdown where the
-        // memory allows it, instead of one per run), then lift the protection (or,
-        // where the drop cleared it, just wake the writers that waited). A thread
-        // touching a sampled page waits for its group only.
+        let failed = self.stash_out(&chosen, Stash::Sample);
+        let sampled: Vec<usize> = if failed.is_empty() {
+            chosen
+        } else {
+            chosen.into_iter().filter(|p| !failed.contains(p)).collect()
+        };
+        if let Some(w) = lock(&self.table).window.as_mut() {
+            w.sampled.clone_from(&sampled);
+        }
+        let p = if resident > 0 {
+            (sampled.len() as f64 / resident as f64).min(1.0)
+        } else {
+            1.0
+        };
+        self.slow_sample_p.store(p.to_bits(), Ordering::Relaxed);
+        sampled
+    }
+
+    /// Copies `chosen` (sorted pages the caller moved to the first state of `kind`)
+    /// aside and drops them from memory, in groups of up to [`SAMPLE_GROUP`] runs:
+    /// protect each run, copy its pages aside, drop the group's runs in one call (one
+    /// TLB shootdown where the memory allows it, instead of one per run), then lift
+    /// the protection (or, where the drop cleared it, just wake the writers that
+    /// waited). A thread touching one of the pages waits for its group only. The
+    /// pages end sampled or on probation, their copies in the stash; returns the
+    /// pages that could not be (left resident).
+    fn stash_out(&self, chosen: &[usize], kind: Stash) -> Vec<usize> {
+        let (drop_st, dropping_st, done_st) = kind.states();
         let wp_cleared = self.mem.drop_clears_write_protect();
         let mut failed: Vec<usize> = Vec::new();
         let revert = |rs: &[(usize, usize)], failed: &mut Vec<usize>, why: String| {
             let mut t = lock(&self.table);
             for &(first, count) in rs {
                 for p in first..first + count {
-                    if matches!(t.st[p], St::SampleDrop | St::SampleDropping) {
+                    if t.st[p] == drop_st || t.st[p] == dropping_st {
                         t.stash.remove(&p);
                         t.st[p] = St::Resident;
+                        if kind == Stash::Probation {
+                            t.probation -= 1;
+                        }
                     }
                     failed.push(p);
                 }
             }
             drop(t);
             let _ = self.protect_runs(rs, false);
-            self.note_error(format!("sampling: {why}"));
+            self.note_error(format!("{}: {why}", kind.what()));
         };
-        let all_runs = runs(&chosen);
+        let all_runs = runs(chosen);
         for group in all_runs.chunks(SAMPLE_GROUP) {
             let mut ready: Vec<(usize, usize)> = Vec::with_capacity(group.len());
             let mut copies: Vec<(usize, Box<[u8]>)> = Vec::new();
@@ -1377,16 +1696,16 @@ impl Inner {
             {
                 let mut t = lock(&self.table);
                 for (p, b) in copies {
-                    if t.st[p] == St::SampleDrop {
+                    if t.st[p] == drop_st {
                         t.stash.insert(p, b);
-                        t.st[p] = St::SampleDropping;
+                        t.st[p] = dropping_st;
                     }
                 }
             }
             let done = match self.drop_runs(&ready) {
                 Ok(()) => ready.len(),
                 Err((done, e)) => {
-                    // Still mapped: nothing to sample there.
+                    // Still mapped: nothing to sample or test there.
                     revert(
                         &ready[done..],
                         &mut failed,
@@ -1400,8 +1719,8 @@ impl Inner {
                 let mut t = lock(&self.table);
                 for &(first, count) in dropped {
                     for p in first..first + count {
-                        if t.st[p] == St::SampleDropping {
-                            t.st[p] = St::Sampled;
+                        if t.st[p] == dropping_st {
+                            t.st[p] = done_st;
                         }
                     }
                 }
@@ -1414,21 +1733,7 @@ impl Inner {
                 let _ = self.protect_runs(dropped, false);
             }
         }
-        let sampled: Vec<usize> = if failed.is_empty() {
-            chosen
-        } else {
-            chosen.into_iter().filter(|p| !failed.contains(p)).collect()
-        };
-        if let Some(w) = lock(&self.table).window.as_mut() {
-            w.sampled.clone_from(&sampled);
-        }
-        let p = if resident > 0 {
-            (sampled.len() as f64 / resident as f64).min(1.0)
-        } else {
-            1.0
-        };
-        self.slow_sample_p.store(p.to_bits(), Ordering::Relaxed);
-        sampled
+        failed
     }
 
     fn sample_end(&self) -> WindowEstimate {
@@ -1538,15 +1843,18 @@ impl Inner {
         for p in 0..self.pages {
             let st = lock(&self.table).st[p];
             match st {
-                St::Sampled => {
+                St::Sampled | St::Probation => {
                     let Some(data) = lock(&self.table).stash.remove(&p) else {
                         continue;
                     };
                     self.restore_copy(p, &data)
-                        .map_err(|e| format!("putting sampled page {p} back: {e}"))?;
+                        .map_err(|e| format!("putting page {p} back from its copy: {e}"))?;
                     let mut t = lock(&self.table);
-                    if t.st[p] == St::Sampled {
+                    if t.st[p] == st {
                         t.st[p] = St::Resident;
+                        if st == St::Probation {
+                            t.probation -= 1;
+                        }
                     }
                 }
                 St::Stored => {

@@ -6,6 +6,10 @@
 //! gives each a disjoint span (e.g. its start address divided by the page size).
 //! A victim the policy picks in another region of the same process is handed to
 //! `foreign`, which routes it to that region's manager.
+//!
+//! The manager's probation ([`crate::manager::TierConfig::probation_pages`]) reads
+//! the policy's next victims ([`MaxMem::coldest_pages`]) and gives a page touched on
+//! probation a second chance ([`MaxMem::requeue`]).
 
 use crate::manager::Placement;
 use memcolo_policy::maxmem::{MaxMem, PageId, Tier};
@@ -81,5 +85,28 @@ impl Placement for MaxMemPlacement {
         let pid = self.pid;
         let id = self.first_page + page as u64;
         let _ = self.policy().free_page(pid, id);
+    }
+
+    /// The process's coldest fast pages in this region ([`MaxMem::coldest_pages`]):
+    /// the demand victims to come. Pages of the process's other regions are skipped,
+    /// looking at no more than `4n + 1024` pages.
+    fn next_victims(&mut self, n: usize) -> Vec<usize> {
+        let (pid, first, pages) = (self.pid, self.first_page, self.pages as u64);
+        self.policy()
+            .coldest_pages(pid, Tier::Fast)
+            .take(n.saturating_mul(4).saturating_add(1024))
+            .filter_map(|id| {
+                let i = id.checked_sub(first)?;
+                (i < pages).then_some(i as usize)
+            })
+            .take(n)
+            .collect()
+    }
+
+    /// [`MaxMem::requeue`].
+    fn second_chance(&mut self, page: usize) {
+        let pid = self.pid;
+        let id = self.first_page + page as u64;
+        let _ = self.policy().requeue(pid, id);
     }
 }
