@@ -126,6 +126,10 @@ struct Args {
     /// them (the shootdowns of sampling without its faults; a_fast stays 0).
     #[arg(long)]
     sample_no_drop: bool,
+    /// Most pages on probation (the next victims, tested before they are evicted;
+    /// 0: none), as the agent's `tier.probation_pages`.
+    #[arg(long, default_value_t = 128)]
+    probation_pages: usize,
     /// Untouched pages zero-filled per first-touch fault.
     #[arg(long, default_value_t = 64)]
     zero_fill_ahead: usize,
@@ -341,6 +345,7 @@ fn manage(region: &AnonRegion, args: &Args) -> Result<Managed> {
         sample_fmmr_error: args.sample_fmmr_error,
         zero_fill_ahead: args.zero_fill_ahead.max(1),
         evict_workers: args.evict_workers.max(1),
+        probation_pages: args.probation_pages,
         ..TierConfig::new(1)
     };
     let placement = node.placement(pid, first, region.pages());
@@ -844,7 +849,9 @@ fn main() -> Result<()> {
                 "spurious_faults": s.spurious_faults, "evictions": s.evictions,
                 "evict_batches": s.evict_batches, "evict_failures": s.evict_failures,
                 "prefetches": s.prefetches, "sample_windows": s.sample_windows,
-                "lost_pages": s.lost_pages,
+                "lost_pages": s.lost_pages, "probation_pages": s.probation_pages,
+                "probation_hits": s.probation_hits,
+                "probation_evictions": s.probation_evictions,
             }),
         );
         o.insert("slow_tier_stored_bytes".into(), json!(ts.stored_bytes));

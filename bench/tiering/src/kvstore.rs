@@ -80,6 +80,10 @@ struct Args {
     /// the agent's `tier.sample_fmmr_error`.
     #[arg(long, default_value_t = 0.01)]
     sample_fmmr_error: f64,
+    /// Most pages on probation of an in-process managed store (0: none), as the
+    /// agent's `tier.probation_pages`.
+    #[arg(long, default_value_t = 128)]
+    probation_pages: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long)]
@@ -211,6 +215,7 @@ fn main() -> Result<()> {
             TierConfig {
                 zero_fill_ahead: 64,
                 sample_fmmr_error: a.sample_fmmr_error,
+                probation_pages: a.probation_pages,
                 ..TierConfig::new(1)
             },
         )?);
@@ -409,7 +414,9 @@ fn main() -> Result<()> {
         let _ = driver.join();
         let s = m.stats();
         summary["manager"] = json!({"slow_faults": s.slow_faults, "evictions": s.evictions,
-            "resident_pages": s.resident_pages, "sample_hits": s.sample_hits});
+            "resident_pages": s.resident_pages, "sample_hits": s.sample_hits,
+            "probation_pages": s.probation_pages, "probation_hits": s.probation_hits,
+            "probation_evictions": s.probation_evictions});
         drop(node.detach(std::process::id() as i32, first));
         drop(node);
         if let Ok(m) = Arc::try_unwrap(m) {

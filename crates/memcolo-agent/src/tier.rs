@@ -91,6 +91,11 @@ pub struct TierSection {
     pub sample_fmmr_error: f64,
     /// Eviction worker threads per region. Default 1.
     pub evict_workers: usize,
+    /// Most pages per region on probation: the next victims, unmapped with their
+    /// contents kept in fast memory, so that a touch gives a page a second chance
+    /// instead of a trip to the slow tier (0: none). Default 128 (never more than an
+    /// eighth of the region's fast pages; only once the region has had to evict).
+    pub probation_pages: usize,
 }
 
 impl Default for TierSection {
@@ -109,6 +114,7 @@ impl Default for TierSection {
             sample_target_hits: 16,
             sample_fmmr_error: 0.01,
             evict_workers: 1,
+            probation_pages: 128,
         }
     }
 }
@@ -246,7 +252,7 @@ impl Metricset {
             ),
             faults: igv(
                 "memcolo_tier_faults",
-                "faults since the region arrived, by kind: slow, zero, sample",
+                "faults since the region arrived, by kind: slow, zero, sample, probation",
                 &["pid", "kind"],
             ),
             free_bytes,
@@ -694,6 +700,7 @@ fn register(
         sample_target_hits: shared.cfg.sample_target_hits,
         sample_fmmr_error: shared.cfg.sample_fmmr_error,
         evict_workers: shared.cfg.evict_workers.max(1),
+        probation_pages: shared.cfg.probation_pages,
         track_remove: true,
         ..TierConfig::new(id)
     };
@@ -777,6 +784,7 @@ fn policy_loop(shared: &Arc<Shared>) {
                 ("slow", s.slow_faults),
                 ("zero", s.zero_faults),
                 ("sample", s.sample_hits),
+                ("probation", s.probation_hits),
             ] {
                 m.faults.with_label_values(&[&pid, kind]).add(v as i64);
             }
@@ -828,6 +836,9 @@ fn status_json(shared: &Shared) -> serde_json::Value {
                         "resident_pages": st.resident_pages, "stored_pages": st.stored_pages,
                         "slow_faults": st.slow_faults, "zero_faults": st.zero_faults,
                         "sample_hits": st.sample_hits, "evictions": st.evictions,
+                        "probation_pages": st.probation_pages,
+                        "probation_hits": st.probation_hits,
+                        "probation_evictions": st.probation_evictions,
                         "prefetches": st.prefetches, "freed_pages": st.freed_pages,
                     })
                 })
