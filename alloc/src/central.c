@@ -137,16 +137,24 @@ static void span_check(const mc_span_t *s) {
 #define MC_SPAN_CHECK(s) do { } while (0)
 #endif
 
-/* takes up to n free objects of span s, lowest addresses first */
+/* Takes up to n free objects of span s, its lowest addresses, and writes them in
+ * descending order: a thread cache pops from the end of its array, so the application
+ * gets them in ascending order, which the hardware prefetchers follow (handed out
+ * descending, refilling a million small objects took 15 % longer, the time going to
+ * the application's first write to each object, a cache miss). */
 static int span_take(mc_span_t *s, unsigned cls, void **out, int n) {
-  int got = 0;
+  unsigned words = (s->capacity + 63u) / 64;
+  int nfree = 0;
+  for (unsigned w = 0; w < words; w++) nfree += __builtin_popcountll(s->freemap[w]);
+  int got = nfree < n ? nfree : n;
+  int k = got;
   uintptr_t size = mc_class_size[cls];
-  for (unsigned w = 0; w < (s->capacity + 63u) / 64 && got < n; w++) {
+  for (unsigned w = 0; k > 0; w++) {
     uint64_t m = s->freemap[w];
-    while (m != 0 && got < n) {
+    while (m != 0 && k > 0) {
       unsigned b = (unsigned)__builtin_ctzll(m);
       m &= m - 1;
-      out[got++] = (void *)(s->start + (uintptr_t)(w * 64 + b) * size);
+      out[--k] = (void *)(s->start + (uintptr_t)(w * 64 + b) * size);
     }
     s->freemap[w] = m;
   }
@@ -155,13 +163,20 @@ static int span_take(mc_span_t *s, unsigned cls, void **out, int n) {
   return got;
 }
 
+/* copies the k objects on top of a transfer cache, the earliest given back last, so
+ * that they are popped in the order they came back (for producer/consumer objects, the
+ * order they were allocated in: ascending) */
+static inline void transfer_take(void **out, void *const *top, int k) {
+  for (int i = 0; i < k; i++) out[i] = top[k - 1 - i];
+}
+
 int mc_central_fetch(unsigned shard, unsigned cls, void **out, int n) {
   mc_central_t *ce = &mc_central[shard][cls];
   pthread_mutex_lock(&ce->lock);
   if (ce->ntransfer > 0) {
     int k = ce->ntransfer < n ? ce->ntransfer : n;
     ce->ntransfer -= k;
-    memcpy(out, &ce->transfer[ce->ntransfer], (size_t)k * sizeof(void *));
+    transfer_take(out, &ce->transfer[ce->ntransfer], k);
     pthread_mutex_unlock(&ce->lock);
     return k;
   }
@@ -186,6 +201,18 @@ int mc_central_fetch(unsigned shard, unsigned cls, void **out, int n) {
   return got;
 }
 
+/* Objects come back in the order the application freed them, often random: the page
+ * map entry and the span descriptor of each are then cache misses (the loads of the
+ * descriptor took a third of return_to_shard's samples when a million small objects
+ * were freed in random order). Loads issued a few objects ahead overlap them. */
+#define MC_PREFETCH_AHEAD 8
+static inline void pagemap_prefetch(const void *p) {
+  uintptr_t a = (uintptr_t)p >> MC_PAGE_SHIFT;
+  if (mc_unlikely(a >> 36)) return;
+  const uintptr_t *leaf = mc_pagemap_root[a >> 18];
+  if (mc_likely(leaf != NULL)) __builtin_prefetch(&leaf[a & ((1u << 18) - 1)]);
+}
+
 /* gives objects of one shard back; empty spans are collected in *empty */
 static void return_to_shard(unsigned shard, unsigned cls, void **objs, mc_span_t **spans, int n, mc_span_t **empty) {
   mc_central_t *ce = &mc_central[shard][cls];
@@ -199,6 +226,7 @@ static void return_to_shard(unsigned shard, unsigned cls, void **objs, mc_span_t
   for (int i = 0; i < n; i++) {
     void *p = objs[i];
     mc_span_t *s = spans[i];
+    if (i + MC_PREFETCH_AHEAD < n) __builtin_prefetch(spans[i + MC_PREFETCH_AHEAD], 1);
     unsigned idx = span_index(s, p, cls);
     uint64_t bit = (uint64_t)1 << (idx & 63);
     if (mc_unlikely((s->freemap[idx >> 6] & bit) != 0 || s->allocated == 0)) {
@@ -227,6 +255,7 @@ void mc_central_return(unsigned cls, void **objs, int n) {
   int counts[MC_MAX_SHARDS] = {0};
   mc_span_t *empty = NULL;
   for (int i = 0; i < n; i++) {
+    if (i + MC_PREFETCH_AHEAD < n) pagemap_prefetch(objs[i + MC_PREFETCH_AHEAD]);
     uintptr_t e = mc_pagemap_entry(objs[i]);
     if (mc_unlikely((e & MC_PM_CLASS_MASK) != cls)) {
       mc_fatal("corrupted free list or invalid free: object ", objs[i], (long)cls, "an object of this size class");

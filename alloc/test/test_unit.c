@@ -406,6 +406,34 @@ TEST(test_tcache_arrays_sized_by_use) {
   CHECK(heap_ok());
 }
 
+/* a thread cache hands out the objects of a span in ascending address order, which the
+ * hardware prefetchers follow */
+static void *tc_alloc_ascending(void *arg) {
+  tc_probe_t *p = (tc_probe_t *)arg;
+  for (int i = 0; i < p->n; i++) p->objs[i] = MC_API(malloc)(mc_class_size[p->cls]);
+  return NULL;
+}
+TEST(test_span_objects_ascending) {
+  unsigned cls = mc_size_to_class(48);
+  enum { N = 300 };
+  static void *objs[N];
+  mc_central_drain();
+  tc_probe_t p = {objs, N, cls, 0, 0, 0};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, tc_alloc_ascending, &p) == 0);
+  pthread_join(t, NULL);
+  int pairs = 0, descending = 0;
+  for (int i = 0; i + 1 < N; i++) {
+    CHECK(objs[i] != NULL);
+    if (mc_pagemap_get(objs[i]) != mc_pagemap_get(objs[i + 1])) continue;
+    pairs++;
+    descending += (uintptr_t)objs[i + 1] < (uintptr_t)objs[i];
+  }
+  CHECK(pairs > N / 2);
+  CHECK(descending == 0);
+  for (int i = 0; i < N; i++) MC_API(free)(objs[i]);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--print-options") == 0) {
     free(malloc(1));
@@ -420,6 +448,7 @@ int main(int argc, char **argv) {
   RUN(test_filler_packing);
   RUN(test_realloc_growth_region);
   RUN(test_tcache_arrays_sized_by_use);
+  RUN(test_span_objects_ascending);
   RUN(test_hugepages_carved_from_chunks);
   RUN(test_subrelease_breaks_and_heals);
   RUN(test_release_cache_only);

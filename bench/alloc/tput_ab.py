@@ -19,7 +19,7 @@ A gap is taken as real when the lower quartile of the paired ratios is above 1.1
 the upper one below 1.0 for a lead).
 
 usage: tput_ab.py [--reps 9] [--modes prodcons,small,realloc,larson] [--threads 2]
-                  [--lib NAME=PATH[:ENV=VAL,...]] ... [--no-peers] [--out DIR]
+                  [--lib NAME=PATH[:ENV=VAL,...]] ... [--peers glibc,...|--no-peers] [--out DIR]
 With no --lib, the tree's alloc/build/libmemcolo.so runs as memcolo-norsv
 (MEMCOLO_CLASS=be, as run_bench.py does). Writes DIR/tput_ab.csv (raw) and
 DIR/summary.md; prints the summary.
@@ -110,13 +110,16 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lib", action="append", default=[])
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--peers", default="glibc,jemalloc,tcmalloc,mimalloc",
+                    help="peers to run (the paired ratios compare with these only)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if not os.path.exists(BIN):
         os.makedirs(os.path.dirname(BIN), exist_ok=True)
         subprocess.run(["gcc", "-O2", "-pthread", "-o", BIN, os.path.join(HERE, "tput.c")], check=True)
     libs = [parse_lib(s) for s in a.lib] or [("memcolo-norsv", LIB, {"MEMCOLO_CLASS": "be"})]
-    allocs = ([] if a.no_peers else PEERS) + libs
+    peers = [p for p in PEERS if p[0] in a.peers.split(",")]
+    allocs = ([] if a.no_peers else peers) + libs
     out = a.out or os.path.join("/tmp", "tput_ab-" + time.strftime("%Y%m%dT%H%M%S"))
     os.makedirs(out, exist_ok=True)
     rows = []
