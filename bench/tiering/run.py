@@ -13,6 +13,9 @@ Plans (``--plan``):
                 FMMR's error). Repetitions are interleaved, the order rotated each
                 round, so drift of the shared machine falls on every configuration
                 alike.
+- ``overhead-probation``  ``off`` and ``maxmem`` only, after probation (the
+                next victims tested before they go) was added: it never engages when
+                the table fits, so ``maxmem`` should cost what it did (``--reps 9``).
 - ``ablation``  which mechanism of sampling costs what (``--reps 4``): no
                 sampling, 19 pages write-protected and unprotected per window but
                 never dropped, 19 pages dropped, the sampler of the time.
@@ -111,6 +114,14 @@ def plan_runs(plan, reps):
             ("maxmem-nonqos", ["--manage", "maxmem", "--t-miss", "1"]),
             ("maxmem-16hits", ["--manage", "maxmem", "--t-miss", "0.1", "--sample-fmmr-error", "0"]),
         ]
+    elif plan == "overhead-probation":
+        # The overhead after probation was added (the next victims tested before they
+        # go): it never engages when the table fits, so `maxmem` must cost what it
+        # did; only the two configurations the target names, 9 rounds and more.
+        configs = [
+            ("off", ["--manage", "off"]),
+            ("maxmem", ["--manage", "maxmem", "--t-miss", "0.1"]),
+        ]
     elif plan in ("small", "small-16hits"):
         configs = [
             ("fast-512", ["--manage", "maxmem", "--fast-mib", "512"]),
@@ -170,7 +181,8 @@ def done_ids(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", default="overhead", choices=["overhead", "small", "small-16hits", "diag", "ablation"])
+    ap.add_argument("--plan", default="overhead", choices=["overhead", "overhead-probation", "small", "small-16hits", "diag",
+                                                      "ablation"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default=None)
     ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting runs after this long")
