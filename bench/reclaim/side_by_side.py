@@ -311,8 +311,9 @@ def summary(out, runs, batch):
     # --- LC
     s.append("## LC latency and throughput\n")
     s.append("| service | level | mode | runs | p50 µs | p99 µs (min–max) | p99.9 µs | req/s | "
-             "p99 / 0 % kernel | LC majflt | reclaim MiB | reclaim CPU s/GiB |")
-    s.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+             "p99 / 0 % kernel | LC majflt | node limit hits | LC run delay ms | reclaim MiB | "
+             "reclaim CPU s/GiB |")
+    s.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (lc, level, mode), rs in sorted(by.items(), key=lambda kv: (
             kv[0][0], int(kv[0][1]), kv[0][2])):
         p99s = [num(r["p99_us"]) for r in rs]
@@ -326,6 +327,8 @@ def summary(out, runs, batch):
                  f"{fmt(med([num(r['throughput_rps']) for r in rs]))} | "
                  f"{fmt(p99 / base if base else None, '.1f')}{'x' if base else ''} | "
                  f"{fmt(med([num(r['redis_major_faults']) for r in rs]))} | "
+                 f"{fmt(med([num(r.get('node_limit_hits')) for r in rs]))} | "
+                 f"{fmt(med([num(r.get('lc_run_delay_ms')) for r in rs]))} | "
                  f"{fmt(rb / (1 << 20) if rb is not None else None)} | "
                  f"{fmt(med([num(r['reclaim_cpu_s_per_gib']) for r in rs]), '.2f')} |")
     s.append("")

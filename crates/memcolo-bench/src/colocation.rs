@@ -1102,6 +1102,8 @@ impl Sweep<'_> {
         let cpu_before = process::read_cpu_times();
         let redis_pid = redis.pid();
         let stat_before = process::read_stat(redis_pid)?;
+        let sched_before = process::read_schedstat(redis_pid).ok();
+        let hits_before = groups.node.limit_hits().ok();
         let measure_spec = LoadSpec {
             duration: s.duration,
             seed: base_spec.seed + 1,
@@ -1137,6 +1139,19 @@ impl Sweep<'_> {
                             row.set_reclaim(&st);
                         }
                     }
+                    row.node_limit_hits = match (hits_before, node_ref.limit_hits()) {
+                        (Some(a), Ok(b)) => Some(b.saturating_sub(a)),
+                        _ => None,
+                    };
+                    row.lc_major_faults = process::read_stat(redis_pid)
+                        .ok()
+                        .map(|st| st.major_faults.saturating_sub(stat_before.major_faults));
+                    if let (Some((e0, w0)), Ok((e, w))) =
+                        (sched_before, process::read_schedstat(redis_pid))
+                    {
+                        row.lc_run_delay_ms = Some(w.saturating_sub(w0) as f64 / 1e6);
+                        row.lc_cpu_ms = Some(e.saturating_sub(e0) as f64 / 1e6);
+                    }
                     smp.timeline.push(row);
                     for pid in read_procs(&be).unwrap_or_default() {
                         if let Some(r) = BeProcSample::read(pid) {
@@ -1153,6 +1168,14 @@ impl Sweep<'_> {
         });
         let load = load?;
         let stat_after = process::read_stat(redis_pid).unwrap_or(stat_before);
+        let node_limit_hits = match (hits_before, groups.node.limit_hits()) {
+            (Some(a), Ok(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let lc_run_delay_ms = match (sched_before, process::read_schedstat(redis_pid)) {
+            (Some((_, w0)), Ok((_, w))) => Some(w.saturating_sub(w0) as f64 / 1e6),
+            _ => None,
+        };
         let (steal_pct, cpu_busy_pct) = match (cpu_before, process::read_cpu_times()) {
             (Some(a), Some(b)) if b.total > a.total => {
                 let d = (b.total - a.total) as f64;
@@ -1243,6 +1266,8 @@ impl Sweep<'_> {
                 .filter(|t| t.0 > 0)
                 .map(|t| t.1 / (t.0 as f64 / (1u64 << 30) as f64)),
             lc_service: lc_kind.as_str().into(),
+            node_limit_hits,
+            lc_run_delay_ms,
             ..Default::default()
         };
         if let Some(e) = &load.first_error {
@@ -1271,6 +1296,15 @@ pub(crate) struct TimelineRow {
     pub low_mark_bytes: Option<u64>,
     pub high_mark_bytes: Option<u64>,
     pub reclaim_state: Option<String>,
+    /// Charges that found the node at its limit since the phase began
+    /// (`memory.failcnt`): each one reclaimed on the charging task's own thread.
+    pub node_limit_hits: Option<u64>,
+    /// The LC service's major faults since the phase began.
+    pub lc_major_faults: Option<u64>,
+    /// Time the LC service's main thread waited runnable for a CPU since the phase
+    /// began (`/proc/<pid>/schedstat`), ms; and the CPU time it ran, ms.
+    pub lc_run_delay_ms: Option<f64>,
+    pub lc_cpu_ms: Option<f64>,
 }
 
 impl TimelineRow {

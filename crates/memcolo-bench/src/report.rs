@@ -100,6 +100,13 @@ pub struct RunRecord {
     pub be_file_progress: Option<f64>,
     pub be_anon_progress: Option<f64>,
     pub be_weighted_speedup: Option<f64>,
+    /// Charges that found the node at its limit in the measured phase
+    /// (`memory.failcnt`): reclaim on the charging task's thread, the LC service's
+    /// included.
+    pub node_limit_hits: Option<u64>,
+    /// Time the LC service's main thread waited runnable for a CPU in the measured
+    /// phase (`/proc/<pid>/schedstat`), ms.
+    pub lc_run_delay_ms: Option<f64>,
 }
 
 /// A run's record and its latency histogram (µs).
