@@ -256,8 +256,8 @@ pub struct ManagerStats {
     pub probation_entries: u64,
     /// Missing faults on pages on probation (probation hits: fast accesses).
     pub probation_hits: u64,
-    /// Pages evicted from probation (untouched until evicted; counted in
-    /// `evictions`).
+    /// Pages evicted from their copies: on probation (untouched until evicted), or
+    /// sampled when named as victims (counted in `evictions`).
     pub probation_evictions: u64,
 }
 
@@ -1314,13 +1314,19 @@ impl Inner {
                         t.st[p] = St::Evicting;
                         claimed.push(p);
                     }
-                    St::Probation => {
-                        let data = t.stash.remove(&p).expect("stashed page on probation");
+                    // Unmapped already, their contents in the stash: stored from there. (A
+                    // sampled victim refused instead was put back in fast memory above
+                    // the allocation, and the epoch demotes at most R such pages: a GUPS
+                    // thrashing beside a KV store held 36 MiB with 7 MiB allotted.)
+                    St::Probation | St::Sampled => {
+                        let data = t.stash.remove(&p).expect("stashed page");
+                        if t.st[p] == St::Sampled {
+                            t.probation += 1;
+                        }
                         t.st[p] = St::Expiring;
                         expiring.push((p, data));
                     }
-                    St::Sampled
-                    | St::SampleDrop
+                    St::SampleDrop
                     | St::SampleDropping
                     | St::ProbeDrop
                     | St::ProbeDropping
@@ -1467,9 +1473,9 @@ impl Inner {
         self.n.evictions.fetch_add(evicted, Ordering::Relaxed);
     }
 
-    /// Stores pages evicted from probation from their copies (no protect or drop:
-    /// they are unmapped already), then wakes the faults that waited for them. A
-    /// failed store puts them back on probation (still in local memory).
+    /// Stores pages evicted from probation (or sampled) from their copies (no
+    /// protect or drop: they are unmapped already), then wakes the faults that waited
+    /// for them. A failed store puts them on probation (still in local memory).
     fn expire(&self, pages: Vec<(usize, Box<[u8]>)>) {
         let batch: Vec<(PageKey, &[u8])> =
             pages.iter().map(|(p, d)| (self.key(*p), &d[..])).collect();

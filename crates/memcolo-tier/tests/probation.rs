@@ -174,7 +174,18 @@ fn state_machine(memfd: bool) {
     *script.next.lock().unwrap() = Vec::new();
     // A sample draws mapped pages only, and its frame excludes the 8 on probation.
     let sampled = m.sample_begin();
-    assert!(sampled.iter().all(|&p| p >= 8), "{sampled:?}");
+    assert!(
+        !sampled.is_empty() && sampled.iter().all(|&p| p >= 8),
+        "{sampled:?}"
+    );
+    // A sampled page named as a victim is stored from its copy (not refused, which
+    // would leave it in fast memory above the allocation).
+    let victim = sampled[0];
+    m.evict(&[victim]);
+    m.wait_evictions();
+    let s = m.stats();
+    assert_eq!((s.evictions, s.evict_failures), (2, 0), "{s:?}");
+    assert_eq!((s.stored_pages, s.resident_pages), (2, 126), "{s:?}");
     let w = m.sample_end();
     assert_eq!(w.resident, 127 - 8);
     // A touch of page 0: put back from its copy, a second chance, no slow access.
@@ -186,6 +197,9 @@ fn state_machine(memfd: bool) {
     let e = m.take_epoch();
     assert_eq!((e.fast, e.slow), (1.0, 0));
     assert_eq!(e.pages, vec![(0, 1)]);
+    // The sampled victim comes back from the slow tier.
+    check(base, victim, 1);
+    settle(&m, |s| s.slow_faults == 1);
     // A write to page 3 on probation lands on its bytes.
     page_slice(base, 3)[100] ^= 0xFF;
     let s = settle(&m, |s| s.probation_hits == 2);
@@ -196,12 +210,12 @@ fn state_machine(memfd: bool) {
     m.evict(&[1, 2]);
     m.wait_evictions();
     let s = m.stats();
-    assert_eq!((s.evictions, s.probation_evictions), (3, 2), "{s:?}");
+    assert_eq!((s.evictions, s.probation_evictions), (4, 3), "{s:?}");
     assert_eq!((s.probation_pages, s.stored_pages), (4, 3), "{s:?}");
     assert_eq!(s.resident_pages, 125);
     // Faulted back from the slow tier, byte-identical.
     check(base, 1, 1);
-    let s = settle(&m, |s| s.slow_faults == 1);
+    let s = settle(&m, |s| s.slow_faults == 2);
     assert_eq!(s.probation_hits, 2);
     // The application frees page 4, on probation: it reads zeros.
     if !memfd {
