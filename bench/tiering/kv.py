@@ -238,7 +238,8 @@ def one(config, rep, args, bins, cg):
             rec["kv_fast_mib"] = statistics.mean(vals) / 2**20 if vals else None
             vals = [s["kv_a_miss"] for s in meas if "kv_a_miss" in s]
             rec["kv_a_miss"] = statistics.mean(vals) if vals else None
-            sf = [s for s in meas if "kv_slow_faults" in s]
+            # (Not the sample after the store exited: its region and counters are gone.)
+            sf = [s for s in meas if s.get("kv_fast_bytes")]
             if len(sf) >= 2 and rec.get("ops_per_s"):
                 rec["slow_faults_per_op"] = ((sf[-1]["kv_slow_faults"] - sf[0]["kv_slow_faults"]) /
                                              (rec["ops_per_s"] * (sf[-1]["t"] - sf[0]["t"])))
@@ -278,6 +279,21 @@ def one(config, rep, args, bins, cg):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def agent_rates(rec):
+    """The store's slow faults and probation hits per request over the measure phase,
+    from the agent's once-a-second counters (not the sample after the store exited:
+    its region and counters are gone)."""
+    st = rec["setup"]
+    m0 = rec.get("init_s", 0) + st["warmup_s"]
+    sf = [s for s in rec["samples"] if m0 <= s["t"] <= m0 + st["measure_s"] + 1 and s.get("kv_fast_bytes")]
+    if len(sf) < 2 or not rec.get("ops_per_s"):
+        return
+    dt = rec["ops_per_s"] * (sf[-1]["t"] - sf[0]["t"])
+    rec["slow_faults_per_op"] = (sf[-1]["kv_slow_faults"] - sf[0]["kv_slow_faults"]) / dt
+    if "kv_probation_hits" in sf[0]:
+        rec["probation_hits_per_op"] = (sf[-1]["kv_probation_hits"] - sf[0]["kv_probation_hits"]) / dt
+
+
 def mean(rs, k):
     v = [r[k] for r in rs if r.get(k) is not None]
     return statistics.mean(v) if v else float("nan")
@@ -287,6 +303,9 @@ def report(out):
     runs = [json.loads(line) for line in open(os.path.join(out, "runs.jsonl"))]
     bad = [r for r in runs if r.get("rc") != 0]
     runs = [r for r in runs if r.get("rc") == 0]
+    for r in runs:
+        if r["config"] == "maxmem":
+            agent_rates(r)
     if not runs:
         print("no completed runs")
         return
