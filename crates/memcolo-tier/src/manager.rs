@@ -817,6 +817,35 @@ impl Inner {
         lock(&self.fatal).get_or_insert(why);
     }
 
+    /// Maps page `i` (at `page_addr`) back from its copy in the stash (a sampled
+    /// page or one on probation), which wakes the faulting thread. On success the
+    /// table guard comes back for the caller to mark the page resident. On failure
+    /// the copy returns to the stash, the guard is released and the thread is woken
+    /// to retry (`EAGAIN`: a remove event is pending) or the error is noted; `None`.
+    fn map_from_stash<'a>(
+        &'a self,
+        mut t: MutexGuard<'a, Table>,
+        i: usize,
+        page_addr: u64,
+        what: &str,
+    ) -> Option<MutexGuard<'a, Table>> {
+        let data = t.stash.remove(&i).expect("a stashed page has its copy");
+        match self.uffd.copy(page_addr, &data, false) {
+            Ok(_) => Some(t),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Some(t),
+            Err(e) => {
+                t.stash.insert(i, data);
+                drop(t);
+                if is_eagain(&e) {
+                    let _ = self.uffd.wake(page_addr, PAGE as u64);
+                } else {
+                    self.note_error(format!("restoring {what} {i}: {e}"));
+                }
+                None
+            }
+        }
+    }
+
     fn note_error(&self, why: String) {
         tracing::warn!(region = self.cfg.region_id, error = %why, "tier");
         *lock(&self.last_error) = Some(why);
@@ -1010,21 +1039,9 @@ impl Inner {
                 }
             }
             St::Sampled => {
-                let data = t.stash.remove(&i).expect("stashed sampled page");
-                match self.uffd.copy(page_addr, &data, false) {
-                    Ok(_) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                    Err(e) => {
-                        t.stash.insert(i, data);
-                        drop(t);
-                        if is_eagain(&e) {
-                            let _ = self.uffd.wake(page_addr, PAGE as u64);
-                        } else {
-                            self.note_error(format!("restoring sampled page {i}: {e}"));
-                        }
-                        return;
-                    }
-                }
+                let Some(mut t) = self.map_from_stash(t, i, page_addr, "sampled page") else {
+                    return;
+                };
                 t.st[i] = St::Resident;
                 if let Some(w) = t.window.as_mut() {
                     w.hits += 1;
@@ -1037,21 +1054,9 @@ impl Inner {
                 // A probation hit: the next victim was touched, so it is not cold. Put
                 // it back from its copy; the touch is a fast access, a hotness sample
                 // and a second chance.
-                let data = t.stash.remove(&i).expect("stashed page on probation");
-                match self.uffd.copy(page_addr, &data, false) {
-                    Ok(_) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                    Err(e) => {
-                        t.stash.insert(i, data);
-                        drop(t);
-                        if is_eagain(&e) {
-                            let _ = self.uffd.wake(page_addr, PAGE as u64);
-                        } else {
-                            self.note_error(format!("restoring page {i} from probation: {e}"));
-                        }
-                        return;
-                    }
-                }
+                let Some(mut t) = self.map_from_stash(t, i, page_addr, "page on probation") else {
+                    return;
+                };
                 t.st[i] = St::Resident;
                 t.probation -= 1;
                 drop(t);
