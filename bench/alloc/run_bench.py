@@ -41,6 +41,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from benchlib import zram_off, zram_on  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 LIB = os.path.join(ROOT, "alloc", "build", "libmemcolo.so")
 BIN = os.path.join(ROOT, "alloc", "build", "bench")
@@ -120,29 +122,6 @@ class ScratchCgroup:
                 return
             except OSError:
                 time.sleep(0.1)
-
-
-def zram_on(mib):
-    """/dev/zram0 as swap of `mib` MiB (the anonymous-pressure condition)."""
-    subprocess.run(["swapoff", "/dev/zram0"], capture_output=True)
-    with open("/sys/block/zram0/reset", "w") as f:
-        f.write("1")
-    with open("/sys/block/zram0/disksize", "w") as f:
-        f.write(str(mib << 20))
-    subprocess.run(["mkswap", "/dev/zram0"], check=True, capture_output=True)
-    subprocess.run(["swapon", "/dev/zram0"], check=True, capture_output=True)
-
-
-def zram_off():
-    for _ in range(10):
-        if subprocess.run(["swapoff", "/dev/zram0"], capture_output=True).returncode == 0:
-            break
-        time.sleep(1)
-    try:
-        with open("/sys/block/zram0/reset", "w") as f:
-            f.write("1")
-    except OSError:
-        pass
 
 
 def merge_rows(path, rows, replaced):

@@ -53,6 +53,8 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from benchlib import cg_write, own_memory_cgroup  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 MIB = 1 << 20
 CG_ROOT = "/sys/fs/cgroup/memory"
@@ -175,15 +177,6 @@ def is_identical(spec):
 
 # ---------------------------------------------------------------------- cgroups
 
-def own_memory_cgroup():
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
-            if "memory" in ctrls.split(","):
-                return path
-    raise SystemExit("no cgroup v1 memory controller in /proc/self/cgroup")
-
-
 def cg_read(cg, name):
     with open(os.path.join(cg, name)) as f:
         return f.read()
@@ -194,11 +187,6 @@ def cg_int(cg, name):
         return int(cg_read(cg, name).split()[0])
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def cg_write(cg, name, value):
-    with open(os.path.join(cg, name), "w") as f:
-        f.write(str(value))
 
 
 def cg_stat(cg):

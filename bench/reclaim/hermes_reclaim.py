@@ -47,6 +47,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from benchlib import zram_off, zram_on  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 MiB = 1 << 20
 FIELDS = ["n", "mean_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "min_us"]
@@ -127,22 +129,6 @@ class Node:
             except OSError:
                 time.sleep(0.05)
         print(f"warning: could not remove {self.path}", file=sys.stderr)
-
-
-def zram_on(mib):
-    subprocess.run(["swapoff", "/dev/zram0"], capture_output=True)
-    write("/sys/block/zram0/reset", "1")
-    write("/sys/block/zram0/disksize", str(mib * MiB))
-    subprocess.run(["mkswap", "/dev/zram0"], check=True, capture_output=True)
-    subprocess.run(["swapon", "/dev/zram0"], check=True, capture_output=True)
-
-
-def zram_off():
-    subprocess.run(["swapoff", "/dev/zram0"], capture_output=True)
-    try:
-        write("/sys/block/zram0/reset", "1")
-    except OSError as e:
-        print(f"warning: zram reset: {e}", file=sys.stderr)
 
 
 class Agent:

@@ -68,6 +68,8 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from benchlib import zram_off, zram_on  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import run as tiering  # noqa: E402
@@ -78,28 +80,6 @@ BE_START_S = 5
 
 def sh(*a, check=True):
     return subprocess.run(list(a), check=check, capture_output=True, text=True)
-
-
-def zram_on(mib):
-    sh("swapoff", "/dev/zram0", check=False)
-    with open("/sys/block/zram0/reset", "w") as f:
-        f.write("1")
-    with open("/sys/block/zram0/disksize", "w") as f:
-        f.write(str(mib << 20))
-    sh("mkswap", "/dev/zram0")
-    sh("swapon", "/dev/zram0")
-
-
-def zram_off():
-    for _ in range(5):
-        if sh("swapoff", "/dev/zram0", check=False).returncode == 0:
-            break
-        time.sleep(1)
-    try:
-        with open("/sys/block/zram0/reset", "w") as f:
-            f.write("1")
-    except OSError:
-        pass
 
 
 def rss_kib(pid):

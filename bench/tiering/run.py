@@ -49,30 +49,10 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from benchlib import cg_int, cg_write, own_memory_cgroup  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CG_ROOT = "/sys/fs/cgroup/memory"
-
-
-def own_memory_cgroup():
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
-            if "memory" in ctrls.split(","):
-                return path
-    raise SystemExit("no cgroup v1 memory controller in /proc/self/cgroup")
-
-
-def cg_write(cg, name, value):
-    with open(os.path.join(cg, name), "w") as f:
-        f.write(str(value))
-
-
-def cg_int(cg, name):
-    try:
-        with open(os.path.join(cg, name)) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def cg_remove(cg):
