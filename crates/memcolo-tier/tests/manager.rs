@@ -9,26 +9,19 @@
 
 use memcolo_policy::maxmem::{MaxMem, MaxMemConfig};
 use memcolo_tier::compressed::CompressedStore;
-use memcolo_tier::manager::{ManagerStats, NoPlacement, TierConfig, TierManager};
+use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
 use memcolo_tier::memserver::MemServer;
 use memcolo_tier::placement::MaxMemPlacement;
 use memcolo_tier::region::{AnonRegion, MemfdRegion, RegionMemory, SharedFile, PAGE};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
-use memcolo_tier::uffd::{self, features, mode, Uffd};
+use memcolo_tier::uffd::{features, mode, Uffd};
 use memcolo_tier::{PageKey, SlowTier, TierError, TierStats};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn permitted() -> bool {
-    match uffd::check_permission() {
-        Ok(()) => true,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            false
-        }
-    }
-}
+mod common;
+use common::*;
 
 /// An anonymous region registered with a fresh userfaultfd.
 fn anon(pages: usize, feats: u64) -> (AnonRegion, Uffd) {
@@ -62,23 +55,6 @@ fn fill(page: &mut [u8], p: usize, round: u64) {
 fn page_slice(base: *mut u8, p: usize) -> &'static mut [u8] {
     // SAFETY: tests only pass pages inside a live region they own.
     unsafe { std::slice::from_raw_parts_mut(base.add(p * PAGE), PAGE) }
-}
-
-/// Waits (at most 10 s) until the manager's counters satisfy `ok`: the fault thread
-/// finishes a fault's bookkeeping after the faulting thread was woken.
-fn settle(m: &TierManager, ok: impl Fn(&ManagerStats) -> bool) -> ManagerStats {
-    let start = Instant::now();
-    loop {
-        let s = m.stats();
-        if ok(&s) {
-            return s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "counters never settled: {s:?}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 fn write_all(base: *mut u8, pages: usize, round: u64) {

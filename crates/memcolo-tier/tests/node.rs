@@ -10,19 +10,12 @@ use memcolo_tier::compressed::CompressedStore;
 use memcolo_tier::manager::{TierConfig, TierManager};
 use memcolo_tier::node::TierNode;
 use memcolo_tier::region::{AnonRegion, PAGE};
-use memcolo_tier::uffd::{self, features, mode, Uffd};
+use memcolo_tier::uffd::{features, mode, Uffd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn permitted() -> bool {
-    match uffd::check_permission() {
-        Ok(()) => true,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            false
-        }
-    }
-}
+mod common;
+use common::*;
 
 fn word(p: usize, round: u64) -> u64 {
     (p as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ round

@@ -14,20 +14,13 @@ use memcolo_tier::compressed::CompressedStore;
 use memcolo_tier::manager::{ManagerStats, Placement, TierConfig, TierManager};
 use memcolo_tier::placement::MaxMemPlacement;
 use memcolo_tier::region::{AnonRegion, MemfdRegion, RegionMemory, SharedFile, PAGE};
-use memcolo_tier::uffd::{self, features, mode, Uffd};
+use memcolo_tier::uffd::{features, mode, Uffd};
 use memcolo_tier::SlowTier;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-fn permitted() -> bool {
-    match uffd::check_permission() {
-        Ok(()) => true,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            false
-        }
-    }
-}
+mod common;
+use common::*;
 
 /// A region of this process and how a manager reaches it: anonymous memory (with
 /// remove events) or a memfd mapped shared, as libmemcolo backs a region for the
@@ -95,24 +88,6 @@ fn check(base: *mut u8, p: usize, round: u64) {
 fn touch(base: *mut u8, p: usize) -> u8 {
     // SAFETY: inside the region; a volatile read so that the access happens.
     unsafe { std::ptr::read_volatile(base.add(p * PAGE + 8)) }
-}
-
-/// Waits (at most 10 s) until the manager's counters satisfy `ok` (the fault thread
-/// finishes a fault's bookkeeping after the faulting thread was woken).
-fn settle(m: &TierManager, ok: impl Fn(&ManagerStats) -> bool) -> ManagerStats {
-    let start = Instant::now();
-    loop {
-        let s = m.stats();
-        if ok(&s) {
-            return s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "counters never settled: {s:?} {:?}",
-            m.last_error()
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// A placement whose next victims the test sets, recording second chances.
