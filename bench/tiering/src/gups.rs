@@ -112,6 +112,10 @@ struct Args {
     /// Windows per policy epoch.
     #[arg(long, default_value_t = 20)]
     windows_per_epoch: u32,
+    /// Slots per window: touched sampled pages are re-armed at each slot boundary
+    /// while the region has slow accesses (1: never).
+    #[arg(long, default_value_t = 5)]
+    slots_per_window: u32,
     /// Most resident pages sampled per window.
     #[arg(long, default_value_t = 64)]
     sample_pages: usize,
@@ -363,6 +367,7 @@ fn manage(region: &AnonRegion, args: &Args) -> Result<Managed> {
     let timing = NodeTiming {
         window: Duration::from_millis(args.window_ms.max(1)),
         windows_per_epoch: args.windows_per_epoch.max(1),
+        slots_per_window: args.slots_per_window.max(1),
     };
     let driver = {
         let (node, stop, view, epochs) = (node.clone(), stop.clone(), view.clone(), epochs.clone());

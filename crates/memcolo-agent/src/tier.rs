@@ -78,6 +78,11 @@ pub struct TierSection {
     pub window_ms: u64,
     /// Windows per policy epoch. Default 20 (1 s epochs, MaxMem §3.1).
     pub windows_per_epoch: u32,
+    /// Slots per sampling window. While a region has slow accesses, its sampled
+    /// pages touched are re-armed at every slot boundary, so that its fast accesses
+    /// are counted per slot rather than as distinct pages per window (the FMMR is a
+    /// ratio of accesses, MaxMem §3). Default 5 (10 ms slots); 1: no re-arming.
+    pub slots_per_window: u32,
     /// Most resident pages sampled per region and window. Default 64.
     pub sample_pages: usize,
     /// Sample hits aimed at per region and window (each costs the process a fault;
@@ -110,6 +115,7 @@ impl Default for TierSection {
             migration_cap_bytes: 256 << 20,
             window_ms: 50,
             windows_per_epoch: 20,
+            slots_per_window: 5,
             sample_pages: 64,
             sample_target_hits: 16,
             sample_fmmr_error: 0.01,
@@ -745,6 +751,7 @@ fn policy_loop(shared: &Arc<Shared>) {
     let timing = NodeTiming {
         window: Duration::from_millis(shared.cfg.window_ms),
         windows_per_epoch: shared.cfg.windows_per_epoch,
+        slots_per_window: shared.cfg.slots_per_window.max(1),
     };
     shared.node.run(timing, &shared.stop, |out, applied| {
         shared.epoch.store(out.epoch, Ordering::Relaxed);

@@ -102,7 +102,7 @@ use crate::region::{RegionMemory, PAGE};
 use crate::sampler::{choose, choose_by_rejection, pages_for_fmmr_error, Rng, WindowEstimate};
 use crate::uffd::{Event, Uffd};
 use crate::{checksum, PageKey, SlowTier, TierError};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -177,6 +177,14 @@ pub struct TierConfig {
     /// whatever a_fast is), one with slow accesses gets enough pages for about 20
     /// hits per epoch at least, more as its FMMR nears 1/2.
     pub sample_fmmr_error: f64,
+    /// Re-arm sampled pages within a window (true), so that a page touched in
+    /// several of the window's slots counts once per slot: the estimate of fast
+    /// accesses then counts touches per slot ([`TierManager::sample_rearm`], called
+    /// by the node at each slot boundary) instead of distinct pages per window. Only
+    /// while the region has slow accesses: with none its FMMR is 0 whatever the
+    /// fast count is, and re-arming would cost faults for nothing. See
+    /// `crate::sampler`, "Accesses, not pages".
+    pub sample_rearm: bool,
     /// Seed of the sampler's random choices.
     pub seed: u64,
     /// Drop the sampled pages (true). False is a diagnostic: the chosen pages are
@@ -210,6 +218,7 @@ impl TierConfig {
             sample_pages: 64,
             sample_target_hits: 16,
             sample_fmmr_error: 0.01,
+            sample_rearm: true,
             seed: 0x5EED ^ region_id,
             sample_drop: true,
             track_remove: false,
@@ -310,7 +319,14 @@ struct Sizing {
 struct Window {
     sampled: Vec<usize>,
     resident: u64,
+    /// Touches of sampled pages seen (one per page per slot when re-armed).
     hits: u64,
+    /// Distinct sampled pages touched.
+    touched: HashSet<usize>,
+    /// Hit pages are re-armed at slot boundaries.
+    rearm: bool,
+    /// Pages re-armed so far in this window.
+    rearmed: u64,
 }
 
 struct Table {
@@ -635,6 +651,27 @@ impl TierManager {
     /// and adds the window's estimate to the epoch's fast accesses.
     pub fn sample_end(&self) -> WindowEstimate {
         self.inner.sample_end()
+    }
+
+    /// A slot boundary within the sampling window: re-arms the sampled pages that
+    /// were touched since they were last armed (write-protected, copied aside and
+    /// dropped again), so that their next touch in the window is seen too. A page
+    /// thus counts once per slot it is touched in, not once per window (see
+    /// `crate::sampler`, "Accesses, not pages"). Returns whether the window
+    /// re-arms at all (false without a window, with
+    /// [`TierConfig::sample_rearm`] off, or while the region has had no slow
+    /// access: the caller then need not call before the window ends).
+    pub fn sample_rearm(&self) -> bool {
+        self.inner.sample_rearm()
+    }
+
+    /// Whether the open sampling window re-arms its sample (see
+    /// [`TierManager::sample_rearm`]).
+    pub fn sample_rearming(&self) -> bool {
+        lock(&self.inner.table)
+            .window
+            .as_ref()
+            .is_some_and(|w| w.rearm)
     }
 
     /// The accesses since the last call (one policy epoch), and resets them.
@@ -1045,6 +1082,7 @@ impl Inner {
                 t.st[i] = St::Resident;
                 if let Some(w) = t.window.as_mut() {
                     w.hits += 1;
+                    w.touched.insert(i);
                 }
                 drop(t);
                 self.n.sample_hits.fetch_add(1, Ordering::Relaxed);
@@ -1617,10 +1655,16 @@ impl Inner {
             // The sample frame: resident pages the sampler can draw (pages on
             // probation are not; their touches are counted exactly as hits).
             let resident = t.resident - t.probation;
+            // Re-arm only while the region has slow accesses (see
+            // `TierConfig::sample_rearm`).
+            let rearm = self.cfg.sample_rearm && lock(&self.sizing).slow > 0.0;
             t.window = Some(Window {
                 sampled: chosen.clone(),
                 resident,
                 hits: 0,
+                touched: HashSet::new(),
+                rearm,
+                rearmed: 0,
             });
             (chosen, resident)
         };
@@ -1747,6 +1791,39 @@ impl Inner {
         failed
     }
 
+    fn sample_rearm(&self) -> bool {
+        let chosen: Vec<usize> = {
+            let mut t = lock(&self.table);
+            let t = &mut *t;
+            let Some(w) = t.window.as_mut() else {
+                return false;
+            };
+            if !w.rearm {
+                return false;
+            }
+            // Hit since armed, put back, and still plain resident (not evicted,
+            // freed or put on probation meanwhile).
+            let mut chosen: Vec<usize> = w
+                .touched
+                .iter()
+                .copied()
+                .filter(|&p| t.st[p] == St::Resident)
+                .collect();
+            chosen.sort_unstable();
+            for &p in &chosen {
+                t.st[p] = St::SampleDrop;
+            }
+            w.rearmed += chosen.len() as u64;
+            chosen
+        };
+        if !chosen.is_empty() {
+            // A page that cannot be re-armed stays resident; its later touches in
+            // the window are not seen (an undercount of that page only).
+            self.stash_out(&chosen, Stash::Sample);
+        }
+        true
+    }
+
     fn sample_end(&self) -> WindowEstimate {
         let mut t = lock(&self.table);
         let Some(w) = t.window.take() else {
@@ -1772,13 +1849,15 @@ impl Inner {
             resident: w.resident,
             sampled: w.sampled.len() as u64,
             hits: w.hits,
+            pages_hit: w.touched.len() as u64,
         };
         lock(&self.epoch).fast += est.estimate();
         {
             let slow = self.window_slow.swap(0, Ordering::Relaxed);
             let mut z = lock(&self.sizing);
             z.sampled = 0.75 * z.sampled + est.sampled as f64;
-            z.hits = 0.75 * z.hits + est.hits as f64;
+            // The hit share sizes the sample: distinct pages, at most 1.
+            z.hits = 0.75 * z.hits + est.pages_hit as f64;
             z.slow = 0.75 * z.slow + slow as f64;
             z.fast = 0.75 * z.fast + est.estimate();
             z.windows += 1;

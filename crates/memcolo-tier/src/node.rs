@@ -76,6 +76,11 @@ pub struct NodeTiming {
     pub window: Duration,
     /// Windows per policy epoch (20: an epoch of 1 s, MaxMem §3.1).
     pub windows_per_epoch: u32,
+    /// Slots per window (5: 10 ms slots): while a region re-arms its sample
+    /// ([`TierManager::sample_rearm`]), the sampled pages touched are re-armed at
+    /// every slot boundary, so fast accesses are counted per slot, not per window.
+    /// 1: no re-arming.
+    pub slots_per_window: u32,
 }
 
 impl Default for NodeTiming {
@@ -83,6 +88,7 @@ impl Default for NodeTiming {
         NodeTiming {
             window: Duration::from_millis(50),
             windows_per_epoch: 20,
+            slots_per_window: 5,
         }
     }
 }
@@ -239,6 +245,23 @@ impl TierNode {
         }
     }
 
+    /// Whether any region's open window re-arms its sample.
+    pub fn rearming(&self) -> bool {
+        self.entries().iter().any(|e| e.manager.sample_rearming())
+    }
+
+    /// A slot boundary within the windows: re-arms every region's touched sampled
+    /// pages ([`TierManager::sample_rearm`]). Returns whether any region re-arms.
+    pub fn rearm(&self) -> bool {
+        let mut any = false;
+        for e in self.entries() {
+            if e.manager.fatal().is_none() {
+                any |= e.manager.sample_rearm();
+            }
+        }
+        any
+    }
+
     /// One policy epoch; see the module documentation. Returns the policy's outcome
     /// and what was carried out.
     pub fn epoch(&self) -> (EpochOutcome, EpochApplied) {
@@ -334,12 +357,30 @@ impl TierNode {
         mut on_epoch: impl FnMut(&EpochOutcome, &EpochApplied),
     ) {
         let per_epoch = timing.windows_per_epoch.max(1);
+        let slots = timing.slots_per_window.max(1);
+        let slot = timing.window / slots;
         let start = Instant::now();
         let mut tick: u64 = 0;
         self.window();
         while !stop.load(Ordering::Acquire) {
             tick += 1;
+            let mut rearming = slots > 1 && self.rearming();
             let due = start + timing.window * tick as u32;
+            // Slot boundaries of this window, while some region re-arms (a region
+            // re-arms only while it has slow accesses; the others sleep through).
+            let window_start = due - timing.window;
+            for j in 1..slots {
+                if !rearming || stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let at = window_start + slot * j;
+                let now = Instant::now();
+                if at <= now {
+                    continue;
+                }
+                std::thread::sleep(at - now);
+                rearming = self.rearm();
+            }
             let now = Instant::now();
             if due > now {
                 std::thread::sleep(due - now);
