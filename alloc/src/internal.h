@@ -106,6 +106,7 @@ typedef struct mc_hugepage_s {
   uint64_t used[MC_HP_PAGES / 64];       /* bit set: page belongs to an allocated span */
   uint64_t released[MC_HP_PAGES / 64];   /* bit set: page is not backed (never faulted or subreleased) */
   uint16_t used_pages, released_pages, longest_free;
+  uint16_t longest_count;                /* free runs of length longest_free (pageheap.c) */
   uint8_t where;   /* MC_HP_FILLER, MC_HP_CACHE, MC_HP_BUSY */
   uint8_t broken;  /* partially subreleased since last whole release */
   uint8_t thp;     /* backed by a transparent huge page (collapsed by us) */
@@ -166,6 +167,7 @@ typedef enum {
   MC_OPT_TOP_HOLD_S,          /* seconds without reservation after a `top` notification */
   MC_OPT_MGMT_NICE,           /* nice of the management thread while the reservation is on */
   MC_OPT_RSV_HORIZON_MS,      /* reserves also cover this long of the measured demand rate */
+  MC_OPT_RSV_TRACE,           /* 1: the management thread's samples on stderr at exit */
   MC_OPT__COUNT
 } mc_option_t;
 

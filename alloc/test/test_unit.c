@@ -120,6 +120,42 @@ TEST(test_filler_packing) {
 /* huge pages are carved from chunks of address space: mmap (which waits for every
  * MADV_POPULATE_WRITE in the process) is rare, and never on the allocation path once
  * the management thread has mapped the next chunk ahead */
+/* the longest free run of a huge page is kept incrementally (pageheap.c): after every
+ * span in and out it equals a rescan (the invariant checker compares), and the filler
+ * still picks the huge page with the smallest longest free run that fits */
+TEST(test_filler_longest_free_incremental) {
+  CHECK(heap_ok());
+  enum { N = 48 };
+  mc_span_t *sp[N];
+  uint64_t seed = 12345;
+  for (int i = 0; i < N; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    sp[i] = mc_heap_alloc(1 + (size_t)((seed >> 33) % 24), MC_SPAN_LARGE, false);
+    CHECK(sp[i] != NULL);
+    CHECK(heap_ok());
+  }
+  /* holes of different lengths: every third span goes */
+  for (int i = 0; i < N; i += 3) { mc_heap_free(sp[i]); sp[i] = NULL; CHECK(heap_ok()); }
+  for (int round = 0; round < 200; round++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    int i = (int)((seed >> 33) % N);
+    if (sp[i]) { mc_heap_free(sp[i]); sp[i] = NULL; }
+    else {
+      size_t n = 1 + (size_t)((seed >> 40) % 24);
+      pthread_mutex_lock(&mc_heap.lock);
+      unsigned fit = MC_HP_PAGES + 1; /* the smallest longest free run >= n, intact pages */
+      for (unsigned b = (unsigned)n; b <= MC_HP_PAGES && fit > MC_HP_PAGES; b++) if (mc_heap.filler[b].head) fit = b;
+      pthread_mutex_unlock(&mc_heap.lock);
+      sp[i] = mc_heap_alloc(n, MC_SPAN_LARGE, false);
+      CHECK(sp[i] != NULL);
+      if (fit <= MC_HP_PAGES && sp[i]->hp->broken == 0) CHECK(sp[i]->hp->longest_free <= fit);
+    }
+    CHECK(heap_ok());
+  }
+  for (int i = 0; i < N; i++) if (sp[i]) mc_heap_free(sp[i]);
+  CHECK(heap_ok());
+}
+
 TEST(test_hugepages_carved_from_chunks) {
   enum { N = 80 }; /* 40 huge pages' worth of 1 MiB spans */
   static mc_span_t *s[2 * N];
@@ -449,6 +485,7 @@ int main(int argc, char **argv) {
   RUN(test_realloc_growth_region);
   RUN(test_tcache_arrays_sized_by_use);
   RUN(test_span_objects_ascending);
+  RUN(test_filler_longest_free_incremental);
   RUN(test_hugepages_carved_from_chunks);
   RUN(test_subrelease_breaks_and_heals);
   RUN(test_release_cache_only);
