@@ -252,6 +252,24 @@ pub struct ReclaimSection {
     /// A sampled page still out after this many seconds is censored (1..=3600).
     /// Default 120.
     pub turnaround_horizon_s: u64,
+    /// Back-off (Hermit's slides, "Hermit's Adaptive Reclaim Scheduling": page
+    /// turnaround; `memcolo_policy::hermit`): a page turnaround below this many
+    /// milliseconds means thrashing whatever its trend (0: only a fall counts).
+    /// Below the horizon when sampling is on. Default 1000.
+    pub thrash_turnaround_ms: u64,
+    /// Back-off: turnaround "falls" when it is below this share of the previous
+    /// adapt period's (same source), in (0, 1). Default 0.5.
+    pub turnaround_drop_ratio: f64,
+    /// Back-off: adapt periods (`adapt_period_ms`) the scheduler stays backed off
+    /// after a fall, 0..=3600 (0: never back off). Default 3.
+    pub backoff_periods: u32,
+    /// How often the low multiplier `k` and the back-off adapt, milliseconds,
+    /// 1..=60000. Default 1000.
+    pub adapt_period_ms: u64,
+    /// Sampled evictions of the last 10 s needed before their median turnaround
+    /// steers the back-off (fewer: the Little's-law mean does); 1..=`turnaround_samples`
+    /// when sampling is on. Default 16.
+    pub min_turnaround_samples: u32,
 }
 
 impl Default for ReclaimSection {
@@ -275,6 +293,11 @@ impl Default for ReclaimSection {
             turnaround_samples: 512,
             turnaround_poll_ms: 500,
             turnaround_horizon_s: 120,
+            thrash_turnaround_ms: p.thrash_turnaround.as_millis() as u64,
+            turnaround_drop_ratio: p.turnaround_drop_ratio,
+            backoff_periods: p.backoff_periods,
+            adapt_period_ms: p.adapt_period.as_millis() as u64,
+            min_turnaround_samples: p.min_turnaround_samples,
         }
     }
 }
@@ -289,6 +312,11 @@ impl ReclaimSection {
             max_low_ratio: self.max_low_ratio,
             swap_stop_free_ratio: self.swap_stop_free_ratio,
             fixed_low_bytes: self.fixed_low_bytes,
+            thrash_turnaround: Duration::from_millis(self.thrash_turnaround_ms),
+            turnaround_drop_ratio: self.turnaround_drop_ratio,
+            backoff_periods: self.backoff_periods,
+            adapt_period: Duration::from_millis(self.adapt_period_ms),
+            min_turnaround_samples: self.min_turnaround_samples,
             ..Default::default()
         }
     }
@@ -377,6 +405,37 @@ impl AgentConfig {
                 "reclaim.cgroups entry {} is not absolute",
                 p.display()
             ));
+        }
+        if r.backoff_periods > 3600 {
+            return bad(format!(
+                "reclaim.backoff_periods {} is not in 0..=3600",
+                r.backoff_periods
+            ));
+        }
+        if !(1..=60_000).contains(&r.adapt_period_ms) {
+            return bad(format!(
+                "reclaim.adapt_period_ms {} is not in 1..=60000",
+                r.adapt_period_ms
+            ));
+        }
+        if r.min_turnaround_samples == 0 {
+            return bad("reclaim.min_turnaround_samples must be at least 1".into());
+        }
+        if r.turnaround_samples > 0 {
+            if r.min_turnaround_samples as usize > r.turnaround_samples {
+                return bad(format!(
+                    "reclaim.min_turnaround_samples {} exceeds turnaround_samples {}: \
+                     the sampled turnaround could never steer the back-off",
+                    r.min_turnaround_samples, r.turnaround_samples
+                ));
+            }
+            if r.thrash_turnaround_ms >= r.turnaround_horizon_s * 1000 {
+                return bad(format!(
+                    "reclaim.thrash_turnaround_ms {} is not below turnaround_horizon_s \
+                     ({} s): every sampled turnaround would read as thrashing",
+                    r.thrash_turnaround_ms, r.turnaround_horizon_s
+                ));
+            }
         }
         r.scheduler_config(r.max_workers.unwrap_or(1))
             .validate()
@@ -475,6 +534,93 @@ mod tests {
         assert!(AgentConfig::load(Some(&p)).is_err());
         std::fs::write(&p, "[events]\nv1_pressure_level = \"loud\"\n").unwrap();
         assert!(AgentConfig::load(Some(&p)).is_err());
+    }
+
+    #[test]
+    fn reclaim_back_off_thresholds_reach_the_scheduler() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.toml");
+        // Defaults are the scheduler's own.
+        let d = AgentConfig::default().reclaim.scheduler_config(1);
+        let policy = memcolo_policy::hermit::ReclaimConfig::default();
+        assert_eq!(d.thrash_turnaround, policy.thrash_turnaround);
+        assert_eq!(d.turnaround_drop_ratio, policy.turnaround_drop_ratio);
+        assert_eq!(d.backoff_periods, policy.backoff_periods);
+        assert_eq!(d.adapt_period, policy.adapt_period);
+        assert_eq!(d.min_turnaround_samples, policy.min_turnaround_samples);
+        std::fs::write(
+            &p,
+            "[reclaim]\nthrash_turnaround_ms = 2500\nturnaround_drop_ratio = 0.25\n\
+             backoff_periods = 5\nadapt_period_ms = 500\nmin_turnaround_samples = 32\n",
+        )
+        .unwrap();
+        let c = AgentConfig::load(Some(&p)).unwrap();
+        let s = c.reclaim.scheduler_config(2);
+        assert_eq!(s.thrash_turnaround, Duration::from_millis(2500));
+        assert_eq!(s.turnaround_drop_ratio, 0.25);
+        assert_eq!(s.backoff_periods, 5);
+        assert_eq!(s.adapt_period, Duration::from_millis(500));
+        assert_eq!(s.min_turnaround_samples, 32);
+        // 0 turns each part off without being an error.
+        std::fs::write(
+            &p,
+            "[reclaim]\nthrash_turnaround_ms = 0\nbackoff_periods = 0\n",
+        )
+        .unwrap();
+        AgentConfig::load(Some(&p)).unwrap();
+    }
+
+    #[test]
+    fn bad_reclaim_back_off_thresholds_are_refused_with_the_field_and_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.toml");
+        for (body, words) in [
+            (
+                "turnaround_drop_ratio = 1.0",
+                &["turnaround_drop_ratio", "(0, 1)"][..],
+            ),
+            (
+                "turnaround_drop_ratio = 0.0",
+                &["turnaround_drop_ratio", "(0, 1)"],
+            ),
+            (
+                "backoff_periods = 4000",
+                &["backoff_periods 4000", "0..=3600"],
+            ),
+            ("adapt_period_ms = 0", &["adapt_period_ms 0", "1..=60000"]),
+            ("adapt_period_ms = 60001", &["adapt_period_ms 60001"]),
+            (
+                "min_turnaround_samples = 0",
+                &["min_turnaround_samples", "at least 1"],
+            ),
+            (
+                "min_turnaround_samples = 600",
+                &[
+                    "min_turnaround_samples 600",
+                    "turnaround_samples 512",
+                    "never steer",
+                ],
+            ),
+            (
+                "thrash_turnaround_ms = 120000",
+                &["thrash_turnaround_ms 120000", "120 s", "thrashing"],
+            ),
+            ("thrash_turnaround_ms = -1", &["thrash_turnaround_ms"]),
+        ] {
+            std::fs::write(&p, format!("[reclaim]\n{body}\n")).unwrap();
+            let err = AgentConfig::load(Some(&p)).unwrap_err().to_string();
+            for w in words {
+                assert!(err.contains(w), "{body}: {err}");
+            }
+        }
+        // Without sampling the sample-size and horizon rules do not apply.
+        std::fs::write(
+            &p,
+            "[reclaim]\nturnaround_samples = 0\nmin_turnaround_samples = 600\n\
+             thrash_turnaround_ms = 200000\n",
+        )
+        .unwrap();
+        AgentConfig::load(Some(&p)).unwrap();
     }
 
     #[test]

@@ -196,6 +196,15 @@ pub struct ReclaimStatus {
     pub refault_distance_bytes: Option<u64>,
     /// The low mark is capped because the proactive band would only churn.
     pub churn_capped: bool,
+    /// The scheduler is backed off: the page turnaround fell (below
+    /// `reclaim.thrash_turnaround_ms`, or below `turnaround_drop_ratio` of the previous
+    /// period's), so the proactive band is cut to one batch above the high mark.
+    #[serde(default)]
+    pub backing_off: bool,
+    /// Adapt periods in which the turnaround fell (each starts or renews a back-off)
+    /// since the agent started.
+    #[serde(default)]
+    pub backoffs_total: u64,
     pub refault_bytes_per_s: f64,
     /// Sampled page turnaround (eviction by a batch to refault): quantiles over the
     /// last one to two minutes, censored and followed pages; `None` when sampling is
@@ -1159,6 +1168,8 @@ impl Controller {
         st.mean_turnaround_s = d.mean_turnaround_s;
         st.refault_distance_bytes = d.refault_distance_bytes;
         st.churn_capped = d.churn_capped;
+        st.backing_off = d.backing_off;
+        st.backoffs_total = d.backoffs;
         st.refault_bytes_per_s = self.totals.refault_rate;
         st.reclaimed_bytes_total = total;
         st.cpu_seconds_total = self.totals.cpu.as_secs_f64();

@@ -434,6 +434,12 @@ pub struct ReclaimDecision {
     pub refault_distance_bytes: Option<u64>,
     /// Whether the low mark is capped because the proactive band churns.
     pub churn_capped: bool,
+    /// Whether the scheduler is backed off (turnaround fell; band cut to one batch
+    /// above the high mark) for this tick, [`ReclaimConfig::fixed_low_bytes`] aside.
+    pub backing_off: bool,
+    /// Adapt periods in which turnaround fell (each starts or renews a back-off of
+    /// `backoff_periods`) since the scheduler started.
+    pub backoffs: u64,
     pub state: ReclaimState,
 }
 
@@ -456,6 +462,8 @@ pub struct ReclaimScheduler {
     /// The previous period's turnaround, its source and whether it was a lower bound.
     prev_turnaround: Option<(f64, TurnaroundSource, bool)>,
     backoff_left: u32,
+    /// Adapt periods in which turnaround fell, since start.
+    backoffs: u64,
 }
 
 /// A calibration block of charges against usage: closes after this long with at
@@ -560,6 +568,7 @@ impl ReclaimScheduler {
             period_start: None,
             prev_turnaround: None,
             backoff_left: 0,
+            backoffs: 0,
         })
     }
 
@@ -653,6 +662,7 @@ impl ReclaimScheduler {
                 if fell {
                     self.k = cfg.low_multiplier_min;
                     self.backoff_left = cfg.backoff_periods;
+                    self.backoffs += 1;
                 } else {
                     self.k = (self.k * cfg.low_growth).min(cfg.low_multiplier_max);
                     self.backoff_left = self.backoff_left.saturating_sub(1);
@@ -756,6 +766,8 @@ impl ReclaimScheduler {
             mean_turnaround_s: mean_turnaround,
             refault_distance_bytes: distance.map(|d| d as u64),
             churn_capped,
+            backing_off,
+            backoffs: self.backoffs,
             state,
         }
     }
@@ -1015,6 +1027,7 @@ mod tests {
         assert_eq!(d.turnaround_s, Some(0.7));
         assert!(d.mean_turnaround_s.unwrap() > 100.0, "{d:?}");
         assert_eq!(d.low_multiplier, 2.0, "{d:?}");
+        assert!(d.backing_off && d.backoffs >= 1, "{d:?}");
         // Only the high mark and one batch above it are kept: 70 MiB is enough.
         assert_eq!(d.high_mark_bytes, 32 * MIB);
         assert_eq!(d.low_mark_bytes, 48 * MIB, "{d:?}");
@@ -1058,6 +1071,7 @@ mod tests {
             }
         }
         assert!(periods_backed_off <= 3, "{periods_backed_off}");
+        assert!(!d.backing_off, "{d:?}");
         assert_eq!(d.turnaround_s, Some(5.0));
         assert!(d.low_multiplier > 4.0, "{d:?}");
         assert_eq!((d.state, d.workers), (ReclaimState::Proactive, 1), "{d:?}");
