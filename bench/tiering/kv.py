@@ -31,6 +31,9 @@ Configurations:
 - ``static-N``  the same with N MiB for the store (``--static-sweep``): the curve of the
                 store's throughput against its fast memory, on which the hand-sized
                 partition and MaxMem's choice are two points.
+- ``maxmem-v0`` ``maxmem`` as it was before the access estimator and the LS fault
+                priority (``tier.slots_per_window = 1``, ``tier.lc_fault_priority =
+                false``), for a paired A/B.
 - ``kernel``    no QoS: both processes unmanaged in a memory cgroup limited to the fast
                 memory (plus 24 MiB for code, stacks and heaps) with zram swap: the
                 kernel's LRU. The store's fast memory is its resident set.
@@ -134,12 +137,15 @@ def one(config, rep, args, bins, cg):
             zram_on(1024)
         else:
             tiering.cg_write(cg, "memory.limit_in_bytes", 3 << 30)
-        if config == "maxmem":
+        if config.startswith("maxmem"):
             cfg = os.path.join(tmp, "agent.toml")
             with open(cfg, "w") as f:
                 f.write('metrics_addr = "off"\n[tier]\nenabled = true\nfast_bytes = %d\n'
                         'migration_cap_bytes = %d\nsample_fmmr_error = %g\n' % (
                             args.fast_mib << 20, args.cap_kib << 10, args.sample_fmmr_error))
+                if config == "maxmem-v0":
+                    # Before the access estimator and the LS fault priority.
+                    f.write('slots_per_window = 1\nlc_fault_priority = false\n')
             sock = os.path.join(tmp, "agent.sock")
             agent = subprocess.Popen(inc + [memcolo, "agent", "--config", cfg, "--socket", sock,
                                             "--state-dir", os.path.join(tmp, "state")],
@@ -181,7 +187,7 @@ def one(config, rep, args, bins, cg):
             while not stop.wait(1.0):
                 row = {"t": round(time.monotonic() - t_kv, 1), "kv_rss_kib": rss_kib(kv.pid),
                        "be_rss_kib": rss_kib(be.pid)}
-                if config == "maxmem":
+                if config.startswith("maxmem"):
                     o = sh(memcolo, "tier", "status", "--json", "--socket", sock, check=False)
                     if o.returncode == 0:
                         for p in json.loads(o.stdout)["processes"]:
@@ -190,6 +196,9 @@ def one(config, rep, args, bins, cg):
                                 row[who + "_slow_faults"] = sum(r["slow_faults"] for r in p["regions"])
                                 row[who + "_probation_hits"] = sum(r.get("probation_hits", 0) for r in p["regions"])
                                 row[who + "_probation_pages"] = sum(r.get("probation_pages", 0) for r in p["regions"])
+                                row[who + "_slow_fault_ns"] = sum(r.get("slow_fault_ns", 0) for r in p["regions"])
+                                row[who + "_fault_wait_ns"] = sum(r.get("fault_thread_wait_ns", 0)
+                                                                  for r in p["regions"])
                                 row[who + "_alloc_bytes"] = p["alloc_bytes"]
                                 row[who + "_fast_bytes"] = p["fast_bytes"]
                                 row[who + "_a_miss"] = p["a_miss"]
@@ -213,7 +222,7 @@ def one(config, rep, args, bins, cg):
         m0 = rec.get("init_s", 0) + args.warmup_s
         m1 = m0 + args.measure_s
         meas = [x for x in samples if m0 <= x["t"] <= m1 + 1] or samples[-int(args.measure_s):]
-        if config == "maxmem":
+        if config.startswith("maxmem"):
             vals = [s["kv_fast_bytes"] for s in meas if "kv_fast_bytes" in s]
             rec["kv_fast_mib"] = statistics.mean(vals) / 2**20 if vals else None
             vals = [s["kv_a_miss"] for s in meas if "kv_a_miss" in s]
@@ -226,6 +235,18 @@ def one(config, rep, args, bins, cg):
                 if "kv_probation_hits" in sf[0]:
                     rec["probation_hits_per_op"] = ((sf[-1]["kv_probation_hits"] - sf[0]["kv_probation_hits"]) /
                                                     (rec["ops_per_s"] * (sf[-1]["t"] - sf[0]["t"])))
+            # The agent's fault threads per slow fault over the measure phase: time
+            # serving it, and the thread's wait for a CPU (all its events, per slow fault).
+            for who in ("kv", "be"):
+                sw = [s for s in meas if s.get(who + "_slow_fault_ns") is not None and s.get(who + "_fast_bytes")]
+                if len(sw) >= 2:
+                    n = sw[-1][who + "_slow_faults"] - sw[0][who + "_slow_faults"]
+                    if n > 0:
+                        rec[who + "_fault_serve_us"] = (sw[-1][who + "_slow_fault_ns"] -
+                                                        sw[0][who + "_slow_fault_ns"]) / n / 1e3
+                        rec[who + "_fault_wait_us"] = (sw[-1][who + "_fault_wait_ns"] -
+                                                       sw[0][who + "_fault_wait_ns"]) / n / 1e3
+                        rec[who + "_slow_faults_per_s"] = n / (sw[-1]["t"] - sw[0]["t"])
             # When the store first met its target, and its fast memory then.
             met = next((s for s in samples if s.get("kv_a_miss", 1) <= args.t_miss and s["t"] > 2), None)
             rec["kv_first_met_s"] = met["t"] if met else None
@@ -284,7 +305,7 @@ def report(out):
     bad = [r for r in runs if r.get("rc") != 0]
     runs = [r for r in runs if r.get("rc") == 0]
     for r in runs:
-        if r["config"] == "maxmem":
+        if r["config"].startswith("maxmem"):
             agent_rates(r)
     if not runs:
         print("no completed runs")
@@ -293,7 +314,7 @@ def report(out):
     by = {}
     for r in runs:
         by.setdefault(r["config"], []).append(r)
-    order = ["maxmem", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
+    order = ["maxmem", "maxmem-v0", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
                                                     key=lambda c: int(c.split("-")[1]))
     hot_mib = st["store_mib"] * st["hot_items_pct"] / 100
     lines = ["# KV store (LS) beside GUPS (BE), MaxMem §5.2 scaled: %s" % os.path.relpath(out, ROOT), "",
@@ -317,7 +338,7 @@ def report(out):
         lines.append("| %s | %d | %.0f | %.1f | %.1f | %.1f | %.0f | %.1f | %s | %s | %.2f | %d |" % (
             c, len(rs), mean(rs, "ops_per_s"), mean(rs, "p50_us"), mean(rs, "p90_us"), mean(rs, "p99_us"),
             mean(rs, "p999_us"), mean(rs, "kv_fast_mib"),
-            "%.3f" % mean(rs, "kv_a_miss") if c == "maxmem" else "—",
+            "%.3f" % mean(rs, "kv_a_miss") if c.startswith("maxmem") else "—",
             "%.4f" % mean(rs, "slow_faults_per_op") if c != "kernel" else "—",
             mean(rs, "be_mups"), sum(r.get("errors", 0) for r in rs)))
     targets = []
@@ -366,6 +387,12 @@ def report(out):
         lines.append("- `%s`: %.0f ops/s, p90 %d µs, p99 %d µs, store fast %.1f MiB, GUPS %.2f MUPS, load %s" % (
             r["run"], r["ops_per_s"], r["p90_us"], r["p99_us"], r.get("kv_fast_mib") or float("nan"),
             r.get("be_mups") or float("nan"), " ".join(r["loadavg"])))
+        if r.get("kv_fault_serve_us") is not None:
+            lines[-1] += ("; agent per slow fault: store %.1f µs served + %.1f µs fault thread waiting "
+                          "(%.0f/s), GUPS %.1f + %.1f µs (%.0f/s)" % (
+                              r["kv_fault_serve_us"], r["kv_fault_wait_us"], r["kv_slow_faults_per_s"],
+                              r.get("be_fault_serve_us", float("nan")), r.get("be_fault_wait_us", float("nan")),
+                              r.get("be_slow_faults_per_s", float("nan"))))
     for r in bad:
         lines.append("- `%s`: failed (exit %s), see logs/" % (r["run"], r.get("rc")))
     lines += ["", "![throughput and latency against fast memory](plots/kv-vs-fast.png)", "",

@@ -96,6 +96,11 @@ pub struct TierSection {
     pub sample_fmmr_error: f64,
     /// Eviction worker threads per region. Default 1.
     pub evict_workers: usize,
+    /// Serve latency-critical processes' faults first: the fault thread of every
+    /// region of a process with t_miss < 1 runs `SCHED_FIFO` (priority 1), so that
+    /// its faults do not wait for a CPU behind a thrashing best-effort process's
+    /// fault and eviction threads. Follows live target changes. Default true.
+    pub lc_fault_priority: bool,
     /// Most pages per region on probation: the next victims, unmapped with their
     /// contents kept in fast memory, so that a touch gives a page a second chance
     /// instead of a trip to the slow tier (0: none). Default 128 (never more than an
@@ -120,6 +125,7 @@ impl Default for TierSection {
             sample_target_hits: 16,
             sample_fmmr_error: 0.01,
             evict_workers: 1,
+            lc_fault_priority: true,
             probation_pages: 128,
         }
     }
@@ -651,6 +657,7 @@ fn handle(
             }
             match shared.node.set_t_miss(target, t_miss) {
                 Ok(()) => {
+                    apply_fault_priority(shared, target);
                     tracing::info!(pid = target, t_miss, "tiering: target changed");
                     TierReply::Ok
                 }
@@ -728,6 +735,7 @@ fn register(
         }
     };
     shared.node.attach(pid, first_page, Arc::new(m));
+    apply_fault_priority(shared, pid);
     lock(&shared.regions).push(Region {
         id,
         pid,
@@ -745,6 +753,26 @@ fn register(
         "tiering: region registered"
     );
     TierReply::TierRegistered { region: id }
+}
+
+/// Puts the fault threads of `pid`'s regions in `SCHED_FIFO` if the process is
+/// latency-critical (t_miss < 1) and `tier.lc_fault_priority` is on, else back to
+/// ordinary scheduling.
+fn apply_fault_priority(shared: &Shared, pid: Pid) {
+    let lc = shared.cfg.lc_fault_priority
+        && shared
+            .node
+            .lock_policy()
+            .statuses()
+            .iter()
+            .any(|p| p.pid == pid && p.t_miss < 1.0);
+    for (p, _, _, m) in shared.node.regions() {
+        if p == pid {
+            if let Err(e) = m.set_latency_critical(lc) {
+                tracing::warn!(pid, error = %e, "tiering: fault thread priority");
+            }
+        }
+    }
 }
 
 fn policy_loop(shared: &Arc<Shared>) {
@@ -847,6 +875,9 @@ fn status_json(shared: &Shared) -> serde_json::Value {
                         "probation_hits": st.probation_hits,
                         "probation_evictions": st.probation_evictions,
                         "prefetches": st.prefetches, "freed_pages": st.freed_pages,
+                        "slow_fault_ns": st.slow_fault_ns,
+                        "fault_thread_wait_ns": st.fault_thread_wait_ns,
+                        "latency_critical": st.latency_critical,
                     })
                 })
                 .collect();

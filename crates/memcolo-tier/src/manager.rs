@@ -105,9 +105,10 @@ use crate::{checksum, PageKey, SlowTier, TierError};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// Where the policy places pages; the manager asks it on every fault.
 pub trait Placement: Send {
@@ -268,6 +269,14 @@ pub struct ManagerStats {
     /// Pages evicted from their copies: on probation (untouched until evicted), or
     /// sampled when named as victims (counted in `evictions`).
     pub probation_evictions: u64,
+    /// Time the fault thread spent serving slow faults (load, check, map), ns.
+    pub slow_fault_ns: u64,
+    /// Time the fault thread waited for a CPU while runnable (its `schedstat`
+    /// run delay), ns: what a fault waits before the thread even reads it.
+    pub fault_thread_wait_ns: u64,
+    /// Whether the fault thread runs as latency-critical
+    /// ([`TierManager::set_latency_critical`]).
+    pub latency_critical: bool,
 }
 
 /// Accesses of one policy epoch, region pages numbered from 0.
@@ -368,6 +377,7 @@ struct Counters {
     probation_entries: AtomicU64,
     probation_hits: AtomicU64,
     probation_evictions: AtomicU64,
+    slow_fault_ns: AtomicU64,
 }
 
 struct Queue {
@@ -421,6 +431,10 @@ struct Inner {
     fatal: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
     n: Counters,
+    /// The fault thread's id (0 until it runs).
+    fault_tid: AtomicI32,
+    /// The fault thread runs `SCHED_FIFO` (see [`TierManager::set_latency_critical`]).
+    latency_critical: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -563,6 +577,8 @@ impl TierManager {
             fatal: Mutex::new(None),
             last_error: Mutex::new(None),
             n: Counters::default(),
+            fault_tid: AtomicI32::new(0),
+            latency_critical: AtomicBool::new(false),
             cfg,
         });
         let mut threads = Vec::new();
@@ -665,6 +681,30 @@ impl TierManager {
         self.inner.sample_rearm()
     }
 
+    /// Serves the region's faults first: the fault thread runs `SCHED_FIFO` at
+    /// priority 1 (`on`, for a latency-critical process) or as an ordinary thread.
+    /// Beside a best-effort process that thrashes, an ordinary fault thread waits
+    /// for a CPU behind that process's own fault and eviction threads, and every
+    /// slow access of the latency-critical process waits with it. A real-time fault
+    /// thread preempts them on its wake-up; it runs only while serving faults of a
+    /// process that waits for each (bounded by that process's fault rate, and by
+    /// the kernel's real-time throttling).
+    ///
+    /// # Errors
+    /// `sched_setscheduler(2)` failed (`EPERM` without `CAP_SYS_NICE`); the thread
+    /// keeps its scheduling.
+    pub fn set_latency_critical(&self, on: bool) -> io::Result<()> {
+        let was = self.inner.latency_critical.swap(on, Ordering::SeqCst);
+        if was == on {
+            return Ok(());
+        }
+        let r = self.inner.apply_priority(on);
+        if r.is_err() {
+            self.inner.latency_critical.store(was, Ordering::Release);
+        }
+        r
+    }
+
     /// Whether the open sampling window re-arms its sample (see
     /// [`TierManager::sample_rearm`]).
     pub fn sample_rearming(&self) -> bool {
@@ -740,6 +780,9 @@ impl TierManager {
             probation_entries: g(&n.probation_entries),
             probation_hits: g(&n.probation_hits),
             probation_evictions: g(&n.probation_evictions),
+            slow_fault_ns: g(&n.slow_fault_ns),
+            fault_thread_wait_ns: self.inner.fault_thread_wait_ns(),
+            latency_critical: self.inner.latency_critical.load(Ordering::Relaxed),
         }
     }
 
@@ -883,6 +926,41 @@ impl Inner {
         }
     }
 
+    /// Puts the fault thread in `SCHED_FIFO` at priority 1 (`on`) or back in
+    /// `SCHED_OTHER`; a no-op before the thread runs (it applies the flag itself).
+    fn apply_priority(&self, on: bool) -> io::Result<()> {
+        let tid = self.fault_tid.load(Ordering::SeqCst);
+        if tid == 0 {
+            return Ok(());
+        }
+        let (policy, prio) = if on {
+            (libc::SCHED_FIFO, 1)
+        } else {
+            (libc::SCHED_OTHER, 0)
+        };
+        let param = libc::sched_param {
+            sched_priority: prio,
+        };
+        // SAFETY: a valid sched_param for a thread of this process.
+        if unsafe { libc::sched_setscheduler(tid, policy, &param) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The fault thread's run delay from `/proc/self/task/TID/schedstat` (second
+    /// field, ns); 0 when unknown.
+    fn fault_thread_wait_ns(&self) -> u64 {
+        let tid = self.fault_tid.load(Ordering::Acquire);
+        if tid == 0 {
+            return 0;
+        }
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    }
+
     fn note_error(&self, why: String) {
         tracing::warn!(region = self.cfg.region_id, error = %why, "tier");
         *lock(&self.last_error) = Some(why);
@@ -925,6 +1003,14 @@ impl Inner {
     }
 
     fn fault_loop(&self) {
+        // SAFETY: gettid has no preconditions.
+        self.fault_tid
+            .store(unsafe { libc::gettid() }, Ordering::SeqCst);
+        if self.latency_critical.load(Ordering::SeqCst) {
+            if let Err(e) = self.apply_priority(true) {
+                self.note_error(format!("fault thread priority: {e}"));
+            }
+        }
         let mut buf = vec![0u8; PAGE];
         while !self.stop_faults.load(Ordering::Acquire) {
             match self.uffd.poll(Some(self.wake_fd.as_fd()), 500) {
@@ -1024,6 +1110,7 @@ impl Inner {
                 t.st[i] = St::Loading;
                 let crc = t.crc[i];
                 drop(t);
+                let served_from = Instant::now();
                 match self.load_checked(i, crc, buf) {
                     Ok(()) => {
                         let mut t = lock(&self.table);
@@ -1058,6 +1145,9 @@ impl Inner {
                         }
                         drop(t);
                         self.n.slow_faults.fetch_add(1, Ordering::Relaxed);
+                        self.n
+                            .slow_fault_ns
+                            .fetch_add(served_from.elapsed().as_nanos() as u64, Ordering::Relaxed);
                         self.record_sample(i, true);
                         self.placed(i..i + 1);
                     }

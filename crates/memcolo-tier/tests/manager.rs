@@ -402,6 +402,51 @@ fn rearmed_sample_counts_touches_per_slot() {
     m.stop().unwrap();
 }
 
+/// A latency-critical region's fault thread runs `SCHED_FIFO` and goes back to
+/// ordinary scheduling when the process is no longer latency-critical.
+#[test]
+fn latency_critical_fault_thread_runs_sched_fifo() {
+    if !permitted() {
+        return;
+    }
+    let pages = 16;
+    let (r, u) = anon(pages, 0);
+    let m = TierManager::start(
+        u,
+        Box::new(r.memory()),
+        store(),
+        Box::new(NoPlacement),
+        TierConfig::new(77),
+    )
+    .unwrap();
+    // The fault thread's scheduling policy (field 41 of its stat: 1 is SCHED_FIFO).
+    let policy = || -> Option<u32> {
+        for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() == "tier-fault-77" {
+                let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+                let after = &stat[stat.rfind(')')? + 2..];
+                return after.split_whitespace().nth(38)?.parse().ok();
+            }
+        }
+        None
+    };
+    write_all(r.as_ptr(), pages, 1); // the fault thread has run
+    assert_eq!(policy(), Some(0));
+    m.set_latency_critical(true).unwrap();
+    assert!(m.stats().latency_critical);
+    assert_eq!(policy(), Some(1));
+    // Faults are still served, and timed.
+    m.wait_evicted(m.evict(&[3]));
+    check_all(r.as_ptr(), pages, 1);
+    let s = m.stats();
+    assert_eq!(s.slow_faults, 1);
+    assert!(s.slow_fault_ns > 0);
+    m.set_latency_critical(false).unwrap();
+    assert_eq!(policy(), Some(0));
+    m.stop().unwrap();
+}
+
 /// A slow tier that hands back damaged bytes without noticing: the manager's own
 /// CRC-32 of the page catches it.
 struct Damaging {
