@@ -258,6 +258,7 @@ void mc_heap_shrink(mc_span_t *s, size_t new_pages);   /* in place; locks */
  * reservation), then, unless cache_only, free pages of partially used huge pages
  * (subrelease). Returns the bytes released. */
 size_t mc_heap_release_locked(size_t bytes, bool cache_only, size_t protect_cache_bytes);
+size_t mc_heap_release_periodic_locked(size_t bytes, size_t protect_cache_bytes); /* spares nearly full intact huge pages */
 size_t mc_heap_backed_free_bytes(void);
 bool mc_heap_prefault_one_hugepage(void);          /* reservation: one more backed hp */
 /* the management thread, no lock held: maps the next chunk of address space for huge

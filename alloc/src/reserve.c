@@ -47,6 +47,51 @@ static uint64_t mc_pool_hits, mc_pool_misses, mc_prefaulted_bytes;
 static size_t mc_rsv_target_bytes, mc_pool_target_bytes;
 static uint64_t mc_resume_at_ms; /* nonzero: suspended by `top` until then */
 
+/* MEMCOLO_RSV_TRACE=1: one sample per round of the management thread, printed as CSV
+ * on stderr at exit (for matching the application's slow allocations with the reserve
+ * levels: was the pool at its target when misses began, did the fill keep up?). */
+typedef struct {
+  uint64_t t_us, heap_free, heap_target, pool, pool_target, prefaulted, demand, pool_misses, round_us;
+} mc_rsv_sample_t;
+#define MC_RSV_TRACE_MAX 16384
+static mc_rsv_sample_t *mc_rsv_trace;
+static uint32_t mc_rsv_trace_n;
+static uint64_t mc_rsv_demand_total, mc_rsv_trace_t0;
+
+static void rsv_trace_dump(void) {
+  if (mc_rsv_trace == NULL) return;
+  char line[256], *b;
+  mc_write_str(2, "rsv_trace,t_us,heap_free,heap_target,pool,pool_target,prefaulted,demand,pool_misses,round_us\n");
+  for (uint32_t i = 0; i < mc_rsv_trace_n && i < MC_RSV_TRACE_MAX; i++) {
+    const uint64_t *f = &mc_rsv_trace[i].t_us;
+    b = line;
+    memcpy(b, "rsv_trace", 9);
+    b += 9;
+    for (int k = 0; k < 9; k++) { *b++ = ','; b = mc_fmt_u64(b, f[k]); }
+    *b++ = '\n';
+    *b = 0;
+    mc_write_str(2, line);
+  }
+}
+
+__attribute__((destructor)) static void rsv_trace_at_exit(void) { rsv_trace_dump(); }
+
+static void rsv_trace_add(uint64_t heap_free, uint64_t heap_target, uint64_t pool, uint64_t pool_target,
+                          uint64_t round_us) {
+  if (!MC_OPT(MC_OPT_RSV_TRACE)) return;
+  if (mc_rsv_trace == NULL) {
+    mc_rsv_trace = (mc_rsv_sample_t *)mc_os_meta_alloc(sizeof(mc_rsv_sample_t) * MC_RSV_TRACE_MAX);
+    if (mc_rsv_trace == NULL) return;
+    mc_rsv_trace_t0 = mc_now_us();
+  }
+  if (mc_rsv_trace_n >= MC_RSV_TRACE_MAX) return;
+  mc_rsv_sample_t *x = &mc_rsv_trace[mc_rsv_trace_n];
+  *x = (mc_rsv_sample_t){mc_now_us() - mc_rsv_trace_t0, heap_free, heap_target, pool, pool_target,
+                         __atomic_load_n(&mc_prefaulted_bytes, __ATOMIC_RELAXED), mc_rsv_demand_total,
+                         __atomic_load_n(&mc_pool_misses, __ATOMIC_RELAXED), round_us};
+  __atomic_store_n(&mc_rsv_trace_n, mc_rsv_trace_n + 1, __ATOMIC_RELEASE);
+}
+
 static inline unsigned pool_bucket(size_t bytes) {
   size_t b = bytes / MC_POOL_MIN_BYTES;
   return (unsigned)(b < MC_POOL_BUCKETS ? b : MC_POOL_BUCKETS);
@@ -219,6 +264,7 @@ static void *mc_reserve_main(void *arg) {
     size_t large = __atomic_exchange_n(&mc_demand_large_bytes, 0, __ATOMIC_RELAXED);
     size_t nlarge = __atomic_exchange_n(&mc_demand_large_count, 0, __ATOMIC_RELAXED);
     demand_last_interval = small + large;
+    mc_rsv_demand_total += small + large;
     uint64_t now_us = mc_now_us();
     double dt_us = now_us > last_us ? (double)(now_us - last_us) : 1.0;
     last_us = now_us;
@@ -270,6 +316,8 @@ static void *mc_reserve_main(void *arg) {
       }
     }
     pool_trim((size_t)(trim_factor * (double)pool_target));
+    rsv_trace_add(mc_heap_backed_free_bytes(), rsv, __atomic_load_n(&mc_pool_total_bytes, __ATOMIC_RELAXED), pool_target,
+                  mc_now_us() - now_us);
     /* behind on either reserve: go round again at once instead of sleeping */
     if (!progress || (mc_heap_backed_free_bytes() >= rsv &&
                       __atomic_load_n(&mc_pool_total_bytes, __ATOMIC_RELAXED) >= pool_target)) {
