@@ -7,6 +7,7 @@ usage: report.py RESULTS_DIR"""
 import csv
 import glob
 import os
+import statistics
 import sys
 
 import matplotlib
@@ -30,7 +31,8 @@ def plot_cdfs(d, rows):
         for r in rows:
             if (r["condition"], r["block_bytes"], r["mode"]) != (cond, size, mode):
                 continue
-            pts = read(os.path.join(d, "cdf", f"{cond}-{size}-{mode}-{r['allocator']}.csv"))
+            rep = f"-r{r['rep_median']}" if r.get("rep_median") not in (None, "") else ""
+            pts = read(os.path.join(d, "cdf", f"{cond}-{size}-{mode}-{r['allocator']}{rep}.csv"))
             if not pts:
                 continue
             pts.sort(key=lambda p: float(p["quantile"]))
@@ -39,7 +41,7 @@ def plot_cdfs(d, rows):
         ax.set_xscale("log")
         ax.set_xlabel("latency of malloc + first write to each 4 KiB page (us)")
         ax.set_ylabel("CDF")
-        ax.set_title(f"{int(size) // 1024} KiB blocks, {mode}, {cond}")
+        ax.set_title(f"{int(size) // 1024} KiB blocks, {mode}, {cond} (repetition with the median p99)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         name = f"cdf-{cond}-{size}-{mode}.png"
@@ -113,12 +115,44 @@ def plot_subrelease(d):
 
 
 PEERS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
+PCOLS = ("mean_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "min_us")
+
+
+def aggregate(rows):
+    """One row per (condition, block, mode, allocator): each percentile the median over
+    the repetitions (rows of run_bench.py's --reps), with "reps", the p99 spread
+    ("p99_lo", "p99_hi"), the repetitions' p99s in run order ("p99_all"), the busy
+    share range and "rep_median" (the repetition whose p99 is the median, for the CDF)."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["condition"], r["block_bytes"], r["mode"], r["allocator"]), []).append(r)
+    out = []
+    for key, rs in groups.items():
+        rs.sort(key=lambda r: int(r.get("rep") or 0))
+        a = dict(rs[0])
+        for c in PCOLS:
+            a[c] = str(statistics.median(float(r[c]) for r in rs))
+        p99s = [float(r["p99_us"]) for r in rs]
+        a["reps"] = len(rs)
+        a["p99_lo"], a["p99_hi"] = min(p99s), max(p99s)
+        a["p99_all"] = " / ".join(fmt(x) for x in p99s)
+        busy = [float(r["busy"]) for r in rs if r.get("busy")]
+        a["busy_range"] = f"{min(busy):.2f}-{max(busy):.2f}" if busy else ""
+        by_p99 = sorted(rs, key=lambda r: float(r["p99_us"]))
+        a["rep_median"] = by_p99[(len(by_p99) - 1) // 2].get("rep") or ""
+        out.append(a)
+    return out
 
 
 def targets(h, t, s):
     """rows (target, measured, verdict, margin) for every target that has data; the paced
     targets are checked on the sleeping pacer ("paced"), the spinning one shown beside"""
     out = []
+
+    def spread(r, col):
+        if int(r.get("reps", 1)) < 2 or col != "p99_us":
+            return ""
+        return f" [{fmt(r['p99_lo'])}-{fmt(r['p99_hi'])}]"
 
     def hrow(cond, size, mode, alloc):
         for r in h:
@@ -133,7 +167,7 @@ def targets(h, t, s):
         v = float(r[col])
         ok = v <= limit
         spin = hrow(cond, size, "paced-spin", "memcolo")
-        shown = f"{v:.2f} us" + (f" (paced-spin: {float(spin[col]):.2f} us)" if spin else "")
+        shown = f"{v:.2f} us" + spread(r, col) + (f" (paced-spin: {float(spin[col]):.2f} us)" if spin else "")
         out.append((name, shown, "met" if ok else "MISSED",
                     f"{limit - v:+.2f} us" if ok else f"{v - limit:.2f} us over ({v / limit:.1f}x)"))
 
@@ -153,7 +187,8 @@ def targets(h, t, s):
                 v, b = float(me[col]), float(best[col])
                 ok = v <= b
                 out.append((f"back to back {size // 1024} KiB, {cond}: {label} <= best peer",
-                            f"{v:.2f} us (best: {best['allocator']} {b:.2f} us)", "met" if ok else "MISSED",
+                            f"{v:.2f} us{spread(me, col)} (best: {best['allocator']} {b:.2f} us{spread(best, col)})",
+                            "met" if ok else "MISSED",
                             f"{v / b:.2f}x of best" if b > 0 else "-"))
     for bench in sorted({r["benchmark"] for r in t}):
         rows = {r["allocator"]: r for r in t if r["benchmark"] == bench}
@@ -194,7 +229,7 @@ def fmt(x):
 
 def main():
     d = sys.argv[1]
-    h = read(os.path.join(d, "hermes.csv"))
+    h = aggregate(read(os.path.join(d, "hermes.csv")))
     t = read(os.path.join(d, "tput.csv"))
     s = read(os.path.join(d, "subrelease-summary.csv"))
     lines = ["# libmemcolo benchmarks", ""]
@@ -220,11 +255,21 @@ def main():
                   "as a service waits for its next request; a deadline already past is served at once, so the rate "
                   "is kept) -- the issue's paced targets are checked on it; `paced-spin` the same deadlines, "
                   "busy-waiting between them (the benchmark thread holds its CPU throughout).", "",
-                  "| condition | block | mode | allocator | p50 us | p90 us | p99 us | p99.9 us | max us |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "Method: each case runs in repetitions (run_bench.py --reps, 3 in the quick run), the six "
+                  "allocators taking turns within each repetition, so that load from outside the benchmark "
+                  "falls on all of them alike. A single run's p99 is not a measurement here: on this 2-CPU "
+                  "machine, shared with other work, one allocator's p99 moved between 120 and 210 us from run "
+                  "to run. So every number below, and every verdict in the targets table, is the median over "
+                  "the repetitions; the p99 column gives the spread (lowest-highest repetition) and the "
+                  "repetitions' p99s in run order, and `busy` the machine's busy share (both CPUs; the "
+                  "benchmark itself, while it runs, is up to 0.50 of it) during the repetitions. The CDF plots show the repetition whose p99 is the median.", "",
+                  "| condition | block | mode | allocator | reps | p50 us | p90 us | p99 us (spread: each rep) | p99.9 us | max us | busy |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in h:
+            sp = f" ({r['p99_all']})" if int(r["reps"]) > 1 else ""
             lines.append(f"| {r['condition']} | {int(r['block_bytes']) // 1024} KiB | {r['mode']} | {r['allocator']} | "
-                         f"{fmt(r['p50_us'])} | {fmt(r['p90_us'])} | {fmt(r['p99_us'])} | {fmt(r['p999_us'])} | {fmt(r['max_us'])} |")
+                         f"{r['reps']} | {fmt(r['p50_us'])} | {fmt(r['p90_us'])} | {fmt(r['p99_us'])}{sp} | "
+                         f"{fmt(r['p999_us'])} | {fmt(r['max_us'])} | {r['busy_range']} |")
         lines.append("")
         for name in plot_cdfs(d, h):
             lines.append(f"![{name}]({name})")

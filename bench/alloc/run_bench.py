@@ -26,8 +26,15 @@ Pressure runs need root and cgroup v1's memory controller; the scratch group is 
 below this process's own group and removed at the end; the anonymous-pressure part sets
 up /dev/zram0 as swap and swaps it off and resets it at the end (run it under the lock).
 Run with /usr/bin/python3 (matplotlib).
+Repetitions: every Hermes case runs --reps times (default 3), the allocators taking
+turns within each repetition (interleaved, so that load from outside hits all of them
+alike); hermes.csv keeps one row per repetition with the machine's busy share during the
+run (1 - idle share of /proc/stat over both CPUs) and the 1-minute load average, and the
+report checks the targets on the median over the repetitions, showing the spread.
+--cases 262144-b2b,1024 picks cases (block size, optionally "-mode") so that a condition
+can be split into parts of at most ~8 minutes.
 usage: run_bench.py [--quick] [--skip-pressure] [--only hermes,tput,subrelease]
-                    [--conditions dedicated,anon,file] [--out DIR]
+                    [--conditions dedicated,anon,file] [--cases SIZE[-MODE],...] [--reps N] [--out DIR]
 """
 import argparse
 import csv
@@ -138,11 +145,25 @@ def warm(mb=2048):
                    stdout=subprocess.DEVNULL, check=False)
 
 
-def hermes(out_dir, quick, conditions):
+CASES = [(262144, "b2b", 0), (262144, "paced", 250_000), (262144, "paced-spin", 250_000),
+         (1024, "b2b", 0), (1024, "paced", 1000), (1024, "paced-spin", 1000)]
+
+
+def case_selected(size, mode, picks):
+    """picks: None (all) or a list of "SIZE" / "SIZE-MODE" strings"""
+    return picks is None or str(size) in picks or f"{size}-{mode}" in picks
+
+
+def cpu_times():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    return v[3] + v[4], sum(v)  # idle + iowait, total
+
+
+def hermes(out_dir, quick, conditions, picks=None, reps=3):
     rows = []
     total = GiB // (4 if quick else 1)
-    cases = [(262144, "b2b", 0), (262144, "paced", 250_000), (262144, "paced-spin", 250_000),
-             (1024, "b2b", 0), (1024, "paced", 1000), (1024, "paced-spin", 1000)]
+    cases = [c for c in CASES if case_selected(c[0], c[1], picks)]
     bigfile = "/var/tmp/memcolo-alloc-bench.dat"
     limit = int(1.5 * GiB)
     for cond in conditions:
@@ -165,61 +186,92 @@ def hermes(out_dir, quick, conditions):
             time.sleep(6)  # let the hog reach the limit
         try:
             for size, mode, interval in cases:
-                for name, lib, extra in ALLOCATORS:
-                    if cond == "dedicated":
-                        warm()
-                    cdf = os.path.join(out_dir, "cdf", f"{cond}-{size}-{mode}-{name}.csv")
-                    cmd = [os.path.join(BIN, "hermes_bench"), str(size), str(total), mode, str(interval), cdf,
-                           "0" if cg else "1536"]
-                    kw = {"preexec_fn": cg.preexec()} if cg else {}
-                    r = subprocess.run(cmd, env=env_for(lib, extra), capture_output=True, text=True, timeout=600, **kw)
-                    if r.returncode != 0:
-                        print(f"  {cond} {size} {mode} {name}: failed: {r.stderr.strip()[:200]}", flush=True)
-                        continue
-                    vals = r.stdout.strip().split(",")
-                    row = {"condition": cond, "block_bytes": size, "mode": mode, "interval_ns": interval,
-                           "allocator": name, "n": vals[0], "mean_us": vals[1], "p50_us": vals[2], "p90_us": vals[3],
-                           "p99_us": vals[4], "p999_us": vals[5], "max_us": vals[6], "min_us": vals[7]}
-                    rows.append(row)
-                    print(f"  {cond:9} {size:6} {mode:10} {name:14} p50 {float(vals[2]):9.2f} p99 {float(vals[4]):9.2f}"
-                          f" p99.9 {float(vals[5]):9.2f} max {float(vals[6]):10.1f} us", flush=True)
+                for rep in range(reps):
+                    for name, lib, extra in ALLOCATORS:
+                        if cond == "dedicated":
+                            warm()
+                        cdf = os.path.join(out_dir, "cdf", f"{cond}-{size}-{mode}-{name}-r{rep}.csv")
+                        cmd = [os.path.join(BIN, "hermes_bench"), str(size), str(total), mode, str(interval), cdf,
+                               "0" if cg else "1536"]
+                        kw = {"preexec_fn": cg.preexec()} if cg else {}
+                        idle0, all0 = cpu_times()
+                        r = subprocess.run(cmd, env=env_for(lib, extra), capture_output=True, text=True, timeout=600,
+                                           **kw)
+                        idle1, all1 = cpu_times()
+                        if r.returncode != 0:
+                            print(f"  {cond} {size} {mode} {name}: failed: {r.stderr.strip()[:200]}", flush=True)
+                            continue
+                        vals = r.stdout.strip().split(",")
+                        busy = 1 - (idle1 - idle0) / max(1, all1 - all0)
+                        with open("/proc/loadavg") as f:
+                            load1 = f.read().split()[0]
+                        row = {"condition": cond, "block_bytes": size, "mode": mode, "interval_ns": interval,
+                               "allocator": name, "rep": rep, "n": vals[0], "mean_us": vals[1], "p50_us": vals[2],
+                               "p90_us": vals[3], "p99_us": vals[4], "p999_us": vals[5], "max_us": vals[6],
+                               "min_us": vals[7], "busy": f"{busy:.2f}", "load1": load1}
+                        rows.append(row)
+                        print(f"  {cond:9} {size:6} {mode:10} r{rep} {name:14} p50 {float(vals[2]):9.2f} "
+                              f"p99 {float(vals[4]):9.2f} p99.9 {float(vals[5]):9.2f} max {float(vals[6]):10.1f} us"
+                              f"  busy {busy:.2f} load {load1}", flush=True)
         finally:
             if cg:
                 cg.close()
             if swap:
                 zram_off()
     path = os.path.join(out_dir, "hermes.csv")
-    write_csv(path, merge_rows(path, rows, lambda r: r["condition"] in conditions))
+    write_csv(path, merge_rows(path, rows, lambda r: r["condition"] in conditions and
+                               case_selected(int(r["block_bytes"]), r["mode"], picks)))
     return rows
 
 
-def tput(out_dir, quick):
+def tput(out_dir, quick, reps=11):
+    """throughput and peak RSS as tput_ab.py measures them: `reps` repetitions, in each
+    every allocator once per benchmark in a rotated order (load from outside hits all
+    alike), medians and spread, and per repetition libmemcolo's wall over the fastest
+    peer's and peak RSS over glibc's (paired ratios: a single run was +14 % where 11
+    paired ones gave 0.98x). The caller holds the benchmark lock. tput.csv keeps the
+    columns report.py reads (medians, all runs) plus min/max, CPU time, the machine's
+    busy share and the paired ratios (median, quartiles, verdict) for libmemcolo."""
+    import tput_ab
+    allocs = [a for a in ALLOCATORS if a[0] != "memcolo"]  # the reservation is for LC services
+    modes = ["prodcons", "small", "realloc", "larson"]
+    runs = tput_ab.run_interleaved(modes, 2, allocs, reps, lock=False,
+                                   log=lambda m: print("  tput " + m, flush=True))
+    write_csv(os.path.join(out_dir, "tput-runs.csv"),
+              [dict(r, busy=f"{r['busy']:.2f}") for r in runs])
+    peer_names = [a[0] for a in allocs if a[0] != "memcolo-norsv"]
     rows = []
-    reps = 5 if quick else 9
-    # the reservation is for LC services; throughput is measured without it
-    allocs = [a for a in ALLOCATORS if a[0] != "memcolo"]
-    for mode in ("prodcons", "small", "realloc", "larson"):
-        walls = {a[0]: [] for a in allocs}
-        rsss = {a[0]: [] for a in allocs}
-        for _ in range(reps):
-            for name, lib, extra in allocs:
-                r = subprocess.run([os.path.join(BIN, "tput"), mode, "2"], env=env_for(lib, extra),
-                                   capture_output=True, text=True, timeout=600)
-                if r.returncode != 0:
-                    print(f"  tput {mode} {name} failed: {r.stderr[:200]}")
-                    continue
-                _, _, wall, rss = r.stdout.strip().split(",")
-                walls[name].append(float(wall))
-                rsss[name].append(int(rss))
+    for mode in modes:
         for name, _, _ in allocs:
-            if not walls[name]:
+            rs = [r for r in runs if r["benchmark"] == mode and r["allocator"] == name]
+            if not rs:
                 continue
-            row = {"benchmark": mode, "allocator": name, "wall_ms_median": statistics.median(walls[name]),
-                   "wall_ms_all": " ".join(f"{w:.0f}" for w in walls[name]),
-                   "peak_rss_kib_median": statistics.median(rsss[name]),
-                   "peak_rss_kib_all": " ".join(str(x) for x in rsss[name])}
+            w = [r["wall_ms"] for r in rs]
+            m = [r["peak_rss_kib"] for r in rs]
+            row = {"benchmark": mode, "allocator": name, "wall_ms_median": statistics.median(w),
+                   "wall_ms_all": " ".join(f"{x:.0f}" for x in w),
+                   "peak_rss_kib_median": statistics.median(m),
+                   "peak_rss_kib_all": " ".join(str(x) for x in m),
+                   "wall_ms_min": min(w), "wall_ms_max": max(w),
+                   "cpu_ms_median": statistics.median(r["cpu_ms"] for r in rs),
+                   "busy_median": f"{statistics.median(r['busy'] for r in rs):.2f}",
+                   "load1_all": " ".join(r["load1"] for r in rs),
+                   "paired_wall_ratio_median": "", "paired_wall_ratio_q1": "", "paired_wall_ratio_q3": "",
+                   "paired_verdict": "", "paired_cpu_ratio_median": "", "paired_rss_ratio_median": ""}
+            if name not in peer_names:
+                ratios, cpus, rss = tput_ab.paired(runs, mode, name, peer_names, reps)
+                if ratios:
+                    q1, q3 = tput_ab.quartiles(ratios)
+                    row.update({"paired_wall_ratio_median": f"{statistics.median(ratios):.3f}",
+                                "paired_wall_ratio_q1": f"{q1:.3f}", "paired_wall_ratio_q3": f"{q3:.3f}",
+                                "paired_verdict": tput_ab.verdict(ratios),
+                                "paired_cpu_ratio_median": f"{statistics.median(cpus):.3f}"})
+                if rss:
+                    row["paired_rss_ratio_median"] = f"{statistics.median(rss):.3f}"
             rows.append(row)
-            print(f"  {mode:9} {name:14} {row['wall_ms_median']:9.1f} ms  {row['peak_rss_kib_median']:8} KiB", flush=True)
+            print(f"  {mode:9} {name:14} {row['wall_ms_median']:9.1f} ms ({min(w):.0f}-{max(w):.0f})  "
+                  f"{row['peak_rss_kib_median']:8} KiB  {row['paired_wall_ratio_median']} "
+                  f"{row['paired_verdict']}", flush=True)
     path = os.path.join(out_dir, "tput.csv")
     write_csv(path, merge_rows(path, rows, lambda r: True))
     return rows
@@ -257,8 +309,11 @@ def subrelease(out_dir, quick):
 def write_csv(path, rows):
     if not rows:
         return
+    fields = []
+    for r in rows:  # an earlier part's rows may lack newer columns
+        fields += [k for k in r if k not in fields]
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w = csv.DictWriter(f, fieldnames=fields, restval="")
         w.writeheader()
         w.writerows(rows)
 
@@ -270,6 +325,8 @@ def main():
     ap.add_argument("--only", default="hermes,tput,subrelease")
     ap.add_argument("--conditions", default="dedicated,anon,file")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cases", default=None, help="SIZE or SIZE-MODE, comma-separated (default: all)")
+    ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions of each Hermes case")
     a = ap.parse_args()
     conditions = ["dedicated"] if a.skip_pressure else [c for c in a.conditions.split(",") if c]
     for c in conditions:
@@ -290,12 +347,13 @@ def main():
             f.write("THP: " + open("/sys/kernel/mm/transparent_hugepage/enabled").read())
             head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
             f.write("commit: " + head.stdout)
-        part = a.only + ("" if "hermes" not in a.only else " (" + ",".join(conditions) + ")")
+        part = a.only + ("" if "hermes" not in a.only else " (" + ",".join(conditions) +
+                         (f"; cases {a.cases}" if a.cases else "") + f"; {a.reps} reps)")
         stamp_now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         f.write(f"part {part}{' quick' if a.quick else ''} at {stamp_now}, load average: " + open("/proc/loadavg").read())
     if "hermes" in only:
         print("hermes micro benchmark", flush=True)
-        hermes(out_dir, a.quick, conditions)
+        hermes(out_dir, a.quick, conditions, a.cases.split(",") if a.cases else None, max(1, a.reps))
     if "tput" in only:
         print("throughput", flush=True)
         tput(out_dir, a.quick)
