@@ -19,7 +19,8 @@ A gap is taken as real when the lower quartile of the paired ratios is above 1.1
 the upper one below 1.0 for a lead).
 
 usage: tput_ab.py [--reps 9] [--modes prodcons,small,realloc,larson] [--threads 2]
-                  [--lib NAME=PATH[:ENV=VAL,...]] ... [--peers glibc,...|--no-peers] [--out DIR]
+                  [--lib NAME=PATH[:ENV=VAL,...]] ... [--peers glibc,...|--no-peers] [--no-lock] [--out DIR]
+run_bench.py's throughput part runs the same repetitions through run_interleaved().
 With no --lib, the tree's alloc/build/libmemcolo.so runs as memcolo-norsv
 (MEMCOLO_CLASS=be, as run_bench.py does). Writes DIR/tput_ab.csv (raw) and
 DIR/summary.md; prints the summary.
@@ -52,6 +53,13 @@ def env_for(lib, extra):
         env["LD_PRELOAD"] = lib
     env.update(extra)
     return env
+
+
+def cpu_times():
+    """(idle + iowait, total) jiffies over all CPUs, from /proc/stat"""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    return v[3] + v[4], sum(v)
 
 
 def run_one(mode, threads, lib, extra):
@@ -103,6 +111,72 @@ def quartiles(xs):
     return q[0], q[2]
 
 
+def run_interleaved(modes, threads, allocs, reps, lock=True, log=None):
+    """reps repetitions; in each, every benchmark of `modes` runs every allocator of
+    `allocs` ((name, lib path or None, extra env)) once, in an order rotated from one
+    repetition and benchmark to the next. lock: hold /tmp/memcolo-bench.lock for each
+    repetition of a benchmark (False when the caller holds it already: flock(2) locks of
+    two open files exclude each other even in one process tree). Returns one dict per
+    run: rep, benchmark, allocator, wall_ms, cpu_ms (user + system of the process),
+    peak_rss_kib (VmHWM), busy (the machine's busy share during the run, 1 - idle share
+    of /proc/stat over all CPUs; the benchmark's own 2 threads count) and load1."""
+    rows = []
+    lockf = open(LOCK, "a") if lock else None
+    for rep in range(reps):
+        for mode in modes:
+            k = (rep * 3 + modes.index(mode)) % len(allocs)
+            order = allocs[k:] + allocs[:k]
+            if lockf:
+                fcntl.flock(lockf, fcntl.LOCK_EX)
+            for name, lib, extra in order:
+                with open("/proc/loadavg") as f:
+                    load = f.read().split()[0]
+                idle0, all0 = cpu_times()
+                res = run_one(mode, threads, lib, extra)
+                idle1, all1 = cpu_times()
+                if res is None:
+                    print(f"  {mode} {name} rep {rep}: failed", file=sys.stderr)
+                    continue
+                rows.append({"rep": rep, "benchmark": mode, "allocator": name, "wall_ms": res[0],
+                             "cpu_ms": res[1], "peak_rss_kib": res[2],
+                             "busy": 1 - (idle1 - idle0) / max(1, all1 - all0), "load1": load})
+            if lockf:
+                fcntl.flock(lockf, fcntl.LOCK_UN)
+        if log:
+            log(f"rep {rep + 1}/{reps} done (load {load})")
+    if lockf:
+        lockf.close()
+    return rows
+
+
+def paired(rows, mode, name, peer_names, reps):
+    """per repetition of `mode`: name's wall / the fastest peer's wall, name's CPU time /
+    the least peer CPU time, and name's peak RSS / glibc's; three lists"""
+    ratios, cpus, rss = [], [], []
+    for rep in range(reps):
+        rr = {r["allocator"]: r for r in rows if r["benchmark"] == mode and r["rep"] == rep}
+        pw = [rr[p]["wall_ms"] for p in peer_names if p in rr]
+        if name in rr and pw:
+            ratios.append(rr[name]["wall_ms"] / min(pw))
+            pc = [rr[p]["cpu_ms"] for p in peer_names if p in rr]
+            cpus.append(rr[name]["cpu_ms"] / max(min(pc), 1.0))
+        if name in rr and "glibc" in rr:
+            rss.append(rr[name]["peak_rss_kib"] / rr["glibc"]["peak_rss_kib"])
+    return ratios, cpus, rss
+
+
+def verdict(ratios):
+    """a gap is real when the lower quartile of the paired ratios is above 1.10, a lead
+    when the upper one is below 1.0"""
+    q1, q3 = quartiles(ratios)
+    med = statistics.median(ratios)
+    if q1 > 1.10:
+        return "gap (>1.10)"
+    if q3 < 1.0:
+        return "ahead"
+    return "within 10 %" if med <= 1.10 else "unclear"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=9)
@@ -113,6 +187,8 @@ def main():
     ap.add_argument("--peers", default="glibc,jemalloc,tcmalloc,mimalloc",
                     help="peers to run (the paired ratios compare with these only)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--no-lock", action="store_true",
+                    help="do not take the benchmark lock (the caller holds it, e.g. flock(1) around this)")
     a = ap.parse_args()
     if not os.path.exists(BIN):
         os.makedirs(os.path.dirname(BIN), exist_ok=True)
@@ -122,31 +198,17 @@ def main():
     allocs = ([] if a.no_peers else peers) + libs
     out = a.out or os.path.join("/tmp", "tput_ab-" + time.strftime("%Y%m%dT%H%M%S"))
     os.makedirs(out, exist_ok=True)
-    rows = []
     modes = a.modes.split(",")
-    lockf = open(LOCK, "a")
-    for rep in range(a.reps):
-        for mode in modes:
-            k = (rep * 3 + modes.index(mode)) % len(allocs)
-            order = allocs[k:] + allocs[:k]
-            fcntl.flock(lockf, fcntl.LOCK_EX)
-            load = open("/proc/loadavg").read().split()[0]
-            for name, lib, extra in order:
-                res = run_one(mode, a.threads, lib, extra)
-                if res is None:
-                    print(f"  {mode} {name} rep {rep}: failed", file=sys.stderr)
-                    continue
-                rows.append({"rep": rep, "benchmark": mode, "allocator": name, "wall_ms": res[0],
-                             "cpu_ms": res[1], "peak_rss_kib": res[2], "load1": load})
-            fcntl.flock(lockf, fcntl.LOCK_UN)
-        print(f"rep {rep + 1}/{a.reps} done (load {load})", file=sys.stderr, flush=True)
+    rows = run_interleaved(modes, a.threads, allocs, a.reps, lock=not a.no_lock,
+                           log=lambda m: print(m, file=sys.stderr, flush=True))
     with open(os.path.join(out, "tput_ab.csv"), "w") as f:
-        f.write("rep,benchmark,allocator,wall_ms,cpu_ms,peak_rss_kib,load1\n")
+        f.write("rep,benchmark,allocator,wall_ms,cpu_ms,peak_rss_kib,busy,load1\n")
         for r in rows:
-            f.write(f"{r['rep']},{r['benchmark']},{r['allocator']},{r['wall_ms']:.1f},{r['cpu_ms']:.0f},{r['peak_rss_kib']},{r['load1']}\n")
+            f.write(f"{r['rep']},{r['benchmark']},{r['allocator']},{r['wall_ms']:.1f},{r['cpu_ms']:.0f},"
+                    f"{r['peak_rss_kib']},{r['busy']:.2f},{r['load1']}\n")
     lines = [f"# tput interleaved: {a.reps} repetitions, {a.threads} threads", "",
-             "| benchmark | allocator | wall ms median | min | max | cpu ms median | peak RSS KiB median | min | max |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| benchmark | allocator | wall ms median | min | max | cpu ms median | peak RSS KiB median | min | max | busy median |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     peer_names = [p[0] for p in allocs if p not in libs]
     for mode in modes:
         for name, _, _ in allocs:
@@ -157,7 +219,8 @@ def main():
             c = [r["cpu_ms"] for r in rs]
             m = [r["peak_rss_kib"] for r in rs]
             lines.append(f"| {mode} | {name} | {statistics.median(w):.1f} | {min(w):.1f} | {max(w):.1f} | "
-                         f"{statistics.median(c):.0f} | {statistics.median(m):.0f} | {min(m)} | {max(m)} |")
+                         f"{statistics.median(c):.0f} | {statistics.median(m):.0f} | {min(m)} | {max(m)} | "
+                         f"{statistics.median(r['busy'] for r in rs):.2f} |")
     if peer_names:
         lines += ["", "Paired per repetition: wall / fastest peer's wall in the same repetition, "
                   "peak RSS / glibc's.", "",
@@ -171,23 +234,14 @@ def main():
                     med[p] = statistics.median(w)
             best = min(med, key=med.get) if med else "-"
             for name, _, _ in libs:
-                ratios, cpus, rss = [], [], []
-                for rep in range(a.reps):
-                    rr = {r["allocator"]: r for r in rows if r["benchmark"] == mode and r["rep"] == rep}
-                    pw = [rr[p]["wall_ms"] for p in peer_names if p in rr]
-                    if name in rr and pw:
-                        ratios.append(rr[name]["wall_ms"] / min(pw))
-                        pc = [rr[p]["cpu_ms"] for p in peer_names if p in rr]
-                        cpus.append(rr[name]["cpu_ms"] / max(min(pc), 1.0))
-                    if name in rr and "glibc" in rr:
-                        rss.append(rr[name]["peak_rss_kib"] / rr["glibc"]["peak_rss_kib"])
+                ratios, cpus, rss = paired(rows, mode, name, peer_names, a.reps)
                 if not ratios:
                     continue
                 q1, q3 = quartiles(ratios)
                 med_r = statistics.median(ratios)
-                verdict = "gap (>1.10)" if q1 > 1.10 else ("ahead" if q3 < 1.0 else ("within 10 %" if med_r <= 1.10 else "unclear"))
                 rss_s = f"{statistics.median(rss):.3f}" if rss else "-"
-                lines.append(f"| {mode} | {name} | {best} ({med.get(best, 0):.1f}) | {med_r:.3f} | {q1:.3f} | {q3:.3f} | {verdict} | {statistics.median(cpus):.3f} | {rss_s} |")
+                lines.append(f"| {mode} | {name} | {best} ({med.get(best, 0):.1f}) | {med_r:.3f} | {q1:.3f} | {q3:.3f} | "
+                             f"{verdict(ratios)} | {statistics.median(cpus):.3f} | {rss_s} |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write(text)
