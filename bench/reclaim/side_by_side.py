@@ -387,6 +387,23 @@ def summary(out, runs, batch):
                      f"{fmt(med([num(r['node_limit_hits']) for r in rs]))} | "
                      f"{fmt(med([num(r['reclaim_cpu_s_per_gib']) for r in rs]), '.2f')} |")
         s.append("")
+    # --- machine noise, per run: what the lock cannot keep out
+    if ok:
+        s.append("## Machine busy share per run\n")
+        s.append("CPU busy % of the whole machine and the share of the LC CPUs' time other "
+                 "work took (their busy time less the LC service's and the load generator's; "
+                 "the agent stays off them), in the measured phase. `--redo CHUNK` a chunk "
+                 "whose runs show other work.\n")
+        s.append("| chunk | service | level | mode | load 1 min | machine busy % | "
+                 "LC CPUs foreign % | LC run delay ms | p99 µs |")
+        s.append("|---|---|---:|---|---:|---:|---:|---:|---:|")
+        for r in ok:
+            s.append(f"| {r['chunk']} | {r.get('lc_service', '')} | {r['level_pct']} % | "
+                     f"{r['mode']} | {fmt(num(r.get('loadavg_1m')), '.2f')} | "
+                     f"{fmt(num(r.get('cpu_busy_pct')), '.0f')} | "
+                     f"{fmt(num(r.get('lc_cpus_foreign_pct')), '.1f')} | "
+                     f"{fmt(num(r.get('lc_run_delay_ms')), '.0f')} | {fmt(num(r['p99_us']))} |")
+        s.append("")
     if failed:
         s.append("## Failed runs\n")
         for r in failed:

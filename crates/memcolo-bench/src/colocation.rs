@@ -1103,6 +1103,8 @@ impl Sweep<'_> {
         let redis_pid = redis.pid();
         let stat_before = process::read_stat(redis_pid)?;
         let sched_before = process::read_schedstat(redis_pid).ok();
+        let lc_cpus = &self.lc_cpus;
+        let cpu_use_before = LcCpuUse::read(lc_cpus, redis_pid);
         let hits_before = groups.node.limit_hits().ok();
         let measure_spec = LoadSpec {
             duration: s.duration,
@@ -1152,6 +1154,12 @@ impl Sweep<'_> {
                         row.lc_run_delay_ms = Some(w.saturating_sub(w0) as f64 / 1e6);
                         row.lc_cpu_ms = Some(e.saturating_sub(e0) as f64 / 1e6);
                     }
+                    if let (Some(a), Some(b)) = (cpu_use_before, LcCpuUse::read(lc_cpus, redis_pid))
+                    {
+                        let (busy, foreign) = a.since(&b);
+                        row.lc_cpus_busy_ms = Some(busy);
+                        row.lc_cpus_foreign_ms = Some(foreign);
+                    }
                     smp.timeline.push(row);
                     for pid in read_procs(&be).unwrap_or_default() {
                         if let Some(r) = BeProcSample::read(pid) {
@@ -1170,6 +1178,13 @@ impl Sweep<'_> {
         let stat_after = process::read_stat(redis_pid).unwrap_or(stat_before);
         let node_limit_hits = match (hits_before, groups.node.limit_hits()) {
             (Some(a), Ok(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let lc_cpus_foreign_pct = match (cpu_use_before, LcCpuUse::read(lc_cpus, redis_pid)) {
+            (Some(a), Some(b)) => {
+                let n = lc_cpus.as_ref().map_or(1, |c| c.len().max(1)) as f64;
+                Some(a.since(&b).1 / (s.duration.as_secs_f64() * 1000.0 * n) * 100.0)
+            }
             _ => None,
         };
         let lc_run_delay_ms = match (sched_before, process::read_schedstat(redis_pid)) {
@@ -1268,6 +1283,7 @@ impl Sweep<'_> {
             lc_service: lc_kind.as_str().into(),
             node_limit_hits,
             lc_run_delay_ms,
+            lc_cpus_foreign_pct,
             ..Default::default()
         };
         if let Some(e) = &load.first_error {
@@ -1305,6 +1321,41 @@ pub(crate) struct TimelineRow {
     /// began (`/proc/<pid>/schedstat`), ms; and the CPU time it ran, ms.
     pub lc_run_delay_ms: Option<f64>,
     pub lc_cpu_ms: Option<f64>,
+    /// Busy time of the LC CPUs since the phase began, ms, and the part of it that
+    /// neither the LC service nor this bench (its load generator) ran: other work on
+    /// the LC CPUs (the agent stays off them), see [`LcCpuUse`].
+    pub lc_cpus_busy_ms: Option<f64>,
+    pub lc_cpus_foreign_ms: Option<f64>,
+}
+
+/// Counters from which the LC CPUs' busy time and its foreign part follow: the BE
+/// CPUs are saturated by the BE jobs, so the scheduler balances every other runnable
+/// task of the machine (builds, tests, kernel threads) onto the LC CPUs, where it
+/// queues in front of the LC service. `/proc/stat` busy ticks of the LC CPUs minus
+/// the LC service's and this process's CPU ticks (both pinned there), in ticks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LcCpuUse {
+    busy: u64,
+    own: u64,
+}
+
+impl LcCpuUse {
+    pub(crate) fn read(lc_cpus: &Option<Vec<usize>>, lc_pid: i32) -> Option<LcCpuUse> {
+        let busy = process::read_cpus_busy_ticks(lc_cpus.as_deref()?)?;
+        let lc = process::read_stat(lc_pid).ok()?.cpu_ticks;
+        let me = process::read_stat(std::process::id() as i32)
+            .ok()?
+            .cpu_ticks;
+        Some(LcCpuUse { busy, own: lc + me })
+    }
+
+    /// (busy ms, foreign ms) from `self` to `later`.
+    pub(crate) fn since(&self, later: &LcCpuUse) -> (f64, f64) {
+        let ms = 1000.0 / process::clock_ticks_per_s().max(1) as f64;
+        let busy = later.busy.saturating_sub(self.busy);
+        let own = later.own.saturating_sub(self.own);
+        (busy as f64 * ms, busy.saturating_sub(own) as f64 * ms)
+    }
 }
 
 impl TimelineRow {

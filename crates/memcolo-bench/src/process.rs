@@ -348,6 +348,32 @@ pub fn read_cpu_times() -> Option<CpuTimes> {
     parse_cpu_times(&fs::read_to_string("/proc/stat").ok()?)
 }
 
+/// Busy ticks (every state but idle and iowait) of the CPUs `cpus`, summed, from the
+/// `cpuN` lines of `/proc/stat` text; `None` when a CPU's line is missing.
+pub fn parse_cpus_busy_ticks(proc_stat: &str, cpus: &[usize]) -> Option<u64> {
+    let mut sum = 0;
+    for &c in cpus {
+        let tag = format!("cpu{c} ");
+        let line = proc_stat.lines().find(|l| l.starts_with(&tag))?;
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        if v.len() < 8 {
+            return None;
+        }
+        sum += v.iter().sum::<u64>() - v[3] - v[4];
+    }
+    Some(sum)
+}
+
+/// [`parse_cpus_busy_ticks`] of the machine's `/proc/stat`.
+pub fn read_cpus_busy_ticks(cpus: &[usize]) -> Option<u64> {
+    parse_cpus_busy_ticks(&fs::read_to_string("/proc/stat").ok()?, cpus)
+}
+
 /// The 1-minute load average (`/proc/loadavg`), a gauge of how busy the machine was.
 pub fn loadavg_1m() -> Option<f64> {
     fs::read_to_string("/proc/loadavg")
@@ -361,6 +387,18 @@ pub fn loadavg_1m() -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_ticks_of_some_cpus() {
+        let text = "cpu  10 0 10 100 5 0 0 0 0 0\n\
+                    cpu0 4 0 6 50 2 0 0 0 0 0\n\
+                    cpu1 6 0 4 50 3 1 1 2 0 0\n";
+        assert_eq!(parse_cpus_busy_ticks(text, &[0]), Some(10));
+        assert_eq!(parse_cpus_busy_ticks(text, &[1]), Some(14));
+        assert_eq!(parse_cpus_busy_ticks(text, &[0, 1]), Some(24));
+        assert_eq!(parse_cpus_busy_ticks(text, &[2]), None);
+        assert!(read_cpus_busy_ticks(&[0]).is_some());
+    }
 
     #[test]
     fn schedstat_fields() {

@@ -107,6 +107,10 @@ pub struct RunRecord {
     /// Time the LC service's main thread waited runnable for a CPU in the measured
     /// phase (`/proc/<pid>/schedstat`), ms.
     pub lc_run_delay_ms: Option<f64>,
+    /// Share of the LC CPUs' time in the measured phase that other work took: their
+    /// busy time less the LC service's and the bench's own (load generator) CPU, %.
+    /// Work outside the bench lock shows here; the agent stays off the LC CPUs.
+    pub lc_cpus_foreign_pct: Option<f64>,
 }
 
 /// A run's record and its latency histogram (µs).
@@ -313,14 +317,20 @@ pub fn markdown(ctx: &ReportContext, records: &[RunRecord]) -> String {
     s.push_str(
         "\nkills = kernel OOM kills in the node + kills in the agent's event log. \
          BE anon ops = stress-ng vm bogo ops. Machine noise per run (1-min load average, \
-         CPU busy %, steal %): ",
+         CPU busy %, steal %, share of the LC CPUs other work took): ",
     );
     let loads: Vec<String> = records
         .iter()
         .map(|r| {
             format!(
-                "{}%/{} {:.2}, {:.0}%, {:.1}%",
-                r.level_pct, r.mode, r.loadavg_1m, r.cpu_busy_pct, r.steal_pct
+                "{}%/{} {:.2}, {:.0}%, {:.1}%, {}",
+                r.level_pct,
+                r.mode,
+                r.loadavg_1m,
+                r.cpu_busy_pct,
+                r.steal_pct,
+                r.lc_cpus_foreign_pct
+                    .map_or("-".into(), |f| format!("{f:.0}% foreign"))
             )
         })
         .collect();
