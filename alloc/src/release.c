@@ -168,7 +168,7 @@ void mc_release_tick_locked(uint64_t now_ms, size_t protect_bytes) {
     ep->skipped_pending += skipped;
     ep->decision_used = mc_heap.used_pages;
   }
-  size_t done = doit ? mc_heap_release_locked(doit << MC_PAGE_SHIFT, false, protect_bytes) : 0;
+  size_t done = doit ? mc_heap_release_periodic_locked(doit << MC_PAGE_SHIFT, protect_bytes) : 0;
   /* skipped or done, the budget of this period is spent */
   (void)done;
   mc_release_carry_bytes = 0;

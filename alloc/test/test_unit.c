@@ -215,6 +215,39 @@ TEST(test_subrelease_breaks_and_heals) {
   CHECK(broken2 < broken1);
 }
 
+/* periodic release spares intact huge pages with fewer than 1/8 of their pages free
+ * (breaking one takes all its used pages off huge page coverage); a release demanded by
+ * pressure takes them */
+TEST(test_periodic_release_spares_nearly_full) {
+  mc_span_t *s[16];
+  for (int i = 0; i < 16; i++) {
+    s[i] = mc_heap_alloc(32, MC_SPAN_LARGE, false);
+    CHECK(s[i] != NULL);
+    memset((void *)s[i]->start, 1, 32 << 12);
+  }
+  mc_hugepage_t *hp = s[5]->hp;
+  mc_heap_free(s[5]); /* 32 free backed pages on a huge page that was full or nearly */
+  pthread_mutex_lock(&mc_heap.lock);
+  unsigned fb = MC_HP_PAGES - hp->used_pages - hp->released_pages;
+  bool intact0 = !hp->broken;
+  mc_heap_release_periodic_locked(0, 0);
+  unsigned fb1 = MC_HP_PAGES - hp->used_pages - hp->released_pages;
+  bool intact1 = !hp->broken;
+  bool ok = mc_heap_check_locked();
+  pthread_mutex_unlock(&mc_heap.lock);
+  CHECK(ok);
+  if (intact0 && fb < MC_HP_PAGES / 8) CHECK(intact1 && fb1 == fb);
+  CHECK(fb >= 32);
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_heap_release_locked(0, false, 0);
+  unsigned fb2 = MC_HP_PAGES - hp->used_pages - hp->released_pages;
+  ok = mc_heap_check_locked();
+  pthread_mutex_unlock(&mc_heap.lock);
+  CHECK(ok);
+  CHECK(fb2 == 0);
+  for (int i = 0; i < 16; i++) if (i != 5) mc_heap_free(s[i]);
+}
+
 TEST(test_release_cache_only) {
   mc_span_t *s = mc_heap_alloc(256, MC_SPAN_LARGE, false);
   memset((void *)s->start, 1, 256 << 12);
@@ -489,6 +522,7 @@ int main(int argc, char **argv) {
   RUN(test_filler_longest_free_incremental);
   RUN(test_hugepages_carved_from_chunks);
   RUN(test_subrelease_breaks_and_heals);
+  RUN(test_periodic_release_spares_nearly_full);
   RUN(test_release_cache_only);
   RUN(test_skip_subrelease_and_tracker);
   RUN(test_realized_fragmentation);
