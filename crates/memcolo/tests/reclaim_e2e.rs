@@ -475,3 +475,164 @@ fn reclaim_allocation_rate_follows_a_page_cache_streamer() {
     );
     drop(scratch);
 }
+
+/// The back-off on a BE job that thrashes: a 320 MiB BE process in a 256 MiB scope
+/// reads its whole set again and again, so what the workers evict comes back within
+/// one pass. The agent runs with `thrash_turnaround_ms = 30000` (a pass takes seconds,
+/// so the bound does not depend on the machine's speed) and a proactive band of up to
+/// a quarter of the scope (`max_low_ratio = 0.25`; at the default 2 % the band of a
+/// 256 MiB scope is below the 32 MiB high-mark floor and backing off has nothing to
+/// cut; in the runs so far the burst-sized high mark itself reached the band's
+/// ceiling, a quarter of the scope, so the back-off still had nothing to cut and only
+/// its state shows). Asserts that (1) the page turnaround falls below the threshold
+/// and the scheduler backs off (`backoffs_total`, `backing_off` in status), (2) while
+/// backed off the low mark is at most one batch (16 MiB) above the high mark, (3) the high
+/// mark is kept (the workers still reclaim below it) and nothing is killed, (4) once
+/// the passes stop the back-off runs out, and (5) the BE data is intact. The status
+/// seen is printed, to show what the back-off does. Needs root, cgroup v1, zram and
+/// python3; elsewhere it says why and passes without running.
+#[test]
+fn reclaim_backs_off_while_a_be_job_thrashes_and_recovers() {
+    let test = "reclaim_backs_off_while_a_be_job_thrashes_and_recovers";
+    if !support::real_cgroup_v1_available(test) {
+        return;
+    }
+    let Some(python) = support::python() else {
+        eprintln!("{test}: skipped: no python3");
+        return;
+    };
+    let _swap = match TestSwap::add(768 * MIB) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{test}: skipped: no zram swap of its own: {e}");
+            return;
+        }
+    };
+    let exe = env!("CARGO_BIN_EXE_memcolo");
+    let tmp = tempfile::tempdir().unwrap();
+    let scratch = Scratch::new("reclaim-backoff");
+    let scope = scratch.cg.path().to_path_buf();
+    scratch.cg.write_limit(Limit::Bytes(256 * MIB)).unwrap();
+    let be_group = scratch.cg.create_child("be").unwrap();
+    be_group.write_limit(Limit::Bytes(1 << 30)).unwrap();
+    let cfg = tmp.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        "[reclaim]\nenabled = true\nmax_workers = 1\nturnaround_poll_ms = 100\n\
+         max_low_ratio = 0.25\nthrash_turnaround_ms = 30000\nbackoff_periods = 3\n",
+    )
+    .unwrap();
+    let sock = tmp.path().join("agent.sock");
+    let _agent = Agent(Some(
+        Command::new(exe)
+            .arg("agent")
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--metrics-addr", "127.0.0.1:0", "--poll-ms", "200"])
+            .args(["--kill-after-s", "3600"])
+            .arg("--scope")
+            .arg(format!("cgroup:{}", scope.display()))
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--state-dir")
+            .arg(tmp.path().join("state"))
+            .arg("--event-log")
+            .arg(tmp.path().join("events.jsonl"))
+            .env("MEMCOLO_LOG", "warn")
+            .spawn()
+            .unwrap(),
+    ));
+    wait_for("the agent's socket", Duration::from_secs(30), || {
+        sock.exists()
+    });
+    let status = || agent_status(exe, &sock)["reclaim"].clone();
+    let mut c = Command::new(exe);
+    c.args(["run", "--class", "be", "--cgroup", "be", "--socket"])
+        .arg(&sock)
+        .args(["--", python, "-c", support::HOLDER, "320", "8"]);
+    let mut be = Holder::spawn(c);
+    wait_for(
+        "the agent reclaiming 32 MiB of the BE job",
+        Duration::from_secs(120),
+        || status()["reclaimed_bytes_total"].as_u64().unwrap_or(0) >= 32 * MIB,
+    );
+    let t0 = Instant::now();
+    let mut seen: Vec<String> = Vec::new();
+    let mut note = |r: &Value| {
+        let line = format!(
+            "{:5.1} s {:>11} headroom {:>3} MiB low {:>3} high {:>3} turnaround {}{} ({}) \
+             backing_off {} backoffs {}",
+            t0.elapsed().as_secs_f64(),
+            r["state"].as_str().unwrap_or("?"),
+            r["headroom_bytes"].as_u64().unwrap_or(0) >> 20,
+            r["low_mark_bytes"].as_u64().unwrap_or(0) >> 20,
+            r["high_mark_bytes"].as_u64().unwrap_or(0) >> 20,
+            if r["turnaround_at_least"] == true {
+                ">"
+            } else {
+                ""
+            },
+            r["turnaround_s"],
+            r["turnaround_source"].as_str().unwrap_or("?"),
+            r["backing_off"],
+            r["backoffs_total"],
+        );
+        seen.push(line);
+    };
+    let before = status();
+    note(&before);
+    assert_eq!(before["backoffs_total"], 0, "{before}");
+
+    // (1)-(3) Passes over the whole set until the scheduler has backed off, and a few
+    // more while it stays backed off.
+    let mut backed_off_views = 0;
+    let mut passes = 0;
+    while backed_off_views < 3 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "no back-off within 180 s of passes:\n{}",
+            seen.join("\n")
+        );
+        be.touch();
+        passes += 1;
+        let r = status();
+        note(&r);
+        if r["backing_off"] == true {
+            backed_off_views += 1;
+            let (low, high) = (
+                r["low_mark_bytes"].as_u64().unwrap(),
+                r["high_mark_bytes"].as_u64().unwrap(),
+            );
+            assert!(low <= high + 16 * MIB, "band not cut: {r}");
+            assert!(high >= 32 * MIB, "high mark abandoned: {r}");
+            assert!(r["backoffs_total"].as_u64().unwrap() >= 1, "{r}");
+            assert!(r["turnaround_s"].as_f64().unwrap() < 30.0, "{r}");
+        }
+    }
+    let reclaimed = status()["reclaimed_bytes_total"].as_u64().unwrap();
+    // (4) The passes stop: nothing refaults, and the back-off runs out.
+    wait_for(
+        "the back-off to run out once the BE job is idle",
+        Duration::from_secs(90),
+        || {
+            let r = status();
+            let done = r["backing_off"] == false;
+            if done {
+                note(&r);
+            }
+            done
+        },
+    );
+    eprintln!(
+        "{test}: {passes} passes over 320 MiB in a 256 MiB scope; reclaimed {} MiB; \
+         status seen:\n{}",
+        reclaimed >> 20,
+        seen.join("\n")
+    );
+    // (5) Intact, and nobody killed.
+    assert!(be.intact(), "BE data changed");
+    let oom = std::fs::read_to_string(scope.join("memory.oom_control")).unwrap();
+    assert!(oom.lines().any(|l| l == "oom_kill 0"), "{oom}");
+    drop(be);
+    drop(scratch);
+}
