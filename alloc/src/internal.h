@@ -87,6 +87,7 @@ typedef struct mc_span_s {
   uint8_t pooled;           /* sitting in the Hermes pool */
   uint8_t fresh;            /* region straight from mmap: still zero */
   uint8_t shard;            /* central shard owning a small span */
+  uint8_t locked;           /* pooled block mlocked (MEMCOLO_MLOCK; reserve.c) */
   uint16_t capacity;        /* objects in a small span (<= MC_SPAN_MAX_OBJECTS) */
   uint16_t allocated;       /* objects out of the span (in tcaches, transfer caches, or app) */
   uint64_t freemap[MC_SPAN_MAX_OBJECTS / 64]; /* bit set: object i is free in the span */
@@ -152,7 +153,7 @@ typedef enum {
   MC_OPT_RSV_FACTOR_PCT,      /* RSV_FACTOR x 100 */
   MC_OPT_MIN_RSV_BYTES,       /* min_rsv */
   MC_OPT_TRIM_FACTOR_PCT,     /* TRIM_THR = this/100 x reservation target */
-  MC_OPT_MLOCK,               /* mlock pre-faulted memory when permitted */
+  MC_OPT_MLOCK,               /* mlock pooled large blocks until handed out, when permitted */
   MC_OPT_RELEASE_RATE_BYTES,  /* periodic release rate, bytes/s (0 = none) */
   MC_OPT_SKIP_SUBRELEASE_S,   /* Delta, seconds (0 = off) */
   MC_OPT_T_SCHEDULE_S,        /* window of realized fragmentation */
@@ -181,7 +182,9 @@ extern long mc_options_cache[MC_OPT__COUNT];
 void *mc_os_map_huge(size_t bytes);   /* 2 MiB-aligned anonymous mapping, NULL on failure */
 void mc_os_unmap(void *p, size_t bytes);
 void mc_os_release(void *p, size_t bytes);  /* MADV_DONTNEED (after munlock if locked) */
-void mc_os_populate(void *p, size_t bytes); /* MADV_POPULATE_WRITE, or touch; mlock if asked */
+void mc_os_populate(void *p, size_t bytes); /* MADV_POPULATE_WRITE, or touch */
+bool mc_os_populate_locked(void *p, size_t bytes); /* populate + mlock with MEMCOLO_MLOCK; true if locked */
+void mc_os_unlock(void *p, size_t bytes);   /* munlock */
 void *mc_os_remap(void *p, size_t old_bytes, size_t new_bytes); /* keeps 2 MiB alignment */
 void *mc_os_meta_alloc(size_t bytes); /* zeroed internal memory, never freed */
 void mc_os_thp_init(void);            /* reads the THP settings (MEMCOLO_THP, sysfs) */

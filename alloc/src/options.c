@@ -14,7 +14,7 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
   [MC_OPT_RSV_FACTOR_PCT] = {"RSV_FACTOR", 200, "x100 (RSV_FACTOR=2 -> 200; decimals allowed)"},
   [MC_OPT_MIN_RSV_BYTES] = {"MIN_RSV", 5L << 20, "bytes (suffix k/m/g), min_rsv"},
   [MC_OPT_TRIM_FACTOR_PCT] = {"TRIM_FACTOR", 400, "x100 of the target, TRIM_THR"},
-  [MC_OPT_MLOCK] = {"MLOCK", 0, "1 = mlock pre-faulted memory when permitted"},
+  [MC_OPT_MLOCK] = {"MLOCK", 1, "1 = mlock the pooled large blocks until handed out (Hermes §4), when permitted; 0 = never"},
   [MC_OPT_RELEASE_RATE_BYTES] = {"RELEASE_RATE", 1L << 20, "bytes/s of periodic release"},
   [MC_OPT_SKIP_SUBRELEASE_S] = {"SKIP_SUBRELEASE_S", 60, "s, Delta (0 = off)"},
   [MC_OPT_T_SCHEDULE_S] = {"T_SCHEDULE_S", 300, "s, realized fragmentation window"},

@@ -159,13 +159,28 @@ void mc_os_release(void *p, size_t bytes) {
   madvise(p, bytes, MADV_DONTNEED);
 }
 
-void mc_os_populate(void *p, size_t bytes) {
-  if (bytes == 0) return;
+/* Pre-faults [p, p+bytes) and mlocks it (Hermes §4: reserved memory is never swapped
+ * out before it is used) when MEMCOLO_MLOCK is on and mlock works; true if locked. The
+ * caller munlocks (mc_os_unlock) when the memory is handed out. mlock needs
+ * CAP_IPC_LOCK or room in RLIMIT_MEMLOCK; the first failure turns it off with a warning. */
+bool mc_os_populate_locked(void *p, size_t bytes) {
+  if (bytes == 0) return false;
   if (MC_OPT(MC_OPT_MLOCK) && mc_mlock_works) {
-    if (mlock(p, bytes) == 0) return; /* mlock faults the pages in */
+    if (mlock(p, bytes) == 0) return true; /* mlock faults the pages in */
     mc_mlock_works = 0;
     mc_os_warn_once(&mc_warned_mlock, "mlock of reserved memory failed (RLIMIT_MEMLOCK?)", errno);
   }
+  mc_os_populate(p, bytes);
+  return false;
+}
+
+void mc_os_unlock(void *p, size_t bytes) {
+  if (bytes && mc_mlock_works) munlock(p, bytes);
+}
+
+/* Pre-faults [p, p+bytes): MADV_POPULATE_WRITE, or a write to each page. */
+void mc_os_populate(void *p, size_t bytes) {
+  if (bytes == 0) return;
   if (mc_populate_works) {
     if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
     if (errno == EINVAL || errno == ENOSYS) {

@@ -23,8 +23,15 @@
  * KiB requests missed with 20 ms, 2-4 % with 100-150 ms). (b) The thread runs at
  * MEMCOLO_MGMT_NICE (-10) while reserving: at the process's nice it got about half a
  * CPU beside a BE job and 42-55 % of the requests missed; at -10, 3-10 %.
+ * (c) Pooled blocks are mlocked until handed out (MEMCOLO_MLOCK, Hermes §4; munlocked
+ * by this thread in its next round): under anonymous pressure a pre-faulted block that
+ * nobody touched yet is the coldest memory of its group, and reclaim swapped pooled
+ * blocks out before their allocation came (MEMCOLO_RSV_TRACE: 0.5-30 ms allocations
+ * while the pool held 40 MiB and had missed 3 times). (d) A request that finds the pool
+ * empty while a block is being pre-faulted waits for that block (at most 2 ms) instead
+ * of faulting fresh pages at its own priority beside it.
  * A `top` notification (agent.c) suspends the reservation for MEMCOLO_TOP_HOLD_S.
- * Pre-faulting uses MADV_POPULATE_WRITE (mlock with MEMCOLO_MLOCK=1), outside every
+ * Pre-faulting uses MADV_POPULATE_WRITE (mlock for pooled blocks), outside every
  * lock. Large requests take a pooled block (best fit in their bucket, then the next
  * buckets, then the largest block grown in place) or fall back to the page heap. */
 #include <errno.h>
@@ -41,6 +48,19 @@ volatile int mc_reserve_thread_running;
 uint64_t mc_demand_small_bytes, mc_demand_large_bytes, mc_demand_large_count;
 
 static pthread_mutex_t mc_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+/* the block the management thread is pre-faulting now (pages; 0 = none): a request
+ * that finds the pool empty waits for it rather than faulting fresh pages itself */
+static pthread_cond_t mc_pool_pushed = PTHREAD_COND_INITIALIZER;
+static size_t mc_pool_inflight_pages;
+static uint64_t mc_pool_waits;
+/* With MEMCOLO_MLOCK, pooled blocks are mlocked while they wait (Hermes §4): under
+ * anonymous pressure a pre-faulted block that nobody has touched yet is the coldest
+ * memory of the group, and reclaim swapped pooled blocks out before their allocation
+ * came. Blocks handed out are munlocked by the management thread, not on the
+ * allocation path (munlock takes the mmap lock for writing): a queue of them. */
+#define MC_UNLOCK_QUEUE 512
+static struct { uintptr_t start; size_t bytes; } mc_unlock_q[MC_UNLOCK_QUEUE];
+static unsigned mc_unlock_n;
 static mc_span_t *mc_pool[MC_POOL_BUCKETS + 1];
 static size_t mc_pool_total_bytes;
 static uint64_t mc_pool_hits, mc_pool_misses, mc_prefaulted_bytes;
@@ -122,6 +142,22 @@ static mc_span_t *pool_take_locked(size_t pages) {
 void *mc_pool_alloc(size_t pages) {
   pthread_mutex_lock(&mc_pool_lock);
   mc_span_t *s = pool_take_locked(pages);
+  if (s == NULL && mc_pool_inflight_pages >= pages) {
+    /* the pool is empty and a block is being pre-faulted right now: waiting for it
+     * costs at most the rest of that block's faults, done by the management thread at
+     * its priority; faulting a block here would charge (and under pressure reclaim)
+     * alongside it, at the application's priority */
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += 2 * 1000 * 1000;
+    if (dl.tv_nsec >= 1000000000L) { dl.tv_sec++; dl.tv_nsec -= 1000000000L; }
+    mc_pool_waits++;
+    while (s == NULL && mc_pool_inflight_pages >= pages) {
+      if (pthread_cond_timedwait(&mc_pool_pushed, &mc_pool_lock, &dl) != 0) break;
+      s = pool_take_locked(pages);
+    }
+    if (s == NULL) s = pool_take_locked(pages);
+  }
   if (s == NULL) {
     /* the largest pooled block, grown in place (its own pages are already faulted) */
     mc_span_t *big = NULL, **link = NULL;
@@ -147,6 +183,14 @@ void *mc_pool_alloc(size_t pages) {
   pthread_mutex_unlock(&mc_pool_lock);
 got:
   __atomic_fetch_add(&mc_pool_hits, 1, __ATOMIC_RELAXED);
+  if (s->locked) {
+    s->locked = 0;
+    pthread_mutex_lock(&mc_pool_lock);
+    bool queued = mc_unlock_n < MC_UNLOCK_QUEUE;
+    if (queued) mc_unlock_q[mc_unlock_n++] = (typeof(mc_unlock_q[0])){s->start, (size_t)s->pages << MC_PAGE_SHIFT};
+    pthread_mutex_unlock(&mc_pool_lock);
+    if (!queued) mc_os_unlock((void *)s->start, (size_t)s->pages << MC_PAGE_SHIFT);
+  }
   s->pooled = 0;
   if (s->pages > pages) mc_heap_shrink(s, pages);
   mc_pagemap_set(s->start, s); /* its leaf exists: the block was mapped before */
@@ -173,8 +217,11 @@ static void pool_push(mc_span_t *s) {
   pthread_mutex_lock(&mc_pool_lock);
   if (!mc_reserve_on) {
     /* turned off while this block was being pre-faulted: the pool stays empty */
+    mc_pool_inflight_pages = 0;
+    pthread_cond_broadcast(&mc_pool_pushed);
     pthread_mutex_unlock(&mc_pool_lock);
     s->kind = MC_SPAN_LARGE;
+    if (s->locked) { s->locked = 0; mc_os_unlock((void *)s->start, (size_t)s->pages << MC_PAGE_SHIFT); }
     mc_heap_free(s);
     return;
   }
@@ -183,6 +230,8 @@ static void pool_push(mc_span_t *s) {
   s->next = mc_pool[b];
   mc_pool[b] = s;
   mc_pool_total_bytes += (size_t)s->pages << MC_PAGE_SHIFT;
+  mc_pool_inflight_pages = 0;
+  pthread_cond_broadcast(&mc_pool_pushed);
   pthread_mutex_unlock(&mc_pool_lock);
 }
 
@@ -203,12 +252,26 @@ static size_t pool_trim(size_t limit) {
     s->next = NULL;
     s->kind = MC_SPAN_LARGE;
     done += (size_t)s->pages << MC_PAGE_SHIFT;
+    if (s->locked) { s->locked = 0; mc_os_unlock((void *)s->start, (size_t)s->pages << MC_PAGE_SHIFT); }
     mc_heap_free(s);
   }
   return done;
 }
 
 size_t mc_pool_drain(void) { return pool_trim(0); }
+
+/* munlocks the pooled blocks handed out since the last round (MEMCOLO_MLOCK) */
+static void unlock_handed_out(void) {
+  typeof(mc_unlock_q[0]) q[64];
+  for (;;) {
+    unsigned n = 0;
+    pthread_mutex_lock(&mc_pool_lock);
+    while (mc_unlock_n > 0 && n < 64) q[n++] = mc_unlock_q[--mc_unlock_n];
+    pthread_mutex_unlock(&mc_pool_lock);
+    if (n == 0) return;
+    for (unsigned i = 0; i < n; i++) mc_os_unlock((void *)q[i].start, q[i].bytes);
+  }
+}
 
 /* The management thread's CPU priority follows the reservation: at MEMCOLO_MGMT_NICE
  * while it is on, at the process's nice otherwise. Pre-faulting is the LC service's
@@ -297,6 +360,7 @@ static void *mc_reserve_main(void *arg) {
       mc_heap_release_locked(fb - trim_thr, true, trim_thr);
       pthread_mutex_unlock(&mc_heap.lock);
     }
+    unlock_handed_out();
     /* Algorithm 2: the pool of large blocks */
     size_t pool_target = (size_t)(factor * (double)large);
     if ((double)pool_target < rate_large * horizon_us) pool_target = (size_t)(rate_large * horizon_us);
@@ -309,7 +373,10 @@ static void *mc_reserve_main(void *arg) {
         mc_span_t *s = mc_heap_alloc(block_pages, MC_SPAN_LARGE, 0);
         if (s == NULL) break;
         mc_pagemap_set(s->start, NULL);
-        mc_os_populate((void *)s->start, block_pages << MC_PAGE_SHIFT);
+        pthread_mutex_lock(&mc_pool_lock);
+        mc_pool_inflight_pages = block_pages;
+        pthread_mutex_unlock(&mc_pool_lock);
+        s->locked = mc_os_populate_locked((void *)s->start, block_pages << MC_PAGE_SHIFT);
         __atomic_fetch_add(&mc_prefaulted_bytes, block_pages << MC_PAGE_SHIFT, __ATOMIC_RELAXED);
         pool_push(s);
         progress = 1;
@@ -387,6 +454,8 @@ void mc_reserve_after_fork_child(void) {
   mc_resume_at_ms = 0;
   mc_mgmt_no_autostart = 1;
   pthread_mutex_init(&mc_pool_lock, NULL);
+  pthread_cond_init(&mc_pool_pushed, NULL);
+  mc_pool_inflight_pages = 0;
 }
 
 void mc_reserve_stats(memcolo_stats_t *st) {
