@@ -1332,7 +1332,9 @@ pub(crate) struct TimelineRow {
 /// CPUs are saturated by the BE jobs, so the scheduler balances every other runnable
 /// task of the machine (builds, tests, kernel threads) onto the LC CPUs, where it
 /// queues in front of the LC service. `/proc/stat` busy ticks of the LC CPUs minus
-/// the LC service's and this process's CPU ticks (both pinned there), in ticks.
+/// the LC service's and this process's CPU ticks, in ticks. A lower bound on the
+/// foreign part: this process's threads are subtracted wherever they ran, and the load
+/// generator's runtime threads run on the BE CPUs at times.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LcCpuUse {
     busy: u64,

@@ -109,7 +109,9 @@ pub struct RunRecord {
     pub lc_run_delay_ms: Option<f64>,
     /// Share of the LC CPUs' time in the measured phase that other work took: their
     /// busy time less the LC service's and the bench's own (load generator) CPU, %.
-    /// Work outside the bench lock shows here; the agent stays off the LC CPUs.
+    /// Work outside the bench lock shows here; the agent stays off the LC CPUs. A lower
+    /// bound: the bench's own CPU is subtracted wherever it ran, and its load
+    /// generator's threads also run on the BE CPUs at times (perf: 0.65 of 20 s).
     pub lc_cpus_foreign_pct: Option<f64>,
 }
 
