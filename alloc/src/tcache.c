@@ -1,9 +1,8 @@
 /* tcache.c — per-thread caches: per size class an array (a stack) of free objects, so
  * that malloc pops and free pushes a pointer without touching the object (jemalloc's
- * tcache bins, TCMalloc's per-CPU slabs). A list's bound starts small (a thread that
- * only frees a class, a consumer, parks at most MC_FREEONLY_BYTES of it, below), is
- * half a batch from the class's first refill and grows by one batch on each underflow
- * (TCMalloc's slow start) up to the
+ * tcache bins, TCMalloc's per-CPU slabs). A list's bound starts at half a batch (a
+ * thread that only frees a class, a consumer, parks a quarter batch on average instead
+ * of half) and grows by one batch on each underflow (TCMalloc's slow start) up to the
  * class's capacity (mc_class_tcap: a quarter of MEMCOLO_TCACHE's bytes); an overflow
  * returns the oldest half of the list to the central lists; a thread over its byte
  * budget returns half of every list. A list's array is allocated on its first use and
@@ -20,25 +19,6 @@
 __thread mc_tcache_t *mc_tcache __attribute__((tls_model("initial-exec")));
 __thread int mc_tcache_dead __attribute__((tls_model("initial-exec"))); /* its cache was destroyed */
 static pthread_key_t mc_tcache_key;
-
-/* A thread that frees a class it has not allocated (a consumer) gains nothing from
- * parking its objects: it never pops them, and the allocating thread meanwhile cuts new
- * spans. Its list is bounded at this many bytes (at least MC_FREEONLY_MIN objects, at
- * most half a batch) and handed back whole when full, the front end's form of
- * mimalloc's thread-free lists: the objects return to their spans' shard, where the
- * producer's next refill finds them. Half a batch parked per class cost 78-105 KiB of
- * a producer/consumer run's peak RSS (two consumers, 16 classes). The first refill
- * raises the bound to the allocating thread's half batch. */
-#ifndef MC_FREEONLY_BYTES
-#define MC_FREEONLY_BYTES 2048
-#endif
-#define MC_FREEONLY_MIN 8
-static inline uint16_t mc_tcache_freeonly_bound(unsigned cls) {
-  uint32_t half = (mc_class_batch[cls] + 1u) / 2u;
-  uint32_t n = MC_FREEONLY_BYTES / mc_class_size[cls];
-  if (n < MC_FREEONLY_MIN) n = MC_FREEONLY_MIN;
-  return (uint16_t)(n < half ? n : half);
-}
 static mc_tcache_t *mc_tcache_all, *mc_tcache_free;
 static size_t mc_tcache_live;
 static unsigned mc_tcache_next_shard;
@@ -109,7 +89,7 @@ mc_tcache_t *mc_tcache_get_slow(void) {
   if (tc) {
     for (unsigned c = 1; c < MC_CLASSES; c++) { /* a recycled record keeps its arrays */
       tc->bins[c].count = 0;
-      tc->lmax[c] = mc_tcache_freeonly_bound(c);
+      tc->lmax[c] = (uint16_t)((mc_class_batch[c] + 1) / 2);
       mc_tcache_set_max(tc, c);
     }
     tc->shard = mc_tcache_next_shard++ % mc_nshards;
@@ -133,8 +113,6 @@ void *mc_tcache_refill(mc_tcache_t *tc, unsigned cls) {
   uint32_t batch = mc_class_batch[cls];
   /* slow start: a class that keeps missing may cache more (the array grows only when
    * frees fill it: a thread that only allocates holds one batch's slots) */
-  uint16_t half = (uint16_t)((batch + 1) / 2);
-  if (tc->lmax[cls] < half) tc->lmax[cls] = half; /* the class's first refill: no longer free-only */
   if (tc->lmax[cls] + batch <= mc_class_tcap[cls]) tc->lmax[cls] = (uint16_t)(tc->lmax[cls] + batch);
   if (!mc_tcache_reserve(tc, cls, batch)) { /* no array (metadata OOM): one object from the shard */
     void *p = NULL;
