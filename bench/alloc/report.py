@@ -209,10 +209,19 @@ def targets(h, t, s):
                         "met" if ok else "MISSED", f"{(v / b - 1) * 100:+.1f} %"))
     by = {r["delta_s"]: r for r in s}
     if "60" in by:
-        v = float(by["60"]["coverage_mean"])
-        ok = v >= 0.95
-        out.append(("huge page coverage, Delta = 60 s: >= 95 %", f"{v * 100:.1f} % (min {float(by['60']['coverage_min']) * 100:.1f} %)",
-                    "met" if ok else "MISSED", f"{(v - 0.95) * 100:+.1f} points"))
+        # Judged on the kernel's view (AnonHugePages of the heap's mappings), what the TLB
+        # sees; libmemcolo's own figure (used bytes on intact huge pages) is shown beside it.
+        r60 = by["60"]
+        v = float(r60.get("kernel_heap_huge_share_mean") or "nan")
+        own = f"libmemcolo's count {float(r60['coverage_mean']) * 100:.1f} %"
+        if v == v:
+            ok = v >= 0.95
+            out.append(("huge page coverage, Delta = 60 s: >= 95 %",
+                        f"{v * 100:.1f} % of the heap's RSS in THPs (min {float(r60['kernel_heap_huge_share_min']) * 100:.1f} %; {own})",
+                        "met" if ok else "MISSED", f"{(v - 0.95) * 100:+.1f} points"))
+        else:
+            out.append(("huge page coverage, Delta = 60 s: >= 95 %", f"no kernel heap figure in this run ({own})",
+                        "not measured", "-"))
     if "60" in by and "0" in by:
         a60 = max(float(by["60"]["realized_fragmentation_mib_end"]), float(by["60"]["realized_fragmentation_mib_max"]))
         a0 = max(float(by["0"]["realized_fragmentation_mib_end"]), float(by["0"]["realized_fragmentation_mib_max"]))
@@ -287,10 +296,12 @@ def main():
         lines.append("")
     if s:
         lines += ["## Subrelease: fluctuating demand (200 K x 1 KiB added, a wait, removed; x10, x3 with --quick)", "",
-                  "| Delta s | coverage mean | coverage min | kernel AnonHugePages/Rss | average frag MiB | "
-                  "realized frag MiB (end / max) | skipped MiB | confirmed correct MiB |", "|---|---|---|---|---|---|---|---|"]
+                  "| Delta s | coverage mean | coverage min | kernel heap THP share mean / min | kernel AnonHugePages/Rss (process) | average frag MiB | "
+                  "realized frag MiB (end / max) | skipped MiB | confirmed correct MiB |", "|---|---|---|---|---|---|---|---|---|"]
         for r in s:
-            lines.append(f"| {r['delta_s']} | {float(r['coverage_mean']):.3f} | {float(r['coverage_min']):.3f} | "
+            heap = (f"{float(r['kernel_heap_huge_share_mean']):.3f} / {float(r['kernel_heap_huge_share_min']):.3f}"
+                    if r.get("kernel_heap_huge_share_mean") else "-")
+            lines.append(f"| {r['delta_s']} | {float(r['coverage_mean']):.3f} | {float(r['coverage_min']):.3f} | {heap} | "
                          f"{float(r['kernel_anonhuge_share_mean']):.3f} | {float(r['avg_fragmentation_mib']):.1f} | "
                          f"{float(r['realized_fragmentation_mib_end']):.1f} / {float(r['realized_fragmentation_mib_max']):.1f} | "
                          f"{float(r['skipped_mib']):.1f} | {float(r['skipped_correct_mib']):.1f} |")

@@ -3,7 +3,8 @@ service: its 1 KiB values are malloc'ed): add 200 K entries of 1 KiB, wait 5 s, 
 them, ten times. Samples libmemcolo's telemetry (memcolo_stats via ctypes, the library
 being preloaded) and the kernel's view (AnonHugePages / Rss of smaps_rollup) every
 0.25 s into a CSV: t_s, phase, used, mapped, free_backed, realized_frag, coverage,
-anon_huge_kib, rss_kib, skipped, skipped_correct.
+anon_huge_kib, rss_kib, heap_anon_huge_kib, heap_rss_kib (the kernel's view of the
+heap's anonymous mappings of >= 2 MiB), skipped, skipped_correct.
 usage: subrelease_service.py OUT.csv [CYCLES] [ENTRIES] [WAIT_S]"""
 import ctypes
 import os
@@ -35,6 +36,25 @@ def smaps():
     return vals.get("AnonHugePages", 0), vals.get("Rss", 0)
 
 
+def heap_smaps():
+    """The kernel's view of the heap: (AnonHugePages, Rss) in KiB summed over anonymous
+    mappings of at least 2 MiB (libmemcolo maps its heap in huge-page multiples; the
+    interpreter's own arenas and the libraries are smaller or file-backed)."""
+    huge = rss = 0
+    take = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(None, 6)
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                take = len(head) < 6 and hi - lo >= 2 << 20
+            elif take and head[0] == "Rss:":
+                rss += int(head[1])
+            elif take and head[0] == "AnonHugePages:":
+                huge += int(head[1])
+    return huge, rss
+
+
 def main():
     out = sys.argv[1]
     cycles = int(sys.argv[2]) if len(sys.argv) > 2 else 10
@@ -56,8 +76,10 @@ def main():
         while not stop.is_set():
             stats_fn(ctypes.byref(st))
             ah, rss = smaps()
+            hh, hrss = heap_smaps()
             rows.append((time.monotonic() - t0, phase[0], st.used, st.mapped, st.free_backed,
-                         st.realized_frag, st.coverage, ah, rss, st.skipped, st.skipped_correct))
+                         st.realized_frag, st.coverage, ah, rss, hh, hrss, st.skipped,
+                         st.skipped_correct))
             stop.wait(0.25)
 
     th = threading.Thread(target=sampler)
@@ -83,9 +105,10 @@ def main():
     th.join()
     with open(out, "w") as f:
         f.write("t_s,phase,used_bytes,mapped_bytes,free_backed_bytes,realized_frag_bytes,coverage,"
-                "anon_huge_kib,rss_kib,skipped_bytes,skipped_correct_bytes\n")
+                "anon_huge_kib,rss_kib,heap_anon_huge_kib,heap_rss_kib,skipped_bytes,"
+                "skipped_correct_bytes\n")
         for r in rows:
-            f.write("%.3f,%s,%d,%d,%d,%d,%.4f,%d,%d,%d,%d\n" % r)
+            f.write("%.3f,%s,%d,%d,%d,%d,%.4f,%d,%d,%d,%d,%d,%d\n" % r)
 
 
 if __name__ == "__main__":
