@@ -28,7 +28,7 @@ use common::{agent_status, wait_for};
 use memcolo_linux::cgroup::Limit;
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use support::{Holder, Scratch, TestSwap, MIB};
@@ -43,6 +43,44 @@ impl Drop for Agent {
             let _ = c.wait();
         }
     }
+}
+
+/// Starts `memcolo agent` over the cgroup `scope` with the config file `cfg`, metrics on
+/// `metrics` (an `addr:port`), a 200 ms poll and `extra` arguments; its socket
+/// (`agent.sock`), state directory (`state`) and event log (`events.jsonl`) live in
+/// `dir`. Returns once the socket exists (at most 30 s), with the socket's path.
+fn start_agent(
+    exe: &str,
+    dir: &Path,
+    cfg: &Path,
+    scope: &Path,
+    metrics: &str,
+    extra: &[&str],
+) -> (Agent, PathBuf) {
+    let sock = dir.join("agent.sock");
+    let agent = Agent(Some(
+        Command::new(exe)
+            .arg("agent")
+            .arg("--config")
+            .arg(cfg)
+            .args(["--metrics-addr", metrics, "--poll-ms", "200"])
+            .args(extra)
+            .arg("--scope")
+            .arg(format!("cgroup:{}", scope.display()))
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--event-log")
+            .arg(dir.join("events.jsonl"))
+            .env("MEMCOLO_LOG", "warn")
+            .spawn()
+            .unwrap(),
+    ));
+    wait_for("the agent's socket", Duration::from_secs(30), || {
+        sock.exists()
+    });
+    (agent, sock)
 }
 
 fn stat(group: &Path, key: &str) -> u64 {
@@ -128,31 +166,16 @@ fn reclaim_agent_pages_out_be_memory_and_never_lc() {
         "[reclaim]\nenabled = true\nmax_workers = 1\nturnaround_poll_ms = 100\n",
     )
     .unwrap();
-    let sock = tmp.path().join("agent.sock");
     let ev = tmp.path().join("events.jsonl");
     let state = tmp.path().join("state");
-    let mut agent = Agent(Some(
-        Command::new(exe)
-            .arg("agent")
-            .arg("--config")
-            .arg(&cfg)
-            .args(["--metrics-addr", &maddr, "--poll-ms", "200"])
-            .args(["--kill-after-s", "3600"])
-            .arg("--scope")
-            .arg(format!("cgroup:{}", scope.display()))
-            .arg("--socket")
-            .arg(&sock)
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("--event-log")
-            .arg(&ev)
-            .env("MEMCOLO_LOG", "warn")
-            .spawn()
-            .unwrap(),
-    ));
-    wait_for("the agent's socket", Duration::from_secs(30), || {
-        sock.exists()
-    });
+    let (mut agent, sock) = start_agent(
+        exe,
+        tmp.path(),
+        &cfg,
+        &scope,
+        &maddr,
+        &["--kill-after-s", "3600"],
+    );
 
     let status = || agent_status(exe, &sock);
     let run = |class: &str, group: &str, mib: u64, step: u64| {
@@ -390,28 +413,7 @@ fn reclaim_allocation_rate_follows_a_page_cache_streamer() {
         .unwrap();
     let cfg = tmp.path().join("agent.toml");
     std::fs::write(&cfg, "[reclaim]\nenabled = true\n").unwrap();
-    let sock = tmp.path().join("agent.sock");
-    let _agent = Agent(Some(
-        Command::new(exe)
-            .arg("agent")
-            .arg("--config")
-            .arg(&cfg)
-            .args(["--metrics-addr", "127.0.0.1:0", "--poll-ms", "200"])
-            .arg("--scope")
-            .arg(format!("cgroup:{}", scope.display()))
-            .arg("--socket")
-            .arg(&sock)
-            .arg("--state-dir")
-            .arg(tmp.path().join("state"))
-            .arg("--event-log")
-            .arg(tmp.path().join("events.jsonl"))
-            .env("MEMCOLO_LOG", "warn")
-            .spawn()
-            .unwrap(),
-    ));
-    wait_for("the agent's socket", Duration::from_secs(30), || {
-        sock.exists()
-    });
+    let (_agent, sock) = start_agent(exe, tmp.path(), &cfg, &scope, "127.0.0.1:0", &[]);
     let fio_out = tmp.path().join("fio.json");
     let mut fio = Command::new(exe)
         .args(["run", "--class", "be", "--cgroup", "be", "--socket"])
@@ -522,29 +524,14 @@ fn reclaim_backs_off_while_a_be_job_thrashes_and_recovers() {
          max_low_ratio = 0.25\nthrash_turnaround_ms = 30000\nbackoff_periods = 3\n",
     )
     .unwrap();
-    let sock = tmp.path().join("agent.sock");
-    let _agent = Agent(Some(
-        Command::new(exe)
-            .arg("agent")
-            .arg("--config")
-            .arg(&cfg)
-            .args(["--metrics-addr", "127.0.0.1:0", "--poll-ms", "200"])
-            .args(["--kill-after-s", "3600"])
-            .arg("--scope")
-            .arg(format!("cgroup:{}", scope.display()))
-            .arg("--socket")
-            .arg(&sock)
-            .arg("--state-dir")
-            .arg(tmp.path().join("state"))
-            .arg("--event-log")
-            .arg(tmp.path().join("events.jsonl"))
-            .env("MEMCOLO_LOG", "warn")
-            .spawn()
-            .unwrap(),
-    ));
-    wait_for("the agent's socket", Duration::from_secs(30), || {
-        sock.exists()
-    });
+    let (_agent, sock) = start_agent(
+        exe,
+        tmp.path(),
+        &cfg,
+        &scope,
+        "127.0.0.1:0",
+        &["--kill-after-s", "3600"],
+    );
     let status = || agent_status(exe, &sock)["reclaim"].clone();
     let mut c = Command::new(exe);
     c.args(["run", "--class", "be", "--cgroup", "be", "--socket"])
