@@ -324,18 +324,23 @@ pub struct CpuTimes {
     pub idle: u64,
 }
 
-/// Parses the `cpu ` line of `/proc/stat` text.
-pub fn parse_cpu_times(proc_stat: &str) -> Option<CpuTimes> {
-    let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
+/// The first 8 tick counts (user nice system idle iowait irq softirq steal) of the
+/// `/proc/stat` line that starts with `tag` (`"cpu "`, `"cpu1 "`); `None` when the line
+/// is missing or short.
+fn stat_ticks(proc_stat: &str, tag: &str) -> Option<Vec<u64>> {
+    let line = proc_stat.lines().find(|l| l.starts_with(tag))?;
     let v: Vec<u64> = line
         .split_whitespace()
         .skip(1)
         .take(8)
         .map(|x| x.parse().ok())
         .collect::<Option<_>>()?;
-    if v.len() < 8 {
-        return None;
-    }
+    (v.len() == 8).then_some(v)
+}
+
+/// Parses the `cpu ` line of `/proc/stat` text.
+pub fn parse_cpu_times(proc_stat: &str) -> Option<CpuTimes> {
+    let v = stat_ticks(proc_stat, "cpu ")?;
     Some(CpuTimes {
         total: v.iter().sum(),
         steal: v[7],
@@ -353,17 +358,7 @@ pub fn read_cpu_times() -> Option<CpuTimes> {
 pub fn parse_cpus_busy_ticks(proc_stat: &str, cpus: &[usize]) -> Option<u64> {
     let mut sum = 0;
     for &c in cpus {
-        let tag = format!("cpu{c} ");
-        let line = proc_stat.lines().find(|l| l.starts_with(&tag))?;
-        let v: Vec<u64> = line
-            .split_whitespace()
-            .skip(1)
-            .take(8)
-            .map(|x| x.parse().ok())
-            .collect::<Option<_>>()?;
-        if v.len() < 8 {
-            return None;
-        }
+        let v = stat_ticks(proc_stat, &format!("cpu{c} "))?;
         sum += v.iter().sum::<u64>() - v[3] - v[4];
     }
     Some(sum)
