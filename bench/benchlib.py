@@ -1,5 +1,5 @@
-"""Helpers the Python benchmarks share: the zram swap device and the cgroup v1
-memory controller's files.
+"""Helpers the Python benchmarks share: the zram swap device, the cgroup v1
+memory controller's files and the machine's CPU time (for its busy share).
 
 Every function needs root. A script in ``bench/<name>/`` imports this module after
 ``sys.path.insert(0, <bench dir>)``.
@@ -68,3 +68,11 @@ def cg_int(cg, name):
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def cpu_times():
+    """(idle + iowait, total) jiffies over all CPUs, from the ``cpu`` line of /proc/stat;
+    the busy share over an interval is 1 - d(idle) / d(total)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    return v[3] + v[4], sum(v)

@@ -49,7 +49,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from benchlib import zram_off, zram_on  # noqa: E402
+from benchlib import cpu_times, zram_off, zram_on  # noqa: E402
+from tput_ab import env_for  # noqa: E402  (same directory)
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 LIB = os.path.join(ROOT, "alloc", "build", "libmemcolo.so")
 BIN = os.path.join(ROOT, "alloc", "build", "bench")
@@ -71,17 +72,6 @@ def build():
     for src, extra in (("hermes_bench.c", []), ("tput.c", ["-pthread"])):
         out = os.path.join(BIN, src[:-2])
         subprocess.run(["gcc", "-O2", "-o", out, os.path.join(HERE, src)] + extra, check=True)
-
-
-def env_for(lib, extra):
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith("MEMCOLO_") or k == "LD_PRELOAD":
-            del env[k]
-    if lib:
-        env["LD_PRELOAD"] = lib
-    env.update(extra)
-    return env
 
 
 class ScratchCgroup:
@@ -152,12 +142,6 @@ CASES = [(262144, "b2b", 0), (262144, "paced", 250_000), (262144, "paced-spin", 
 def case_selected(size, mode, picks):
     """picks: None (all) or a list of "SIZE" / "SIZE-MODE" strings"""
     return picks is None or str(size) in picks or f"{size}-{mode}" in picks
-
-
-def cpu_times():
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:8]]
-    return v[3] + v[4], sum(v)  # idle + iowait, total
 
 
 def hermes(out_dir, quick, conditions, picks=None, reps=3):

@@ -34,6 +34,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from benchlib import cpu_times  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 BIN = os.path.join(ROOT, "alloc", "build", "bench", "tput")
 LIB = os.path.join(ROOT, "alloc", "build", "libmemcolo.so")
@@ -53,13 +55,6 @@ def env_for(lib, extra):
         env["LD_PRELOAD"] = lib
     env.update(extra)
     return env
-
-
-def cpu_times():
-    """(idle + iowait, total) jiffies over all CPUs, from /proc/stat"""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:8]]
-    return v[3] + v[4], sum(v)
 
 
 def run_one(mode, threads, lib, extra):
