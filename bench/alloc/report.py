@@ -115,7 +115,8 @@ def plot_subrelease(d):
 
 
 PEERS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
-PCOLS = ("mean_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "min_us")
+PCOLS = ("mean_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "min_us", "iqm_us", "timer_p50_us",
+         "timer_iqm_us")
 
 
 def aggregate(rows):
@@ -131,7 +132,8 @@ def aggregate(rows):
         rs.sort(key=lambda r: int(r.get("rep") or 0))
         a = dict(rs[0])
         for c in PCOLS:
-            a[c] = str(statistics.median(float(r[c]) for r in rs))
+            vals = [float(r[c]) for r in rs if r.get(c)]  # older rows lack the newer columns
+            a[c] = str(statistics.median(vals)) if vals else ""
         p99s = [float(r["p99_us"]) for r in rs]
         a["reps"] = len(rs)
         a["p99_lo"], a["p99_hi"] = min(p99s), max(p99s)
@@ -183,11 +185,21 @@ def targets(h, t, s):
             if me is None or not peers:
                 continue
             for col, label in (("p50_us", "p50"), ("p99_us", "p99")):
-                best = min(peers, key=lambda r: float(r[col]))
-                v, b = float(me[col]), float(best[col])
+                # a p50 within a few clock steps (10 ns here) is judged on the interquartile
+                # mean, which the dithered clock resolves (hermes_bench.c); the p50 beside it
+                judge = col
+                if col == "p50_us" and float(me[col]) < 1 and me.get("iqm_us") and all(p.get("iqm_us") for p in peers):
+                    judge = "iqm_us"
+                best = min(peers, key=lambda r: float(r[judge]))
+                v, b = float(me[judge]), float(best[judge])
                 ok = v <= b
-                out.append((f"back to back {size // 1024} KiB, {cond}: {label} <= best peer",
-                            f"{v:.2f} us{spread(me, col)} (best: {best['allocator']} {b:.2f} us{spread(best, col)})",
+                if judge == "iqm_us":
+                    shown = (f"{v * 1000:.1f} ns interquartile mean, p50 {float(me[col]) * 1000:.0f} ns (best: "
+                             f"{best['allocator']} {b * 1000:.1f} ns, p50 {float(best[col]) * 1000:.0f} ns; clock step "
+                             f"10 ns, timer alone {float(me['timer_iqm_us']) * 1000:.1f} ns)")
+                else:
+                    shown = f"{fmt(v)} us{spread(me, col)} (best: {best['allocator']} {fmt(b)} us{spread(best, col)})"
+                out.append((f"back to back {size // 1024} KiB, {cond}: {label} <= best peer", shown,
                             "met" if ok else "MISSED",
                             f"{v / b:.2f}x of best" if b > 0 else "-"))
     for bench in sorted({r["benchmark"] for r in t}):
@@ -232,8 +244,9 @@ def targets(h, t, s):
 
 
 def fmt(x):
+    """us: 3 decimals (1 ns) below 1 us, where 2 decimals turned 25 ns into 0.03"""
     v = float(x)
-    return f"{v:.2f}" if v < 100 else f"{v:.0f}"
+    return f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 100 else f"{v:.0f}"
 
 
 def main():
@@ -269,15 +282,15 @@ def main():
                   "falls on all of them alike. A single run's p99 is not a measurement here: on this 2-CPU "
                   "machine, shared with other work, one allocator's p99 moved between 120 and 210 us from run "
                   "to run. So every number below, and every verdict in the targets table, is the median over "
-                  "the repetitions; the p99 column gives the spread (lowest-highest repetition) and the "
+                  "the repetitions; `IQM` is the interquartile mean (the clock steps in 10 ns on this VM, so a 1 KiB p50 can only read 20, 30 or 40 ns; the IQM of the dithered readings resolves the centre, and the 1 KiB p50 targets are judged on it); the p99 column gives the spread (lowest-highest repetition) and the "
                   "repetitions' p99s in run order, and `busy` the machine's busy share (both CPUs; the "
                   "benchmark itself, while it runs, is up to 0.50 of it) during the repetitions. The CDF plots show the repetition whose p99 is the median.", "",
-                  "| condition | block | mode | allocator | reps | p50 us | p90 us | p99 us (spread: each rep) | p99.9 us | max us | busy |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| condition | block | mode | allocator | reps | p50 us | IQM us | p90 us | p99 us (spread: each rep) | p99.9 us | max us | busy |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in h:
             sp = f" ({r['p99_all']})" if int(r["reps"]) > 1 else ""
             lines.append(f"| {r['condition']} | {int(r['block_bytes']) // 1024} KiB | {r['mode']} | {r['allocator']} | "
-                         f"{r['reps']} | {fmt(r['p50_us'])} | {fmt(r['p90_us'])} | {fmt(r['p99_us'])}{sp} | "
+                         f"{r['reps']} | {fmt(r['p50_us'])} | {fmt(r['iqm_us']) if r.get('iqm_us') else '-'} | {fmt(r['p90_us'])} | {fmt(r['p99_us'])}{sp} | "
                          f"{fmt(r['p999_us'])} | {fmt(r['max_us'])} | {r['busy_range']} |")
         lines.append("")
         for name in plot_cdfs(d, h):
