@@ -1156,9 +1156,10 @@ impl Sweep<'_> {
                     }
                     if let (Some(a), Some(b)) = (cpu_use_before, LcCpuUse::read(lc_cpus, redis_pid))
                     {
-                        let (busy, foreign) = a.since(&b);
-                        row.lc_cpus_busy_ms = Some(busy);
-                        row.lc_cpus_foreign_ms = Some(foreign);
+                        let d = a.since(&b);
+                        row.lc_cpus_busy_ms = Some(d.busy_ms);
+                        row.lc_cpus_foreign_ms = Some(d.foreign_ms);
+                        row.lc_cpus_steal_ms = Some(d.steal_ms);
                     }
                     smp.timeline.push(row);
                     for pid in read_procs(&be).unwrap_or_default() {
@@ -1180,13 +1181,17 @@ impl Sweep<'_> {
             (Some(a), Ok(b)) => Some(b.saturating_sub(a)),
             _ => None,
         };
-        let lc_cpus_foreign_pct = match (cpu_use_before, LcCpuUse::read(lc_cpus, redis_pid)) {
-            (Some(a), Some(b)) => {
-                let n = lc_cpus.as_ref().map_or(1, |c| c.len().max(1)) as f64;
-                Some(a.since(&b).1 / (s.duration.as_secs_f64() * 1000.0 * n) * 100.0)
-            }
+        let lc_cpu_delta = match (cpu_use_before, LcCpuUse::read(lc_cpus, redis_pid)) {
+            (Some(a), Some(b)) => Some(a.since(&b)),
             _ => None,
         };
+        let lc_cpu_ms = s.duration.as_secs_f64()
+            * 1000.0
+            * lc_cpus.as_ref().map_or(1, |c| c.len().max(1)) as f64;
+        let lc_cpus_foreign_pct = lc_cpu_delta.map(|d| d.foreign_ms / lc_cpu_ms * 100.0);
+        let lc_cpus_steal_ms = lc_cpu_delta.map(|d| d.steal_ms);
+        let steal_free =
+            lc_cpu_delta.map(|_| steal_free_latency(&samples.timeline, &load.per_sec_us));
         let lc_run_delay_ms = match (sched_before, process::read_schedstat(redis_pid)) {
             (Some((_, w0)), Ok((_, w))) => Some(w.saturating_sub(w0) as f64 / 1e6),
             _ => None,
@@ -1284,6 +1289,11 @@ impl Sweep<'_> {
             node_limit_hits,
             lc_run_delay_ms,
             lc_cpus_foreign_pct,
+            lc_cpus_steal_ms,
+            lc_steal_seconds: steal_free.as_ref().map(|f| f.steal_seconds),
+            lc_measured_seconds: steal_free.as_ref().map(|f| f.seconds),
+            p99_steal_free_us: steal_free.as_ref().and_then(|f| f.p99_us),
+            steal_free_request_share: steal_free.as_ref().map(|f| f.request_share),
             ..Default::default()
         };
         if let Some(e) = &load.first_error {
@@ -1326,6 +1336,9 @@ pub(crate) struct TimelineRow {
     /// the LC CPUs (the agent stays off them), see [`LcCpuUse`].
     pub lc_cpus_busy_ms: Option<f64>,
     pub lc_cpus_foreign_ms: Option<f64>,
+    /// Host steal on the LC CPUs since the phase began, ms (`/proc/stat` `steal`,
+    /// 10 ms ticks): time their vCPUs wanted to run while the host ran something else.
+    pub lc_cpus_steal_ms: Option<f64>,
 }
 
 /// Counters from which the LC CPUs' busy time and its foreign part follow: the BE
@@ -1339,25 +1352,109 @@ pub(crate) struct TimelineRow {
 pub(crate) struct LcCpuUse {
     busy: u64,
     own: u64,
+    steal: u64,
+}
+
+/// What the LC CPUs did between two [`LcCpuUse`] readings, ms.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct LcCpuDelta {
+    /// Busy (not idle, iowait or steal).
+    pub busy_ms: f64,
+    /// The busy part neither the LC service nor this bench ran (a lower bound).
+    pub foreign_ms: f64,
+    /// Host steal: the vCPU wanted to run and the host ran something else
+    /// (`/proc/stat` `steal`, 10 ms ticks).
+    pub steal_ms: f64,
 }
 
 impl LcCpuUse {
     pub(crate) fn read(lc_cpus: &Option<Vec<usize>>, lc_pid: i32) -> Option<LcCpuUse> {
-        let busy = process::read_cpus_busy_ticks(lc_cpus.as_deref()?)?;
+        let (busy, steal) = process::read_cpus_busy_steal_ticks(lc_cpus.as_deref()?)?;
         let lc = process::read_stat(lc_pid).ok()?.cpu_ticks;
         let me = process::read_stat(std::process::id() as i32)
             .ok()?
             .cpu_ticks;
-        Some(LcCpuUse { busy, own: lc + me })
+        Some(LcCpuUse {
+            busy,
+            own: lc + me,
+            steal,
+        })
     }
 
-    /// (busy ms, foreign ms) from `self` to `later`.
-    pub(crate) fn since(&self, later: &LcCpuUse) -> (f64, f64) {
+    /// What the LC CPUs did from `self` to `later`.
+    pub(crate) fn since(&self, later: &LcCpuUse) -> LcCpuDelta {
         let ms = 1000.0 / process::clock_ticks_per_s().max(1) as f64;
         let busy = later.busy.saturating_sub(self.busy);
         let own = later.own.saturating_sub(self.own);
-        (busy as f64 * ms, busy.saturating_sub(own) as f64 * ms)
+        LcCpuDelta {
+            busy_ms: busy as f64 * ms,
+            foreign_ms: busy.saturating_sub(own) as f64 * ms,
+            steal_ms: later.steal.saturating_sub(self.steal) as f64 * ms,
+        }
     }
+}
+
+/// The LC latency over the seconds of the measured phase in which the LC CPUs saw no
+/// host steal, beside the verdict's figure over all requests (which stays the
+/// verdict): it puts a number on how much of a tail the host's steal explains.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct StealFreeLatency {
+    /// Seconds (by the requests' due time) with at least one steal tick on the LC CPUs.
+    pub steal_seconds: u32,
+    /// Seconds with requests.
+    pub seconds: u32,
+    /// p99 of the requests due in the seconds without steal, µs (`None`: none such).
+    pub p99_us: Option<u64>,
+    /// Their share of all requests.
+    pub request_share: f64,
+}
+
+/// [`StealFreeLatency`] from the timeline's cumulative LC-CPU steal
+/// (`rows[i].lc_cpus_steal_ms` at `rows[i].t_s`, both from the start of the measured
+/// phase) and the per-second latency histograms (index = second of due time). Steal
+/// that rose between two samples marks every second the interval touches; a second
+/// past the last sample counts as stolen when the last interval had steal, and as
+/// clean otherwise.
+pub(crate) fn steal_free_latency(
+    rows: &[TimelineRow],
+    per_sec: &[hdrhistogram::Histogram<u64>],
+) -> StealFreeLatency {
+    let mut stolen = vec![false; per_sec.len()];
+    let mut prev = (0.0f64, 0.0f64);
+    for r in rows {
+        let Some(steal) = r.lc_cpus_steal_ms else {
+            continue;
+        };
+        if steal > prev.1 {
+            let from = prev.0.max(0.0).floor() as usize;
+            let to = r.t_s.max(0.0).floor() as usize;
+            for s in stolen.iter_mut().take(to + 1).skip(from) {
+                *s = true;
+            }
+        }
+        prev = (r.t_s, steal);
+    }
+    let mut h = crate::loadgen::new_histogram();
+    let (mut all, mut out) = (0u64, StealFreeLatency::default());
+    for (sec, hs) in per_sec.iter().enumerate() {
+        if hs.is_empty() {
+            continue;
+        }
+        out.seconds += 1;
+        all += hs.len();
+        if stolen[sec] {
+            out.steal_seconds += 1;
+        } else {
+            let _ = h.add(hs);
+        }
+    }
+    out.p99_us = (!h.is_empty()).then(|| h.value_at_quantile(0.99));
+    out.request_share = if all > 0 {
+        h.len() as f64 / all as f64
+    } else {
+        0.0
+    };
+    out
 }
 
 impl TimelineRow {
@@ -1643,6 +1740,44 @@ pub(crate) mod tests {
         assert_eq!((k.warmup_s, k.duration_s, k.be_cpus.as_str()), (4, 15, "1"));
         assert_eq!(solo_key(&s, &None, 150, BeJob::Anon).demand_bytes, 1 << 30);
         assert_eq!(solo_key(&s, &None, 0, BeJob::Anon).demand_bytes, 0);
+    }
+
+    #[test]
+    fn steal_free_latency_leaves_out_the_seconds_with_steal_only() {
+        let row = |t_s: f64, steal: f64| TimelineRow {
+            t_s,
+            lc_cpus_steal_ms: Some(steal),
+            ..Default::default()
+        };
+        // Steal rises in (1.75, 2.0] and in (3.9, 4.1]: seconds 1, 2, 3 and 4.
+        let rows = [
+            row(0.0, 0.0),
+            row(1.75, 0.0),
+            row(2.0, 10.0),
+            row(3.9, 10.0),
+            row(4.1, 20.0),
+        ];
+        let mut per_sec = Vec::new();
+        for sec in 0..6u64 {
+            let mut h = crate::loadgen::new_histogram();
+            for i in 0..100u64 {
+                // Stolen seconds carry a 50 ms tail in 10 % of their requests.
+                let slow = (1..=4).contains(&sec) && i < 10;
+                h.record(if slow { 50_000 } else { 100 + i }).unwrap();
+            }
+            per_sec.push(h);
+        }
+        per_sec.push(crate::loadgen::new_histogram()); // a second with no requests
+        let f = steal_free_latency(&rows, &per_sec);
+        assert_eq!(f.seconds, 6);
+        assert_eq!(f.steal_seconds, 4);
+        assert_eq!(f.request_share, 200.0 / 600.0);
+        let p = f.p99_us.unwrap();
+        assert!((198..=200).contains(&p), "{p}");
+        // No steal at all: every request counts; no timeline: the same.
+        let f = steal_free_latency(&[row(0.0, 0.0), row(5.0, 0.0)], &per_sec);
+        assert_eq!((f.steal_seconds, f.request_share), (0, 1.0));
+        assert_eq!(steal_free_latency(&[], &per_sec).steal_seconds, 0);
     }
 
     #[test]

@@ -353,20 +353,38 @@ pub fn read_cpu_times() -> Option<CpuTimes> {
     parse_cpu_times(&fs::read_to_string("/proc/stat").ok()?)
 }
 
-/// Busy ticks (every state but idle and iowait) of the CPUs `cpus`, summed, from the
-/// `cpuN` lines of `/proc/stat` text; `None` when a CPU's line is missing.
+/// Busy ticks (every state but idle, iowait and steal) of the CPUs `cpus`, summed,
+/// from the `cpuN` lines of `/proc/stat` text; `None` when a CPU's line is missing.
+/// Steal (the hypervisor ran something else while the vCPU wanted to run) is not the
+/// guest's work: it is [`parse_cpus_steal_ticks`].
 pub fn parse_cpus_busy_ticks(proc_stat: &str, cpus: &[usize]) -> Option<u64> {
     let mut sum = 0;
     for &c in cpus {
         let v = stat_ticks(proc_stat, &format!("cpu{c} "))?;
-        sum += v.iter().sum::<u64>() - v[3] - v[4];
+        sum += v.iter().sum::<u64>() - v[3] - v[4] - v[7];
     }
     Some(sum)
 }
 
-/// [`parse_cpus_busy_ticks`] of the machine's `/proc/stat`.
-pub fn read_cpus_busy_ticks(cpus: &[usize]) -> Option<u64> {
-    parse_cpus_busy_ticks(&fs::read_to_string("/proc/stat").ok()?, cpus)
+/// Steal ticks (`steal`, the 8th field: time the host ran something else while the
+/// vCPU was runnable; USER_HZ ticks, 10 ms) of the CPUs `cpus`, summed, from the
+/// `cpuN` lines of `/proc/stat` text; `None` when a CPU's line is missing.
+pub fn parse_cpus_steal_ticks(proc_stat: &str, cpus: &[usize]) -> Option<u64> {
+    let mut sum = 0;
+    for &c in cpus {
+        sum += stat_ticks(proc_stat, &format!("cpu{c} "))?[7];
+    }
+    Some(sum)
+}
+
+/// ([`parse_cpus_busy_ticks`], [`parse_cpus_steal_ticks`]) of the machine's
+/// `/proc/stat`, from one read.
+pub fn read_cpus_busy_steal_ticks(cpus: &[usize]) -> Option<(u64, u64)> {
+    let text = fs::read_to_string("/proc/stat").ok()?;
+    Some((
+        parse_cpus_busy_ticks(&text, cpus)?,
+        parse_cpus_steal_ticks(&text, cpus)?,
+    ))
 }
 
 /// The 1-minute load average (`/proc/loadavg`), a gauge of how busy the machine was.
@@ -389,10 +407,13 @@ mod tests {
                     cpu0 4 0 6 50 2 0 0 0 0 0\n\
                     cpu1 6 0 4 50 3 1 1 2 0 0\n";
         assert_eq!(parse_cpus_busy_ticks(text, &[0]), Some(10));
-        assert_eq!(parse_cpus_busy_ticks(text, &[1]), Some(14));
-        assert_eq!(parse_cpus_busy_ticks(text, &[0, 1]), Some(24));
+        assert_eq!(parse_cpus_busy_ticks(text, &[1]), Some(12));
+        assert_eq!(parse_cpus_busy_ticks(text, &[0, 1]), Some(22));
         assert_eq!(parse_cpus_busy_ticks(text, &[2]), None);
-        assert!(read_cpus_busy_ticks(&[0]).is_some());
+        assert_eq!(parse_cpus_steal_ticks(text, &[0]), Some(0));
+        assert_eq!(parse_cpus_steal_ticks(text, &[0, 1]), Some(2));
+        assert_eq!(parse_cpus_steal_ticks(text, &[2]), None);
+        assert!(read_cpus_busy_steal_ticks(&[0]).is_some());
     }
 
     #[test]

@@ -113,6 +113,17 @@ pub struct RunRecord {
     /// bound: the bench's own CPU is subtracted wherever it ran, and its load
     /// generator's threads also run on the BE CPUs at times (perf: 0.65 of 20 s).
     pub lc_cpus_foreign_pct: Option<f64>,
+    /// Host steal on the LC CPUs in the measured phase, ms (`/proc/stat` `steal`).
+    pub lc_cpus_steal_ms: Option<f64>,
+    /// Seconds of the measured phase (by due time) with at least one steal tick on the
+    /// LC CPUs, and seconds with requests.
+    pub lc_steal_seconds: Option<u32>,
+    pub lc_measured_seconds: Option<u32>,
+    /// p99 latency of the requests due in the seconds without steal on the LC CPUs, µs,
+    /// and their share of all requests. Beside `p99_us` (all requests, the verdict),
+    /// never instead of it.
+    pub p99_steal_free_us: Option<u64>,
+    pub steal_free_request_share: Option<f64>,
 }
 
 /// A run's record and its latency histogram (µs).
@@ -319,20 +330,32 @@ pub fn markdown(ctx: &ReportContext, records: &[RunRecord]) -> String {
     s.push_str(
         "\nkills = kernel OOM kills in the node + kills in the agent's event log. \
          BE anon ops = stress-ng vm bogo ops. Machine noise per run (1-min load average, \
-         CPU busy %, steal %, share of the LC CPUs other work took): ",
+         CPU busy %, steal %, share of the LC CPUs other work took, LC-CPU steal ms in \
+         how many of the measured seconds, p99 over the seconds without LC-CPU steal): ",
     );
     let loads: Vec<String> = records
         .iter()
         .map(|r| {
             format!(
-                "{}%/{} {:.2}, {:.0}%, {:.1}%, {}",
+                "{}%/{} {:.2}, {:.0}%, {:.1}%, {}, {}",
                 r.level_pct,
                 r.mode,
                 r.loadavg_1m,
                 r.cpu_busy_pct,
                 r.steal_pct,
                 r.lc_cpus_foreign_pct
-                    .map_or("-".into(), |f| format!("{f:.0}% foreign"))
+                    .map_or("-".into(), |f| format!("{f:.0}% foreign")),
+                match (
+                    r.lc_cpus_steal_ms,
+                    r.lc_steal_seconds,
+                    r.lc_measured_seconds
+                ) {
+                    (Some(ms), Some(n), Some(of)) => format!(
+                        "steal {ms:.0} ms in {n}/{of} s, steal-free p99 {} µs",
+                        r.p99_steal_free_us.map_or("-".into(), |p| p.to_string())
+                    ),
+                    _ => "steal -".into(),
+                }
             )
         })
         .collect();
