@@ -34,6 +34,8 @@ Configurations:
 - ``maxmem-v0`` ``maxmem`` as it was before the access estimator and the LS fault
                 priority (``tier.slots_per_window = 1``, ``tier.lc_fault_priority =
                 false``), for a paired A/B.
+- ``maxmem-v1`` ``maxmem`` with GUPS's tier threads at nice 0 (``tier.be_thread_nice =
+                0``), as before they ran at nice 19, for a paired A/B.
 - ``kernel``    no QoS: both processes unmanaged in a memory cgroup limited to the fast
                 memory (plus 24 MiB for code, stacks and heaps) with zram swap: the
                 kernel's LRU. The store's fast memory is its resident set.
@@ -76,6 +78,7 @@ from benchlib import zram_off, zram_on  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import run as tiering  # noqa: E402
+import faultpath  # noqa: E402
 
 VALUE_BYTES = 4096
 BE_START_S = 5
@@ -145,7 +148,10 @@ def one(config, rep, args, bins, cg):
                             args.fast_mib << 20, args.cap_kib << 10, args.sample_fmmr_error))
                 if config == "maxmem-v0":
                     # Before the access estimator and the LS fault priority.
-                    f.write('slots_per_window = 1\nlc_fault_priority = false\n')
+                    f.write('slots_per_window = 1\nlc_fault_priority = false\nbe_thread_nice = 0\n')
+                elif config == "maxmem-v1":
+                    # Before the BE tier threads' nice value.
+                    f.write('be_thread_nice = 0\n')
             sock = os.path.join(tmp, "agent.sock")
             agent = subprocess.Popen(inc + [memcolo, "agent", "--config", cfg, "--socket", sock,
                                             "--state-dir", os.path.join(tmp, "state")],
@@ -195,6 +201,7 @@ def one(config, rep, args, bins, cg):
                             if who:
                                 row[who + "_slow_faults"] = sum(r["slow_faults"] for r in p["regions"])
                                 row[who + "_probation_hits"] = sum(r.get("probation_hits", 0) for r in p["regions"])
+                                row[who + "_sample_hits"] = sum(r.get("sample_hits", 0) for r in p["regions"])
                                 row[who + "_probation_pages"] = sum(r.get("probation_pages", 0) for r in p["regions"])
                                 row[who + "_slow_fault_ns"] = sum(r.get("slow_fault_ns", 0) for r in p["regions"])
                                 row[who + "_fault_wait_ns"] = sum(r.get("fault_thread_wait_ns", 0)
@@ -207,9 +214,15 @@ def one(config, rep, args, bins, cg):
 
         th = threading.Thread(target=sampler)
         th.start()
+        tracer = None
+        if args.trace_s > 0:
+            tracer = threading.Thread(target=trace_faults, args=(args, out, name, kv, stop))
+            tracer.start()
         kv_out, _ = kv.communicate(timeout=args.warmup_s + args.measure_s + 120)
         stop.set()
         th.join()
+        if tracer:
+            tracer.join()
         rec = {"run": name, "config": config, "rep": rep, "rc": kv.returncode,
                "loadavg": open("/proc/loadavg").read().split()[:3], "samples": samples,
                "setup": {"fast_mib": args.fast_mib, "store_mib": args.store_mib, "be_mib": args.be_mib,
@@ -280,6 +293,25 @@ def one(config, rep, args, bins, cg):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def trace_faults(args, out, name, kv, stop):
+    """``--trace-s``: a system-wide perf trace of the scheduler and fault events for
+    ``--trace-s`` seconds, ``--trace-at-s`` after the store started (in its measure
+    phase), then ``faultpath.py``'s breakdown of the store's faults into
+    ``traces/<run>.json`` (the trace itself is removed: it is large)."""
+    if stop.wait(args.trace_at_s) or kv.poll() is not None:
+        return
+    os.makedirs(os.path.join(out, "traces"), exist_ok=True)
+    data = os.path.join(out, "traces", name + ".data")
+    subprocess.run(["perf", "record", "-q", "-a", "-o", data] + sum((["-e", e] for e in faultpath.EVENTS), []) +
+                   ["--", "sleep", str(args.trace_s)], capture_output=True)
+    res = faultpath.analyse(data, kv.pid)
+    res["run"] = name
+    with open(os.path.join(out, "traces", name + ".json"), "w") as f:
+        json.dump(res, f, indent=1)
+    if not os.environ.get("KEEP_TRACE"):
+        os.unlink(data)
+
+
 def agent_rates(rec):
     """The store's slow faults and probation hits per request over the measure phase,
     from the agent's once-a-second counters (not the sample after the store exited:
@@ -314,7 +346,7 @@ def report(out):
     by = {}
     for r in runs:
         by.setdefault(r["config"], []).append(r)
-    order = ["maxmem", "maxmem-v0", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
+    order = ["maxmem", "maxmem-v0", "maxmem-v1", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
                                                     key=lambda c: int(c.split("-")[1]))
     hot_mib = st["store_mib"] * st["hot_items_pct"] / 100
     lines = ["# KV store (LS) beside GUPS (BE), MaxMem §5.2 scaled: %s" % os.path.relpath(out, ROOT), "",
@@ -478,6 +510,9 @@ def main():
     ap.add_argument("--warmup-s", type=float, default=100)
     ap.add_argument("--measure-s", type=float, default=30)
     ap.add_argument("--budget-s", type=float, default=300, help="start no run after this many seconds")
+    ap.add_argument("--trace-s", type=float, default=0,
+                    help="trace the store's faults for this many seconds (faultpath.py; a diagnostic, off)")
+    ap.add_argument("--trace-at-s", type=float, default=115, help="when, in seconds after the store started")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
     out = args.out

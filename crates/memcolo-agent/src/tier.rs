@@ -101,6 +101,13 @@ pub struct TierSection {
     /// its faults do not wait for a CPU behind a thrashing best-effort process's
     /// fault and eviction threads. Follows live target changes. Default true.
     pub lc_fault_priority: bool,
+    /// Nice value (-20..=19) of the fault and eviction threads of a best-effort
+    /// process's regions (t_miss >= 1). A latency-critical process's faulting
+    /// thread, once its page is mapped, waits for its CPU behind every runnable
+    /// thread there; beside a thrashing best-effort process, that was its fault
+    /// thread (busy ~100 % at 20K+ faults/s) and eviction workers
+    /// (`bench/tiering/faultpath.py`). 0 leaves them at the default. Default 19.
+    pub be_thread_nice: i32,
     /// Most pages per region on probation: the next victims, unmapped with their
     /// contents kept in fast memory, so that a touch gives a page a second chance
     /// instead of a trip to the slow tier (0: none). Default 128 (never more than an
@@ -126,6 +133,7 @@ impl Default for TierSection {
             sample_fmmr_error: 0.01,
             evict_workers: 1,
             lc_fault_priority: true,
+            be_thread_nice: 19,
             probation_pages: 128,
         }
     }
@@ -154,6 +162,12 @@ impl TierSection {
             return Err(format!(
                 "tier.sample_fmmr_error {}: in [0, 1)",
                 self.sample_fmmr_error
+            ));
+        }
+        if !(-20..=19).contains(&self.be_thread_nice) {
+            return Err(format!(
+                "tier.be_thread_nice {}: in -20..=19",
+                self.be_thread_nice
             ));
         }
         if self.window_ms == 0 || self.windows_per_epoch == 0 || self.sample_pages == 0 {
@@ -757,21 +771,37 @@ fn register(
 
 /// Puts the fault threads of `pid`'s regions in `SCHED_FIFO` if the process is
 /// latency-critical (t_miss < 1) and `tier.lc_fault_priority` is on, else back to
-/// ordinary scheduling.
+/// ordinary scheduling; a best-effort process's (t_miss >= 1) fault and eviction
+/// threads run at `tier.be_thread_nice`, every other process's at nice 0.
 fn apply_fault_priority(shared: &Shared, pid: Pid) {
-    let lc = shared.cfg.lc_fault_priority
-        && shared
-            .node
-            .lock_policy()
-            .statuses()
-            .iter()
-            .any(|p| p.pid == pid && p.t_miss < 1.0);
+    let t_miss = shared
+        .node
+        .lock_policy()
+        .statuses()
+        .iter()
+        .find(|p| p.pid == pid)
+        .map(|p| p.t_miss);
+    let lc = shared.cfg.lc_fault_priority && t_miss.is_some_and(|t| t < 1.0);
+    let nice = thread_nice(&shared.cfg, t_miss);
     for (p, _, _, m) in shared.node.regions() {
         if p == pid {
             if let Err(e) = m.set_latency_critical(lc) {
                 tracing::warn!(pid, error = %e, "tiering: fault thread priority");
             }
+            if let Err(e) = m.set_nice(nice) {
+                tracing::warn!(pid, error = %e, "tiering: tier threads' nice value");
+            }
         }
+    }
+}
+
+/// The nice value of the tier threads of a process with target `t_miss` (`None`:
+/// not registered): `tier.be_thread_nice` for a best-effort process (t_miss >= 1).
+fn thread_nice(cfg: &TierSection, t_miss: Option<f64>) -> i32 {
+    if t_miss.is_some_and(|t| t >= 1.0) {
+        cfg.be_thread_nice
+    } else {
+        0
     }
 }
 
@@ -909,6 +939,24 @@ fn status_json(shared: &Shared) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn best_effort_tier_threads_take_the_configured_nice() {
+        let cfg = TierSection::default();
+        assert_eq!(thread_nice(&cfg, Some(1.0)), 19);
+        assert_eq!(thread_nice(&cfg, Some(0.1)), 0);
+        assert_eq!(thread_nice(&cfg, None), 0);
+        let off = TierSection {
+            be_thread_nice: 0,
+            ..TierSection::default()
+        };
+        assert_eq!(thread_nice(&off, Some(1.0)), 0);
+        let bad = TierSection {
+            be_thread_nice: 20,
+            ..TierSection::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("be_thread_nice"));
+    }
 
     #[test]
     fn sample_fmmr_error_is_checked() {

@@ -435,6 +435,20 @@ struct Inner {
     fault_tid: AtomicI32,
     /// The fault thread runs `SCHED_FIFO` (see [`TierManager::set_latency_critical`]).
     latency_critical: AtomicBool,
+    /// The eviction workers' thread ids (each adds its own when it starts).
+    worker_tids: Mutex<Vec<i32>>,
+    /// Nice value of the fault thread (when not latency-critical) and the eviction
+    /// workers (see [`TierManager::set_nice`]).
+    nice: AtomicI32,
+}
+
+/// `setpriority(PRIO_PROCESS, tid, nice)`: one thread's nice value.
+fn set_thread_nice(tid: i32, nice: i32) -> io::Result<()> {
+    // SAFETY: plain syscall on a thread id; no memory is passed.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -579,6 +593,8 @@ impl TierManager {
             n: Counters::default(),
             fault_tid: AtomicI32::new(0),
             latency_critical: AtomicBool::new(false),
+            worker_tids: Mutex::new(Vec::new()),
+            nice: AtomicI32::new(0),
             cfg,
         });
         let mut threads = Vec::new();
@@ -703,6 +719,33 @@ impl TierManager {
             self.inner.latency_critical.store(was, Ordering::Release);
         }
         r
+    }
+
+    /// Runs the region's fault thread (unless latency-critical, which takes
+    /// precedence) and its eviction workers at `nice` (-20..=19; 0 is the default).
+    ///
+    /// The agent runs a best-effort process's threads at a high nice value so that,
+    /// beside a thrashing best-effort process (GUPS's fault thread busy ~100 % at
+    /// 20K+ faults/s), a latency-critical process's faulting thread, once its page is
+    /// mapped, does not wait for its CPU behind them (`docs/design.md`, "Tiered
+    /// memory (MaxMem)"; `bench/tiering/faultpath.py`).
+    ///
+    /// # Errors
+    /// `setpriority(2)` failed for a thread (`EACCES` lowering nice without
+    /// `CAP_SYS_NICE`); the threads set so far keep the new value.
+    pub fn set_nice(&self, nice: i32) -> io::Result<()> {
+        let nice = nice.clamp(-20, 19);
+        if self.inner.nice.swap(nice, Ordering::SeqCst) == nice {
+            return Ok(());
+        }
+        let mut tids = lock(&self.inner.worker_tids).clone();
+        if !self.inner.latency_critical.load(Ordering::SeqCst) {
+            tids.push(self.inner.fault_tid.load(Ordering::SeqCst));
+        }
+        for tid in tids.into_iter().filter(|&t| t != 0) {
+            set_thread_nice(tid, nice)?;
+        }
+        Ok(())
     }
 
     /// Whether the open sampling window re-arms its sample (see
@@ -945,6 +988,9 @@ impl Inner {
         if unsafe { libc::sched_setscheduler(tid, policy, &param) } != 0 {
             return Err(io::Error::last_os_error());
         }
+        if !on {
+            set_thread_nice(tid, self.nice.load(Ordering::SeqCst))?;
+        }
         Ok(())
     }
 
@@ -1010,6 +1056,8 @@ impl Inner {
             if let Err(e) = self.apply_priority(true) {
                 self.note_error(format!("fault thread priority: {e}"));
             }
+        } else {
+            self.apply_own_nice();
         }
         let mut buf = vec![0u8; PAGE];
         while !self.stop_faults.load(Ordering::Acquire) {
@@ -1348,7 +1396,22 @@ impl Inner {
         Ok(())
     }
 
+    /// The calling thread takes the region's nice value (a thread started after
+    /// [`TierManager::set_nice`]).
+    fn apply_own_nice(&self) {
+        let nice = self.nice.load(Ordering::SeqCst);
+        if nice != 0 {
+            // SAFETY: gettid has no preconditions.
+            if let Err(e) = set_thread_nice(unsafe { libc::gettid() }, nice) {
+                self.note_error(format!("thread nice: {e}"));
+            }
+        }
+    }
+
     fn evict_loop(&self) {
+        // SAFETY: gettid has no preconditions.
+        lock(&self.worker_tids).push(unsafe { libc::gettid() });
+        self.apply_own_nice();
         let batch_max = self.cfg.evict_batch.max(1);
         loop {
             let (start, batch): (u64, Vec<usize>) = {
