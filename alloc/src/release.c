@@ -27,6 +27,7 @@ static uint64_t mc_epoch_base_ms, mc_epoch_count;
 static uint64_t mc_last_release_ms;
 static uint64_t mc_release_carry_bytes;
 static uint64_t mc_skipped_pages, mc_correct_pages, mc_incorrect_pages;
+static size_t mc_rec_used, mc_rec_free; /* pages, as last recorded (epoch_record) */
 
 uint64_t mc_fake_now_ms;
 
@@ -79,6 +80,8 @@ static void epoch_advance(uint64_t now_ms) {
     mc_epoch_t *ep = epoch_at(0);
     ep->min_used = ep->max_used = mc_heap.used_pages;
     ep->min_free = ep->max_free = mc_heap.free_backed_pages;
+    mc_rec_used = mc_heap.used_pages;
+    mc_rec_free = mc_heap.free_backed_pages;
     mc_epoch_count = 1;
     return;
   }
@@ -86,11 +89,22 @@ static void epoch_advance(uint64_t now_ms) {
   if (e <= mc_epoch_cur) return;
   uint64_t from = mc_epoch_cur;
   if (e - from > MC_EPOCHS) from = e - MC_EPOCHS;
+  /* The epochs that begin now start from the state that lasted across their boundary:
+   * the one last recorded. A change calls in here after it is made, so the current
+   * state alone would start the new epoch after the change and lose the state it
+   * replaced (a free at 1.2 s made epoch 1's minimum the memory free after it). Changes
+   * that are not recorded (releases outside mc_release_on_heap_change_locked) are
+   * covered by taking the current state too. */
+  size_t u0 = mc_heap.used_pages, f0 = mc_heap.free_backed_pages;
+  size_t umin = u0 < mc_rec_used ? u0 : mc_rec_used, umax = u0 > mc_rec_used ? u0 : mc_rec_used;
+  size_t fmin = f0 < mc_rec_free ? f0 : mc_rec_free, fmax = f0 > mc_rec_free ? f0 : mc_rec_free;
   for (uint64_t k = from; k < e; k++) {
     if (k >= mc_epoch_cur) tracker_close_epoch(k);
     mc_epoch_t *n = epoch_at(k + 1);
-    n->min_used = n->max_used = mc_heap.used_pages;
-    n->min_free = n->max_free = mc_heap.free_backed_pages;
+    n->min_used = umin;
+    n->max_used = umax;
+    n->min_free = fmin;
+    n->max_free = fmax;
     n->skipped_pending = 0;
     n->decision_used = 0;
   }
@@ -105,6 +119,8 @@ static void epoch_record(void) {
   if (u > ep->max_used) ep->max_used = u;
   if (f < ep->min_free) ep->min_free = f;
   if (f > ep->max_free) ep->max_free = f;
+  mc_rec_used = u;
+  mc_rec_free = f;
 }
 
 extern volatile int mc_reserve_thread_running;

@@ -356,6 +356,57 @@ TEST(test_realized_fragmentation) {
   mc_fake_now_ms = 0;
 }
 
+/* Realized fragmentation (ISMM'21 §3.2-3.3) with worked numbers, T_schedule = 3 s: the
+ * least free-and-mapped memory over the last 3 epochs of 1 s, each epoch keeping the
+ * minimum it saw (its start included). Free pages by epoch (min / at the end):
+ *   e0 0 / 0 (8 spans of 128 pages allocated)   e1 0 / 256 (2 spans freed)
+ *   e2 256 / 256                                 e3 256 / 512 (2 more freed)
+ *   e4 512 / 512   e5 512 / 512   e6 512 / 0 (everything released)
+ * so realized = min over {e-2, e-1, e}: at e2 0 (e0, e1 saw nothing free), at e3 0, at
+ * e4 256 pages (1 MiB: e2), at e5 1 MiB (e3), at e6 2 MiB, and 0 once e6 releases it.
+ * The service bench reads it only once its run covers T_schedule (run_bench.py). */
+TEST(test_realized_fragmentation_worked) {
+  long saved = mc_options_cache[MC_OPT_T_SCHEDULE_S];
+  mc_options_cache[MC_OPT_T_SCHEDULE_S] = 3;
+  uint64_t t0 = 7000000;
+  mc_fake_now_ms = t0;
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_heap_release_locked(0, false, 0);
+  CHECK(mc_heap.free_backed_pages == 0);
+  mc_release_test_reset_locked();
+  mc_release_on_heap_change_locked(t0);
+  pthread_mutex_unlock(&mc_heap.lock);
+  mc_span_t *s[8];
+  for (int i = 0; i < 8; i++) s[i] = mc_heap_alloc(128, MC_SPAN_LARGE, false);
+  memcolo_stats_t st;
+  const uint64_t mib = 1u << 20;
+#define RF_AT(sec) (mc_fake_now_ms = t0 + (sec) * 1000u, memcolo_stats(&st), st.realized_fragmentation_bytes)
+  mc_fake_now_ms = t0 + 1000;
+  mc_heap_free(s[0]);
+  mc_heap_free(s[2]);
+  CHECK(RF_AT(2) == 0);
+  CHECK(st.average_fragmentation_bytes == 1 * mib);
+  mc_fake_now_ms = t0 + 3000;
+  mc_heap_free(s[4]);
+  mc_heap_free(s[6]);
+  CHECK(RF_AT(3) == 0);
+  CHECK(RF_AT(4) == 1 * mib);
+  CHECK(RF_AT(5) == 1 * mib);
+  CHECK(RF_AT(6) == 2 * mib);
+  CHECK(st.average_fragmentation_bytes == 2 * mib);
+  pthread_mutex_lock(&mc_heap.lock);
+  mc_heap_release_locked(0, false, 0);
+  mc_release_on_heap_change_locked(mc_fake_now_ms);
+  pthread_mutex_unlock(&mc_heap.lock);
+  CHECK(RF_AT(6) == 0);
+  CHECK(RF_AT(9) == 0);
+#undef RF_AT
+  for (int i = 1; i < 8; i += 2) mc_heap_free(s[i]);
+  mc_fake_now_ms = 0;
+  mc_options_cache[MC_OPT_T_SCHEDULE_S] = saved;
+  CHECK(heap_ok());
+}
+
 TEST(test_realloc_growth_region) {
   MC_API(free)(MC_API(malloc)(600));
   CHECK(heap_ok());
@@ -525,5 +576,6 @@ int main(int argc, char **argv) {
   RUN(test_release_cache_only);
   RUN(test_skip_subrelease_and_tracker);
   RUN(test_realized_fragmentation);
+  RUN(test_realized_fragmentation_worked);
   TEST_END();
 }
