@@ -267,37 +267,28 @@ def tput(out_dir, quick, reps=11):
 
 
 def subrelease(out_dir, quick):
+    """Both arms side by side; subrelease_service.py runs the cycles, then a tail of
+    TAIL_S with demand low, with libmemcolo's T_schedule at T_SCHEDULE_S (90 s, above
+    Delta: the 5 min default is longer than the run); its summarize() makes the rows."""
+    import subrelease_service
     procs = []
     cycles, wait = (3, "2") if quick else (10, "5")
+    t_sched = subrelease_service.T_SCHEDULE_S
     for delta in ("60", "0"):
         # MEMCOLO_THP=2 (MADV_HUGEPAGE at mmap): an intact huge page is a THP from its first
         # touch, so libmemcolo's coverage and the kernel's AnonHugePages measure the same
         # thing; the default (background collapse) leaves most intact huge pages 4 KiB-mapped.
         env = env_for(LIB, {"MEMCOLO_SKIP_SUBRELEASE_S": delta, "MEMCOLO_RELEASE_RATE": "10m",
-                            "MEMCOLO_THP": "2"})
+                            "MEMCOLO_THP": "2", "MEMCOLO_T_SCHEDULE_S": str(t_sched)})
         out = os.path.join(out_dir, f"subrelease-delta{delta}.csv")
         procs.append(subprocess.Popen(["/usr/bin/python3", os.path.join(HERE, "subrelease_service.py"), out,
-                                       str(cycles), "200000", wait], env=env))
+                                       str(cycles), "200000", wait, str(subrelease_service.TAIL_S)], env=env))
     for p in procs:
         p.wait()
     summary = []
     for delta in ("60", "0"):
-        with open(os.path.join(out_dir, f"subrelease-delta{delta}.csv")) as f:
-            rows = list(csv.DictReader(f))
-        cov = [float(r["coverage"]) for r in rows if int(r["used_bytes"]) > 0]
-        kern = [int(r["anon_huge_kib"]) / max(1, int(r["rss_kib"])) for r in rows]
-        heap = [int(r["heap_anon_huge_kib"]) / int(r["heap_rss_kib"])
-                for r in rows if int(r["used_bytes"]) > 0 and int(r["heap_rss_kib"]) > 0]
-        avg_frag = statistics.mean(int(r["free_backed_bytes"]) for r in rows)
-        summary.append({"delta_s": delta, "coverage_mean": statistics.mean(cov), "coverage_min": min(cov),
-                        "kernel_anonhuge_share_mean": statistics.mean(kern),
-                        "kernel_heap_huge_share_mean": statistics.mean(heap),
-                        "kernel_heap_huge_share_min": min(heap),
-                        "avg_fragmentation_mib": avg_frag / 2**20,
-                        "realized_fragmentation_mib_end": int(rows[-1]["realized_frag_bytes"]) / 2**20,
-                        "realized_fragmentation_mib_max": max(int(r["realized_frag_bytes"]) for r in rows) / 2**20,
-                        "skipped_mib": int(rows[-1]["skipped_bytes"]) / 2**20,
-                        "skipped_correct_mib": int(rows[-1]["skipped_correct_bytes"]) / 2**20})
+        summary.append(subrelease_service.summarize(os.path.join(out_dir, f"subrelease-delta{delta}.csv"),
+                                                    delta, t_sched))
         print(f"  subrelease delta={delta}: {summary[-1]}", flush=True)
     write_csv(os.path.join(out_dir, "subrelease-summary.csv"), summary)
     return summary

@@ -15,12 +15,28 @@ anonymous mappings of >= 2 MiB, so the kernel's view counted them as heap: 5.9 %
 heap's RSS at a peak (37 of 634 MiB, attributed per mapping with strace -k), most of the
 7 % not in THPs. ISMM'21 §5 measures the allocator's heap; with every allocation going
 through malloc the whole service's memory is that heap.
-usage: subrelease_service.py OUT.csv [CYCLES] [ENTRIES] [WAIT_S]"""
+
+After the cycles the service idles TAIL_S seconds (phase "tail", default 0) with its
+base entries only: realized fragmentation (ISMM'21 §3.2: the least free-and-mapped memory
+over the last T_schedule) is what stays free for a whole T_schedule, and while the
+cycles run every peak uses nearly all mapped memory, so only a tail of at least
+T_schedule shows what the allocator keeps free once demand stays low.
+usage: subrelease_service.py OUT.csv [CYCLES] [ENTRIES] [WAIT_S] [TAIL_S]"""
+import csv
 import ctypes
 import os
+import statistics
 import sys
 import threading
 import time
+
+# What run_bench.py runs: T_schedule (MEMCOLO_T_SCHEDULE_S) of 90 s, the shortest above
+# Delta (60 s) plus the ~30 s that 10 MiB/s takes to return a trough's free memory, so that
+# the question stays the paper's (T_schedule = 5 min > Delta); the run must cover it, and
+# the tail of TAIL_S is where it can read anything but 0.
+T_SCHEDULE_S = 90
+TAIL_S = 100
+OFFLINE_T_S = (10, 30, 60)  # realized fragmentation recomputed from the samples (summarize)
 
 
 class Stats(ctypes.Structure):
@@ -85,6 +101,7 @@ def main():
     cycles = int(sys.argv[2]) if len(sys.argv) > 2 else 10
     entries = int(sys.argv[3]) if len(sys.argv) > 3 else 200_000
     wait_s = float(sys.argv[4]) if len(sys.argv) > 4 else 5.0
+    tail_s = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
     lib = ctypes.CDLL(None)
     try:
         stats_fn = lib.memcolo_stats
@@ -124,6 +141,9 @@ def main():
             del store[(c, i)]
         phase[0] = "idle"
         time.sleep(0.5)
+    if tail_s > 0:
+        phase[0] = "tail"
+        time.sleep(tail_s)
     phase[0] = "end"
     time.sleep(0.5)
     stop.set()
@@ -134,6 +154,63 @@ def main():
                 "skipped_correct_bytes,hg_anon_huge_kib,hg_rss_kib\n")
         for r in rows:
             f.write("%.3f,%s,%d,%d,%d,%d,%.4f,%d,%d,%d,%d,%d,%d,%d,%d\n" % r)
+
+
+def realized_offline(rows, t_schedule_s):
+    """Realized fragmentation recomputed from the samples (ISMM'21 §3.2 closed form):
+    for each sample at t >= T_schedule, the least free_backed_bytes over the samples in
+    [t - T_schedule, t]; returns (max over t, value at the last sample) in bytes. The
+    samples (every 0.25 s) miss dips between them, so this is an upper bound of what the
+    library's epochs (every change) give for the same T_schedule."""
+    t = [float(r["t_s"]) for r in rows]
+    f = [int(r["free_backed_bytes"]) for r in rows]
+    vals = []
+    lo = 0
+    for i in range(len(rows)):
+        while t[lo] < t[i] - t_schedule_s:
+            lo += 1
+        if t[i] >= t_schedule_s:
+            vals.append(min(f[lo:i + 1]))
+    return (max(vals), vals[-1]) if vals else (0, 0)
+
+
+def summarize(path, delta, t_schedule_s):
+    """One arm's summary row from its CSV. Coverage and average fragmentation over the
+    fluctuating part (phases before the tail); realized fragmentation (libmemcolo's, over
+    its MEMCOLO_T_SCHEDULE_S) at the end and its maximum over the samples at t >=
+    T_schedule (earlier the series is shorter than T_schedule and holds the start, where
+    nothing is free); the offline recomputation for shorter T_schedule values."""
+    with open(path) as fh:
+        rows = list(csv.DictReader(fh))
+    cyc = [r for r in rows if r["phase"] not in ("tail", "end")]
+    tail = [r for r in rows if r["phase"] == "tail"]
+    used = [r for r in cyc if int(r["used_bytes"]) > 0]
+    cov = [float(r["coverage"]) for r in used]
+    kern = [int(r["anon_huge_kib"]) / max(1, int(r["rss_kib"])) for r in cyc]
+    heap = [int(r["heap_anon_huge_kib"]) / int(r["heap_rss_kib"]) for r in used if int(r["heap_rss_kib"]) > 0]
+    hg = [int(r["hg_anon_huge_kib"]) / int(r["hg_rss_kib"]) for r in used
+          if int(r.get("hg_rss_kib") or 0) > 0]
+    covered = [int(r["realized_frag_bytes"]) for r in rows if float(r["t_s"]) >= t_schedule_s]
+    mib = 2**20
+    out = {"delta_s": delta, "coverage_mean": statistics.mean(cov), "coverage_min": min(cov),
+           "kernel_anonhuge_share_mean": statistics.mean(kern),
+           "kernel_heap_huge_share_mean": statistics.mean(heap),
+           "kernel_heap_huge_share_min": min(heap),
+           "kernel_hg_huge_share_mean": statistics.mean(hg) if hg else "",
+           "other_anon_rss_mib_end": (int(cyc[-1]["heap_rss_kib"]) - int(cyc[-1].get("hg_rss_kib") or 0)) / 1024,
+           "avg_fragmentation_mib": statistics.mean(int(r["free_backed_bytes"]) for r in cyc) / mib,
+           "t_schedule_s": t_schedule_s,
+           "tail_s": (float(tail[-1]["t_s"]) - float(tail[0]["t_s"])) if tail else 0.0,
+           "run_s": float(rows[-1]["t_s"]),
+           "realized_fragmentation_mib_end": int(rows[-1]["realized_frag_bytes"]) / mib,
+           "realized_fragmentation_mib_max": max(covered) / mib if covered else "",
+           "skipped_mib": int(rows[-1]["skipped_bytes"]) / mib,
+           "skipped_correct_mib": int(rows[-1]["skipped_correct_bytes"]) / mib}
+    for ts in OFFLINE_T_S:
+        mx, end = realized_offline(rows, ts)
+        out[f"realized_offline_t{ts}_mib_max"] = mx / mib
+        out[f"realized_offline_t{ts}_mib_end"] = end / mib
+    return out
 
 
 if __name__ == "__main__":
