@@ -169,6 +169,7 @@ typedef enum {
   MC_OPT_MGMT_NICE,           /* nice of the management thread while the reservation is on */
   MC_OPT_RSV_HORIZON_MS,      /* reserves also cover this long of the measured demand rate */
   MC_OPT_RSV_TRACE,           /* 1: the management thread's samples on stderr at exit */
+  MC_OPT_RSV_BACKOFF,         /* 0 off, 1 stop pre-faulting, 2 fair share, while a busy app misses */
   MC_OPT__COUNT
 } mc_option_t;
 
