@@ -36,6 +36,9 @@ Configurations:
                 false``), for a paired A/B.
 - ``maxmem-v1`` ``maxmem`` with GUPS's tier threads at nice 0 (``tier.be_thread_nice =
                 0``), as before they ran at nice 19, for a paired A/B.
+- ``maxmem-change`` ``maxmem`` with the store's t_miss changed live to ``--change-t-miss``
+                ``--change-at-s`` after it started: the epochs until its a_miss <= the new
+                target (the issue's "within 10 epochs of each change").
 - ``kernel``    no QoS: both processes unmanaged in a memory cgroup limited to the fast
                 memory (plus 24 MiB for code, stacks and heaps) with zram swap: the
                 kernel's LRU. The store's fast memory is its resident set.
@@ -214,6 +217,16 @@ def one(config, rep, args, bins, cg):
 
         th = threading.Thread(target=sampler)
         th.start()
+        change = {}
+        if config == "maxmem-change":
+            def changer():
+                if stop.wait(args.change_at_s) or kv.poll() is not None:
+                    return
+                o = sh(memcolo, "tier", "target", "--pid", str(kv.pid), "--t-miss", str(args.change_t_miss),
+                       "--socket", sock, check=False)
+                change.update(t=round(time.monotonic() - t_kv, 1), t_miss=args.change_t_miss, rc=o.returncode)
+            chg = threading.Thread(target=changer)
+            chg.start()
         tracer = None
         if args.trace_s > 0:
             tracer = threading.Thread(target=trace_faults, args=(args, out, name, kv, stop))
@@ -223,12 +236,16 @@ def one(config, rep, args, bins, cg):
         th.join()
         if tracer:
             tracer.join()
+        if config == "maxmem-change":
+            chg.join()
         rec = {"run": name, "config": config, "rep": rep, "rc": kv.returncode,
                "loadavg": open("/proc/loadavg").read().split()[:3], "samples": samples,
                "setup": {"fast_mib": args.fast_mib, "store_mib": args.store_mib, "be_mib": args.be_mib,
                          "hot_items_pct": args.hot_items_pct, "hot_pct": args.hot_pct, "t_miss": args.t_miss,
                          "cap_kib": args.cap_kib, "warmup_s": args.warmup_s, "measure_s": args.measure_s,
                          "sample_fmmr_error": args.sample_fmmr_error}}
+        if change:
+            rec["t_miss_change"] = change
         if kv.returncode == 0:
             rec.update(json.loads(kv_out.strip().splitlines()[-1]))
         # The measure phase, in seconds from the store's start: after init and warm-up.
@@ -263,6 +280,9 @@ def one(config, rep, args, bins, cg):
             # When the store first met its target, and its fast memory then.
             met = next((s for s in samples if s.get("kv_a_miss", 1) <= args.t_miss and s["t"] > 2), None)
             rec["kv_first_met_s"] = met["t"] if met else None
+            rec["kv_first_met_epochs"] = epochs_to_target(samples, 0, args.t_miss, first_epoch_after=2)
+            if change:
+                rec["t_miss_change"]["epochs_to_target"] = epochs_to_target(samples, change["t"], change["t_miss"])
         elif config.startswith("static"):
             rec["kv_fast_mib"] = static_mib(config, args)
         else:
@@ -312,6 +332,19 @@ def trace_faults(args, out, name, kv, stop):
         os.unlink(data)
 
 
+def epochs_to_target(samples, t0, t_miss, first_epoch_after=0):
+    """Policy epochs (1 s) from time ``t0`` (s since the store started) until the
+    store's a_miss, read once a second from the agent, is first <= ``t_miss``
+    (``first_epoch_after``: ignore readings this close to ``t0``, before the store's
+    first epoch); ``None`` if never. The agent's a_miss is the EWMA the policy acts
+    on (MaxMem §3.1), so this is the issue's "a_miss <= t_miss within 10 epochs of
+    each change", to within the 1 s of the reading."""
+    for s in samples:
+        if s["t"] > t0 + first_epoch_after and s.get("kv_a_miss") is not None and s["kv_a_miss"] <= t_miss:
+            return round(s["t"] - t0)
+    return None
+
+
 def agent_rates(rec):
     """The store's slow faults and probation hits per request over the measure phase,
     from the agent's once-a-second counters (not the sample after the store exited:
@@ -325,6 +358,29 @@ def agent_rates(rec):
     rec["slow_faults_per_op"] = (sf[-1]["kv_slow_faults"] - sf[0]["kv_slow_faults"]) / dt
     if "kv_probation_hits" in sf[0]:
         rec["probation_hits_per_op"] = (sf[-1]["kv_probation_hits"] - sf[0]["kv_probation_hits"]) / dt
+
+
+def convergence_rows(by):
+    """The targets table's rows for "every LS process reaches a_miss <= t_miss within
+    10 epochs of each change": the store's arrival (every maxmem run) and a live
+    t_miss change (``maxmem-change`` runs)."""
+    rows = []
+    arr = [r["kv_first_met_epochs"] for r in by.get("maxmem", []) + by.get("maxmem-change", [])
+           if "kv_first_met_epochs" in r]
+    if arr:
+        worst = None if None in arr else max(arr)
+        rows.append("| store's a_miss <= t_miss within 10 epochs of its arrival | %s (worst) | %s | %s |" % (
+            "never" if worst is None else "%d epochs" % worst, ", ".join("never" if a is None else str(a) for a in arr),
+            "missed" if worst is None else "met" if worst <= 10 else "missed by %d epochs" % (worst - 10)))
+    chg = [r["t_miss_change"] for r in by.get("maxmem-change", []) if r.get("t_miss_change")]
+    if chg:
+        ep = [c.get("epochs_to_target") for c in chg]
+        worst = None if None in ep else max(ep)
+        rows.append("| ... within 10 epochs of a t_miss change (0.1 -> %g at %g s) | %s (worst) | %s | %s |" % (
+            chg[0]["t_miss"], chg[0]["t"], "never" if worst is None else "%d epochs" % worst,
+            ", ".join("never" if e is None else str(e) for e in ep),
+            "missed" if worst is None else "met" if worst <= 10 else "missed by %d epochs" % (worst - 10)))
+    return rows
 
 
 def mean(rs, k):
@@ -346,7 +402,7 @@ def report(out):
     by = {}
     for r in runs:
         by.setdefault(r["config"], []).append(r)
-    order = ["maxmem", "maxmem-v0", "maxmem-v1", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
+    order = ["maxmem", "maxmem-v0", "maxmem-v1", "maxmem-change", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
                                                     key=lambda c: int(c.split("-")[1]))
     hot_mib = st["store_mib"] * st["hot_items_pct"] / 100
     lines = ["# KV store (LS) beside GUPS (BE), MaxMem §5.2 scaled: %s" % os.path.relpath(out, ROOT), "",
@@ -397,6 +453,7 @@ def report(out):
             "| fast memory >= 30 %% less than static (<= 70 %%) | %.1f %% (%.1f %% less) | %s | %s |" % (
                 100 * mem, 100 * (1 - mem), ", ".join("%.1f %%" % (100 * p[1]) for p in pairs),
                 "met" if mem <= 0.70 else "missed by %.1f points" % (100 * (mem - 0.70))),
+            ] + convergence_rows(by) + [
             "| p90 / p99 latency (reported, no target) | %.2fx / %.2fx of static's | %s | — |" % (
                 p90, p99, ", ".join("%.2fx / %.2fx" % (p[2], p[3]) for p in pairs)),
             ""]
@@ -513,6 +570,9 @@ def main():
     ap.add_argument("--trace-s", type=float, default=0,
                     help="trace the store's faults for this many seconds (faultpath.py; a diagnostic, off)")
     ap.add_argument("--trace-at-s", type=float, default=115, help="when, in seconds after the store started")
+    ap.add_argument("--change-t-miss", type=float, default=0.07,
+                    help="maxmem-change runs: set the store's t_miss to this, live, --change-at-s after it started")
+    ap.add_argument("--change-at-s", type=float, default=60)
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
     out = args.out
