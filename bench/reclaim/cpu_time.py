@@ -77,6 +77,32 @@ open_work = {}
 open_h = {}
 open_s = {}
 open_v = {}
+
+
+def span_begin(opened, key, label, t):
+    """A begin event (work item, handler, vector) at t: remember what runs under key."""
+    opened[key] = (label, t)
+
+
+def span_end(opened, key, t, acc):
+    """The end event of key at t: add the span since its begin to acc[label], in ms."""
+    if key in opened:
+        label, t0 = opened.pop(key)
+        acc[label] += (t - t0) * 1e3
+
+
+# begin/end event pairs: (regex of the begin event: key[, label]; regex of the end event: key;
+# the spans open now; ms per label)
+SPANS = {
+    ("workqueue:workqueue_execute_start", "workqueue:workqueue_execute_end"):
+        (r"work struct ([0-9a-fx]+): function (\S+)", r"work struct ([0-9a-fx]+)", open_work, work_ms),
+    ("irq:irq_handler_entry", "irq:irq_handler_exit"): (r"irq=(\d+) name=(\S+)", r"irq=(\d+)", open_h, hirq_ms),
+    ("irq:softirq_entry", "irq:softirq_exit"): (r"action=(\w+)", r"action=(\w+)", open_s, sirq_ms),
+}
+SPAN_BEGIN = {begin: v for (begin, _), v in SPANS.items()}
+SPAN_END = {end: v for (_, end), v in SPANS.items()}
+
+
 t_first = t_last = None
 C = a.cpu
 for line in open(a.trace, errors="replace"):
@@ -123,38 +149,20 @@ for line in open(a.trace, errors="replace"):
             tid_ms[cur[3]] += (t - cur[1]) * 1e3
         cur = (fold(nc), t, f"{nc}:{npid}", int(npid))
         tid_comm[int(npid)] = nc
-    elif ev == "workqueue:workqueue_execute_start":
-        mm = re.search(r"work struct ([0-9a-fx]+): function (\S+)", rest)
+    elif ev in SPAN_BEGIN:
+        rx_begin, _, opened, _ = SPAN_BEGIN[ev]
+        mm = re.search(rx_begin, rest)
         if mm:
-            open_work[mm.group(1)] = (mm.group(2), t)
-    elif ev == "workqueue:workqueue_execute_end":
-        mm = re.search(r"work struct ([0-9a-fx]+)", rest)
-        if mm and mm.group(1) in open_work:
-            f, t0 = open_work.pop(mm.group(1))
-            work_ms[f] += (t - t0) * 1e3
-    elif ev == "irq:irq_handler_entry":
-        mm = re.search(r"irq=(\d+) name=(\S+)", rest)
+            span_begin(opened, mm.group(1), mm.group(mm.lastindex), t)
+    elif ev in SPAN_END:
+        _, rx_end, opened, acc = SPAN_END[ev]
+        mm = re.search(rx_end, rest)
         if mm:
-            open_h[mm.group(1)] = (mm.group(2), t)
-    elif ev == "irq:irq_handler_exit":
-        mm = re.search(r"irq=(\d+)", rest)
-        if mm and mm.group(1) in open_h:
-            n, t0 = open_h.pop(mm.group(1))
-            hirq_ms[n] += (t - t0) * 1e3
-    elif ev == "irq:softirq_entry":
-        mm = re.search(r"action=(\w+)", rest)
-        if mm:
-            open_s[mm.group(1)] = t
-    elif ev == "irq:softirq_exit":
-        mm = re.search(r"action=(\w+)", rest)
-        if mm and mm.group(1) in open_s:
-            sirq_ms[mm.group(1)] += (t - open_s.pop(mm.group(1))) * 1e3
+            span_end(opened, mm.group(1), t, acc)
     elif ev.startswith("irq_vectors:") and ev.endswith("_entry"):
-        open_v[ev[12:-6]] = t
+        span_begin(open_v, ev[12:-6], ev[12:-6], t)
     elif ev.startswith("irq_vectors:") and ev.endswith("_exit"):
-        k = ev[12:-5]
-        if k in open_v:
-            vec_ms[k] += (t - open_v.pop(k)) * 1e3
+        span_end(open_v, ev[12:-5], t, vec_ms)
     elif ev == "tlb:tlb_flush":
         mm = re.search(r"reason:(.*?) ", rest + " ")
         tlb[mm.group(1) if mm else rest] += 1
