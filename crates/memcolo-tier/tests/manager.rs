@@ -9,7 +9,7 @@
 
 use memcolo_policy::maxmem::{MaxMem, MaxMemConfig};
 use memcolo_tier::compressed::CompressedStore;
-use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
+use memcolo_tier::manager::{NoPlacement, Placement, TierConfig, TierManager};
 use memcolo_tier::memserver::MemServer;
 use memcolo_tier::placement::MaxMemPlacement;
 use memcolo_tier::region::{AnonRegion, MemfdRegion, RegionMemory, SharedFile, PAGE};
@@ -30,6 +30,20 @@ fn anon(pages: usize, feats: u64) -> (AnonRegion, Uffd) {
     u.register(r.as_ptr() as u64, r.len() as u64, mode::MISSING | mode::WP)
         .unwrap();
     (r, u)
+}
+
+/// An anonymous region of `pages` pages (userfaultfd features `feats` besides write
+/// protection) under a started manager with the given slow tier, placement and config.
+fn managed_anon(
+    pages: usize,
+    feats: u64,
+    tier: Arc<dyn SlowTier>,
+    placement: Box<dyn Placement>,
+    cfg: TierConfig,
+) -> (AnonRegion, TierManager) {
+    let (r, u) = anon(pages, feats);
+    let m = TierManager::start(u, Box::new(r.memory()), tier, placement, cfg).unwrap();
+    (r, m)
 }
 
 fn store() -> Arc<CompressedStore> {
@@ -77,16 +91,14 @@ fn anon_pages_evicted_and_faulted_back_byte_identical() {
         return;
     }
     let pages = 512;
-    let (r, u) = anon(pages, 0);
     let tier = store();
-    let m = TierManager::start(
-        u,
-        Box::new(r.memory()),
+    let (r, m) = managed_anon(
+        pages,
+        0,
         tier.clone(),
         Box::new(NoPlacement),
         TierConfig::new(1),
-    )
-    .unwrap();
+    );
     write_all(r.as_ptr(), pages, 7);
     assert_eq!(m.stats().zero_faults, pages as u64);
     assert_eq!(m.stats().resident_pages, pages as u64);
@@ -196,18 +208,9 @@ fn writes_racing_with_eviction_are_never_lost() {
     }
     let pages = 128;
     let rounds = 40u64;
-    let (r, u) = anon(pages, 0);
+    let (r, m) = managed_anon(pages, 0, store(), Box::new(NoPlacement), TierConfig::new(3));
     let base = r.as_ptr() as usize;
-    let m = Arc::new(
-        TierManager::start(
-            u,
-            Box::new(r.memory()),
-            store(),
-            Box::new(NoPlacement),
-            TierConfig::new(3),
-        )
-        .unwrap(),
-    );
+    let m = Arc::new(m);
     let done = Arc::new(AtomicBool::new(false));
     let writer = {
         let done = done.clone();
@@ -250,21 +253,13 @@ fn maxmem_placement_keeps_resident_pages_within_the_allocation() {
         return;
     }
     let pages = 256;
-    let (r, u) = anon(pages, 0);
     let policy = Arc::new(Mutex::new(MaxMem::new(MaxMemConfig::with_capacity(
         64,
         PAGE as u64,
     ))));
     policy.lock().unwrap().register(42, 1.0).unwrap();
     let placement = MaxMemPlacement::new(policy.clone(), 42, 0, pages);
-    let m = TierManager::start(
-        u,
-        Box::new(r.memory()),
-        store(),
-        Box::new(placement),
-        TierConfig::new(4),
-    )
-    .unwrap();
+    let (r, m) = managed_anon(pages, 0, store(), Box::new(placement), TierConfig::new(4));
     write_all(r.as_ptr(), pages, 1);
     m.wait_evictions();
     assert_eq!(m.stats().resident_pages, 64);
@@ -299,13 +294,11 @@ fn sampled_estimate_matches_a_known_access_pattern() {
     }
     let pages = 1024;
     let touched = 300;
-    let (r, u) = anon(pages, 0);
     let cfg = TierConfig {
         sample_target_hits: 0, // always 64 pages
         ..TierConfig::new(5)
     };
-    let m =
-        TierManager::start(u, Box::new(r.memory()), store(), Box::new(NoPlacement), cfg).unwrap();
+    let (r, m) = managed_anon(pages, 0, store(), Box::new(NoPlacement), cfg);
     write_all(r.as_ptr(), pages, 9);
     let windows = 60;
     let mut sum = 0.0;
@@ -349,13 +342,11 @@ fn rearmed_sample_counts_touches_per_slot() {
     }
     let pages = 1024;
     let touched = 300;
-    let (r, u) = anon(pages, 0);
     let cfg = TierConfig {
         sample_target_hits: 0, // always 64 pages
         ..TierConfig::new(6)
     };
-    let m =
-        TierManager::start(u, Box::new(r.memory()), store(), Box::new(NoPlacement), cfg).unwrap();
+    let (r, m) = managed_anon(pages, 0, store(), Box::new(NoPlacement), cfg);
     write_all(r.as_ptr(), pages, 4);
     let touch = |p: usize| {
         // SAFETY: reading page p of the live region.
@@ -410,15 +401,13 @@ fn latency_critical_fault_thread_runs_sched_fifo() {
         return;
     }
     let pages = 16;
-    let (r, u) = anon(pages, 0);
-    let m = TierManager::start(
-        u,
-        Box::new(r.memory()),
+    let (r, m) = managed_anon(
+        pages,
+        0,
         store(),
         Box::new(NoPlacement),
         TierConfig::new(77),
-    )
-    .unwrap();
+    );
     // The fault thread's scheduling policy (field 41 of its stat: 1 is SCHED_FIFO).
     let policy = || -> Option<u32> {
         for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
@@ -514,19 +503,17 @@ fn damaged_page_stops_the_faulting_thread_with_a_reason() {
         return;
     }
     let pages = 16;
-    let (r, u) = anon(pages, 0);
     let tier = Arc::new(Damaging {
         inner: CompressedStore::new(PAGE, 1 << 20),
         damage: AtomicBool::new(false),
     });
-    let m = TierManager::start(
-        u,
-        Box::new(r.memory()),
+    let (r, m) = managed_anon(
+        pages,
+        0,
         tier.clone(),
         Box::new(NoPlacement),
         TierConfig::new(6),
-    )
-    .unwrap();
+    );
     write_all(r.as_ptr(), pages, 5);
     m.evict(&[4]);
     m.wait_evictions();
@@ -569,15 +556,7 @@ fn killed_memory_server_stops_the_faulting_thread_never_zeros() {
     let bound = cfg.retry_bound();
     let tier = Arc::new(RemoteTier::connect(cfg).unwrap());
     let pages = 32;
-    let (r, u) = anon(pages, 0);
-    let m = TierManager::start(
-        u,
-        Box::new(r.memory()),
-        tier,
-        Box::new(NoPlacement),
-        TierConfig::new(7),
-    )
-    .unwrap();
+    let (r, m) = managed_anon(pages, 0, tier, Box::new(NoPlacement), TierConfig::new(7));
     write_all(r.as_ptr(), pages, 11);
     m.evict(&(0..pages).collect::<Vec<_>>());
     m.wait_evictions();
@@ -615,20 +594,18 @@ fn application_dontneed_reads_zeros_even_for_evicted_pages() {
         return;
     }
     let pages = 32;
-    let (r, u) = anon(pages, features::EVENT_REMOVE);
     let tier = store();
     let cfg = TierConfig {
         track_remove: true,
         ..TierConfig::new(8)
     };
-    let m = TierManager::start(
-        u,
-        Box::new(r.memory()),
+    let (r, m) = managed_anon(
+        pages,
+        features::EVENT_REMOVE,
         tier.clone(),
         Box::new(NoPlacement),
         cfg,
-    )
-    .unwrap();
+    );
     write_all(r.as_ptr(), pages, 2);
     m.evict(&[4, 5, 6, 20]);
     m.wait_evictions();
@@ -802,15 +779,13 @@ fn sample_size_follows_the_fmmr_precision_needed() {
     }
     let pages = 1024;
     let touched = 600;
-    let (r, u) = anon(pages, 0);
-    let m = TierManager::start(
-        u,
-        Box::new(r.memory()),
+    let (r, m) = managed_anon(
+        pages,
+        0,
         store(),
         Box::new(NoPlacement),
         TierConfig::new(11),
-    )
-    .unwrap();
+    );
     write_all(r.as_ptr(), pages, 3);
     let touch = |w: usize| {
         for p in 0..touched {
