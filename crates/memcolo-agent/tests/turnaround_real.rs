@@ -14,24 +14,13 @@ use memcolo_agent::reclaim::turnaround::{
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::reclaim::{PageoutCursor, VmaKind};
 use std::time::{Duration, Instant};
-use support::{Holder, Scratch, TestSwap, MIB};
+use support::{Holder, Scratch, MIB};
 
 #[test]
 fn a_paged_out_page_touched_again_is_recorded_with_its_turnaround() {
     let test = "a_paged_out_page_touched_again_is_recorded_with_its_turnaround";
-    if !support::real_cgroup_v1_available(test) {
+    let Some((python, swap)) = support::python_and_swap(test, 128 * MIB) else {
         return;
-    }
-    let Some(python) = support::python() else {
-        eprintln!("{test}: skipped: no python3");
-        return;
-    };
-    let swap = match TestSwap::add(128 * MIB) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{test}: skipped: no zram swap of its own: {e}");
-            return;
-        }
     };
     let scratch = Scratch::new("turnaround");
     let mut holder = Holder::start_in(&scratch.cg, python, 16);

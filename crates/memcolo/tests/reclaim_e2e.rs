@@ -31,7 +31,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-use support::{Holder, Scratch, TestSwap, MIB};
+use support::{Holder, Scratch, MIB};
 
 /// The agent, killed on drop unless it was stopped.
 struct Agent(Option<Child>);
@@ -125,19 +125,8 @@ fn series(text: &str, name: &str) -> f64 {
 #[test]
 fn reclaim_agent_pages_out_be_memory_and_never_lc() {
     let test = "reclaim_agent_pages_out_be_memory_and_never_lc";
-    if !support::real_cgroup_v1_available(test) {
+    let Some((python, _swap)) = support::python_and_swap(test, 768 * MIB) else {
         return;
-    }
-    let Some(python) = support::python() else {
-        eprintln!("{test}: skipped: no python3");
-        return;
-    };
-    let _swap = match TestSwap::add(768 * MIB) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{test}: skipped: no zram swap of its own: {e}");
-            return;
-        }
     };
     let exe = env!("CARGO_BIN_EXE_memcolo");
     let tmp = tempfile::tempdir().unwrap();
@@ -496,19 +485,8 @@ fn reclaim_allocation_rate_follows_a_page_cache_streamer() {
 #[test]
 fn reclaim_backs_off_while_a_be_job_thrashes_and_recovers() {
     let test = "reclaim_backs_off_while_a_be_job_thrashes_and_recovers";
-    if !support::real_cgroup_v1_available(test) {
+    let Some((python, _swap)) = support::python_and_swap(test, 768 * MIB) else {
         return;
-    }
-    let Some(python) = support::python() else {
-        eprintln!("{test}: skipped: no python3");
-        return;
-    };
-    let _swap = match TestSwap::add(768 * MIB) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{test}: skipped: no zram swap of its own: {e}");
-            return;
-        }
     };
     let exe = env!("CARGO_BIN_EXE_memcolo");
     let tmp = tempfile::tempdir().unwrap();

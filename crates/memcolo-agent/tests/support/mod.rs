@@ -182,6 +182,26 @@ pub fn python() -> Option<&'static str> {
     })
 }
 
+/// What a test that pages out a real python3 [`Holder`] needs: root, cgroup v1, python3
+/// and a zram swap of `swap_bytes` of its own. Returns the python3 to run and the swap
+/// (turned off on drop); `None`, with the reason printed, when any of them is missing.
+pub fn python_and_swap(test: &str, swap_bytes: u64) -> Option<(&'static str, TestSwap)> {
+    if !real_cgroup_v1_available(test) {
+        return None;
+    }
+    let Some(python) = python() else {
+        eprintln!("{test}: skipped: no python3");
+        return None;
+    };
+    match TestSwap::add(swap_bytes) {
+        Ok(swap) => Some((python, swap)),
+        Err(e) => {
+            eprintln!("{test}: skipped: no zram swap of its own: {e}");
+            None
+        }
+    }
+}
+
 /// How long any answer of a holder may take before the test fails (a bound, not a
 /// timing assumption: a 320 MiB holder answers in seconds).
 pub const ANSWER_LIMIT: Duration = Duration::from_secs(180);
