@@ -335,6 +335,17 @@ impl Settings {
 }
 
 /// Prints one progress line with the time since the sweep started.
+/// CLOCK_MONOTONIC now, seconds (the clock of `perf record -k mono`).
+fn monotonic_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 pub(crate) fn progress(t0: Instant, msg: &str) {
     eprintln!("[{:>7.1}s] {msg}", t0.elapsed().as_secs_f64());
 }
@@ -1097,7 +1108,16 @@ impl Sweep<'_> {
         }
         register_be(&agent, &mut registered)?;
 
-        progress(t0, &format!("{label}: measured {} s", s.duration.as_secs()));
+        // CLOCK_MONOTONIC at the start of the measured phase: a `perf record -k mono`
+        // trace (trace_run.sh) puts the latency CSV's second i at this + i.
+        progress(
+            t0,
+            &format!(
+                "{label}: measured {} s from CLOCK_MONOTONIC {:.6}",
+                s.duration.as_secs(),
+                monotonic_s()
+            ),
+        );
         let loadavg = process::loadavg_1m().unwrap_or(0.0);
         let cpu_before = process::read_cpu_times();
         let redis_pid = redis.pid();
