@@ -209,6 +209,9 @@ def one(config, rep, args, bins, cg):
                                 row[who + "_slow_fault_ns"] = sum(r.get("slow_fault_ns", 0) for r in p["regions"])
                                 row[who + "_fault_wait_ns"] = sum(r.get("fault_thread_wait_ns", 0)
                                                                   for r in p["regions"])
+                                row[who + "_placement_ns"] = sum(r.get("placement_ns", 0) for r in p["regions"])
+                                row[who + "_placement_max_ns"] = max([r.get("placement_max_ns", 0)
+                                                                      for r in p["regions"]] or [0])
                                 row[who + "_alloc_bytes"] = p["alloc_bytes"]
                                 row[who + "_fast_bytes"] = p["fast_bytes"]
                                 row[who + "_a_miss"] = p["a_miss"]
@@ -277,6 +280,14 @@ def one(config, rep, args, bins, cg):
                         rec[who + "_fault_wait_us"] = (sw[-1][who + "_fault_wait_ns"] -
                                                        sw[0][who + "_fault_wait_ns"]) / n / 1e3
                         rec[who + "_slow_faults_per_s"] = n / (sw[-1]["t"] - sw[0]["t"])
+                        if "kv_placement_ns" in sw[0] or "be_placement_ns" in sw[0]:
+                            # Reporting faults to the placement (its lock, the policy's answer).
+                            rec[who + "_placement_us"] = (sw[-1].get(who + "_placement_ns", 0) -
+                                                          sw[0].get(who + "_placement_ns", 0)) / n / 1e3
+                # The longest single report to the placement over the whole run.
+                mx = [s.get(who + "_placement_max_ns", 0) for s in samples]
+                if any(mx):
+                    rec[who + "_placement_max_us"] = max(mx) / 1e3
             # When the store first met its target, and its fast memory then.
             met = next((s for s in samples if s.get("kv_a_miss", 1) <= args.t_miss and s["t"] > 2), None)
             rec["kv_first_met_s"] = met["t"] if met else None
@@ -482,6 +493,11 @@ def report(out):
                               r["kv_fault_serve_us"], r["kv_fault_wait_us"], r["kv_slow_faults_per_s"],
                               r.get("be_fault_serve_us", float("nan")), r.get("be_fault_wait_us", float("nan")),
                               r.get("be_slow_faults_per_s", float("nan"))))
+        if r.get("kv_placement_max_us") is not None:
+            lines[-1] += ("; fault reports to the placement: store %.2f µs per slow fault (longest %.0f µs), "
+                          "GUPS %.2f µs (longest %.0f µs)" % (
+                              r.get("kv_placement_us", float("nan")), r["kv_placement_max_us"],
+                              r.get("be_placement_us", float("nan")), r.get("be_placement_max_us", float("nan"))))
     for r in bad:
         lines.append("- `%s`: failed (exit %s), see logs/" % (r["run"], r.get("rc")))
     lines += ["", "![throughput and latency against fast memory](plots/kv-vs-fast.png)", "",

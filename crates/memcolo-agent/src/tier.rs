@@ -907,6 +907,8 @@ fn status_json(shared: &Shared) -> serde_json::Value {
                         "prefetches": st.prefetches, "freed_pages": st.freed_pages,
                         "slow_fault_ns": st.slow_fault_ns,
                         "fault_thread_wait_ns": st.fault_thread_wait_ns,
+                        "placement_ns": st.placement_ns,
+                        "placement_max_ns": st.placement_max_ns,
                         "latency_critical": st.latency_critical,
                     })
                 })

@@ -1021,6 +1021,50 @@ impl MaxMem {
         })
     }
 
+    /// A fault reported after the fact by a caller that chose its own victim: `page`
+    /// is now mapped in fast memory and `evicted` (if any) already went to the slow
+    /// tier to make room (rule T7, decided outside the policy's lock: a fault thread
+    /// that may not wait for the policy takes a victim from a list the policy handed
+    /// out earlier, e.g. [`MaxMem::coldest_pages`], and reports both moves here).
+    ///
+    /// `evicted` moves to the slow tier first if the policy still counts it fast (an
+    /// unknown page, or one already slow, changes nothing); then `page` is placed as
+    /// by [`MaxMem::fault_in`]: in the process's unfilled allocation or a page of the
+    /// free pool if there is one, and otherwise the policy names a further victim in
+    /// the result, which the caller must evict too (its list was stale). So the
+    /// policy's counts stay exact whatever the caller chose.
+    ///
+    /// Worked example (fast tier of 2 pages, pages 10 and 11 fast): the caller
+    /// reports `fault_in_after(pid, 12, Some(10))` → 10 slow, 12 fast, no further
+    /// victim; `fault_in_after(pid, 13, Some(10))` (a stale victim, already slow) →
+    /// 13 fast and the policy's victim `Some(11)`.
+    ///
+    /// # Errors
+    /// [`PolicyError::UnknownProcess`].
+    pub fn fault_in_after(
+        &mut self,
+        pid: Pid,
+        page: PageId,
+        evicted: Option<PageId>,
+    ) -> Result<FaultIn, PolicyError> {
+        if let Some(v) = evicted.filter(|&v| v != page) {
+            let p = self.proc_mut(pid)?;
+            if p.pages.get(&v).map(|r| r.tier) == Some(Tier::Fast) {
+                p.move_to(v, Tier::Slow);
+            }
+        }
+        self.fault_in(pid, page)
+    }
+
+    /// Fast memory allotted to `pid` that it has not filled yet (`alloc − fast`,
+    /// pages; 0 when over its allotment): faults it may take without a victim, besides
+    /// the free pool ([`MaxMem::free_pages`]). 0 for an unknown process.
+    pub fn room_pages(&self, pid: Pid) -> u64 {
+        self.procs
+            .get(&pid)
+            .map_or(0, |p| p.alloc.saturating_sub(p.fast()))
+    }
+
     /// `page` was freed (`munmap`, `MADV_DONTNEED`): it leaves management; a fast
     /// page's allocation returns to the free pool. Returns the tier it was in, or
     /// `None` for a page the policy did not know.
@@ -2061,6 +2105,33 @@ mod tests {
         assert_eq!(m.free_pages(), 1);
         assert_eq!(m.allocate(2, 7).unwrap(), Tier::Fast);
         assert_eq!(m.free_page(1, 99).unwrap(), None);
+        m.check_invariants().unwrap();
+    }
+
+    /// T7 reported after the fact: the caller's victim is applied as given; a stale
+    /// one (already slow) leaves no room, so the policy names its own.
+    #[test]
+    fn t7_fault_in_after_a_victim_chosen_outside() {
+        let mut m = MaxMem::new(cfg(2, 4));
+        m.register(1, 1.0).unwrap();
+        assert_eq!(m.room_pages(1), 0);
+        assert_eq!(m.fault_in_after(1, 10, None).unwrap().victim, None);
+        assert_eq!(m.fault_in_after(1, 11, None).unwrap().victim, None);
+        assert_eq!((m.free_pages(), m.room_pages(1)), (0, 0));
+        // The caller evicted 10 for 12: no further victim.
+        assert_eq!(m.fault_in_after(1, 12, Some(10)).unwrap().victim, None);
+        assert_eq!(m.tier_of(1, 10), Some(Tier::Slow));
+        assert_eq!(m.tier_of(1, 12), Some(Tier::Fast));
+        // A stale victim (10 is slow already): the policy picks 11, its coldest.
+        assert_eq!(m.fault_in_after(1, 13, Some(10)).unwrap().victim, Some(11));
+        assert_eq!(m.tier_of(1, 13), Some(Tier::Fast));
+        assert_eq!(m.status(1).unwrap().fast_pages, 2);
+        // A victim evicted with no fault needing it leaves unfilled allocation.
+        assert_eq!(m.fault_in_after(1, 12, Some(13)).unwrap().victim, None);
+        assert_eq!(m.room_pages(1), 1);
+        assert_eq!(m.fault_in_after(1, 14, None).unwrap().victim, None);
+        assert_eq!(m.room_pages(1), 0);
+        assert!(m.fault_in_after(9, 1, None).is_err());
         m.check_invariants().unwrap();
     }
 

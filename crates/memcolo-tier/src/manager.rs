@@ -271,6 +271,11 @@ pub struct ManagerStats {
     pub probation_evictions: u64,
     /// Time the fault thread spent serving slow faults (load, check, map), ns.
     pub slow_fault_ns: u64,
+    /// Time the fault thread spent reporting faults to the placement (taking its lock
+    /// and the policy's answer), ns: a fault path that waits for a lock shows here.
+    pub placement_ns: u64,
+    /// The longest single report to the placement, ns.
+    pub placement_max_ns: u64,
     /// Time the fault thread waited for a CPU while runnable (its `schedstat`
     /// run delay), ns: what a fault waits before the thread even reads it.
     pub fault_thread_wait_ns: u64,
@@ -378,6 +383,8 @@ struct Counters {
     probation_hits: AtomicU64,
     probation_evictions: AtomicU64,
     slow_fault_ns: AtomicU64,
+    placement_ns: AtomicU64,
+    placement_max_ns: AtomicU64,
 }
 
 struct Queue {
@@ -748,6 +755,12 @@ impl TierManager {
         Ok(())
     }
 
+    /// Whether the fault thread runs as latency-critical
+    /// ([`TierManager::set_latency_critical`]); no lock taken.
+    pub fn is_latency_critical(&self) -> bool {
+        self.inner.latency_critical.load(Ordering::Relaxed)
+    }
+
     /// Whether the open sampling window re-arms its sample (see
     /// [`TierManager::sample_rearm`]).
     pub fn sample_rearming(&self) -> bool {
@@ -824,6 +837,8 @@ impl TierManager {
             probation_hits: g(&n.probation_hits),
             probation_evictions: g(&n.probation_evictions),
             slow_fault_ns: g(&n.slow_fault_ns),
+            placement_ns: g(&n.placement_ns),
+            placement_max_ns: g(&n.placement_max_ns),
             fault_thread_wait_ns: self.inner.fault_thread_wait_ns(),
             latency_critical: self.inner.latency_critical.load(Ordering::Relaxed),
         }
@@ -1037,6 +1052,7 @@ impl Inner {
     /// Asks the placement about newly mapped pages and queues the victims.
     fn placed(&self, pages: std::ops::Range<usize>) {
         let mut victims = Vec::new();
+        let t0 = Instant::now();
         {
             let mut pl = lock(&self.placement);
             for p in pages {
@@ -1045,6 +1061,9 @@ impl Inner {
                 }
             }
         }
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.n.placement_ns.fetch_add(ns, Ordering::Relaxed);
+        self.n.placement_max_ns.fetch_max(ns, Ordering::Relaxed);
         self.enqueue(&victims);
     }
 

@@ -26,18 +26,31 @@
 //!
 //! # Locks
 //!
-//! The region table is only held to copy it: managers are called without it, so a
-//! fault thread routing a foreign victim (placement lock → table lock) never waits
-//! for a caller that holds the table while calling into a manager.
+//! No fault takes the policy's lock. Each region's placement
+//! ([`QueuedPlacement`]) queues what its faults did on a lock-free queue of its own,
+//! takes fast memory from atomic credits and victims from a per-region list
+//! ([`Feed`]); [`TierNode::drain`] (every slot of [`TierNode::run`], 10 ms, and
+//! before every epoch) applies the records to the policy in order, evicts the
+//! victims the policy names where a region's list ran dry or was stale
+//! ([`MaxMem::fault_in_after`]), and publishes fresh credits and lists. A
+//! best-effort process's fault thread, at nice 19, thus never holds a lock that the
+//! latency-critical process's fault thread or the sampler waits for.
+//!
+//! The sampler visits latency-critical regions first (window ends and starts, slot
+//! re-arms), so a window of theirs never waits behind a best-effort region's table
+//! lock, held by that region's fault thread while it maps a page.
+//!
+//! The region table is only held to copy it: managers are called without it.
 
 use crate::manager::TierManager;
-use crate::placement::MaxMemPlacement;
+use crate::placement::{Feed, QueuedPlacement, Record};
 use crate::region::PAGE;
 use crate::TierError;
+use crossbeam_channel::Receiver;
 use memcolo_policy::maxmem::{EpochOutcome, MaxMem, MaxMemConfig, PageId, ProcSample, Tier};
 use memcolo_policy::{Pid, PolicyError};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -48,6 +61,10 @@ struct Entry {
     first_page: PageId,
     pages: usize,
     manager: Arc<TierManager>,
+    /// What the region's faults did, for the policy ([`TierNode::drain`]).
+    records: Receiver<Record>,
+    /// The region's next victims.
+    feed: Arc<Feed>,
 }
 
 impl Entry {
@@ -109,10 +126,23 @@ pub struct EpochApplied {
     pub fatal: Vec<(Pid, PageId, String)>,
 }
 
+/// A region's queue and feed between [`TierNode::placement`] and [`TierNode::attach`].
+type Pending = HashMap<(Pid, PageId), (Receiver<Record>, Arc<Feed>)>;
+
+/// Smallest and largest victim list a region is given (pages); in between, 256 plus
+/// four drains' worth of the victims it took.
+const FEED_MIN: usize = 256;
+const FEED_MAX: usize = 4096;
+
 /// Managed regions sharing one fast tier; see the module documentation.
 pub struct TierNode {
     policy: Arc<Mutex<MaxMem>>,
     table: Table,
+    pending: Mutex<Pending>,
+    /// Each process's unfilled allocation, pages (credit its faults take).
+    rooms: Mutex<HashMap<Pid, Arc<AtomicI64>>>,
+    /// The free pool, pages (credit any fault takes).
+    pool: Arc<AtomicI64>,
 }
 
 impl TierNode {
@@ -121,9 +151,13 @@ impl TierNode {
     /// # Errors
     /// [`PolicyError::InvalidConfig`] from [`MaxMemConfig::validate`].
     pub fn new(cfg: MaxMemConfig) -> Result<Self, PolicyError> {
+        let free = cfg.fast_capacity_pages as i64;
         Ok(TierNode {
             policy: Arc::new(Mutex::new(MaxMem::try_new(cfg)?)),
             table: Arc::new(Mutex::new(Vec::new())),
+            pending: Mutex::new(HashMap::new()),
+            rooms: Mutex::new(HashMap::new()),
+            pool: Arc::new(AtomicI64::new(free)),
         })
     }
 
@@ -132,8 +166,10 @@ impl TierNode {
         self.policy.clone()
     }
 
-    /// Locks the policy (for status and for reports).
+    /// Locks the policy (for status and for reports), after applying the records
+    /// queued so far ([`TierNode::drain`]).
     pub fn lock_policy(&self) -> MutexGuard<'_, MaxMem> {
+        self.drain();
         lock(&self.policy)
     }
 
@@ -160,34 +196,42 @@ impl TierNode {
     }
 
     /// The placement of a region of `pid` whose page `i` is policy page
-    /// `first_page + i`, to hand to [`TierManager::start`]. Victims in other regions
-    /// of `pid` are routed to their managers.
-    pub fn placement(&self, pid: Pid, first_page: PageId, pages: usize) -> MaxMemPlacement {
-        let table = self.table.clone();
-        MaxMemPlacement::new(self.policy.clone(), pid, first_page, pages).with_foreign(Box::new(
-            move |victim| {
-                let target = lock(&table)
-                    .iter()
-                    .find_map(|e| e.holds(pid, victim).map(|i| (e.manager.clone(), i)));
-                match target {
-                    Some((m, i)) => {
-                        m.evict(&[i]);
-                    }
-                    None => tracing::debug!(pid, victim, "tier node: victim in no region"),
-                }
-            },
-        ))
+    /// `first_page + i`, to hand to [`TierManager::start`] (then
+    /// [`TierNode::attach`] the manager under the same `pid` and `first_page`). Its
+    /// faults never take the policy's lock; see the module documentation.
+    pub fn placement(&self, pid: Pid, first_page: PageId, pages: usize) -> QueuedPlacement {
+        let _ = pages;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let feed = Arc::new(Feed::default());
+        lock(&self.pending).insert((pid, first_page), (rx, feed.clone()));
+        let room = {
+            let room = lock(&self.rooms)
+                .entry(pid)
+                .or_insert_with(|| Arc::new(AtomicI64::new(0)))
+                .clone();
+            room.store(lock(&self.policy).room_pages(pid) as i64, Ordering::Release);
+            room
+        };
+        QueuedPlacement::new(tx, room, self.pool.clone(), feed)
     }
 
     /// Attaches a started manager: its region of `pid` starts at policy page
     /// `first_page` (as given to [`TierNode::placement`]).
+    ///
+    /// # Panics
+    /// If no placement was made for `pid` and `first_page`.
     pub fn attach(&self, pid: Pid, first_page: PageId, manager: Arc<TierManager>) {
         let pages = manager.pages();
+        let (records, feed) = lock(&self.pending)
+            .remove(&(pid, first_page))
+            .expect("TierNode::attach: no placement was made for this region");
         lock(&self.table).push(Entry {
             pid,
             first_page,
             pages,
             manager,
+            records,
+            feed,
         });
     }
 
@@ -202,6 +246,7 @@ impl TierNode {
                 .position(|e| e.pid == pid && e.first_page == first_page)?;
             t.swap_remove(k)
         };
+        lock(&self.pending).remove(&(pid, first_page));
         let mut policy = lock(&self.policy);
         if policy.is_managed(pid) {
             for i in 0..entry.pages as u64 {
@@ -220,6 +265,8 @@ impl TierNode {
             *t = rest;
             mine
         };
+        lock(&self.pending).retain(|k, _| k.0 != pid);
+        lock(&self.rooms).remove(&pid);
         let _ = lock(&self.policy).unregister(pid);
         mine.into_iter().map(|e| e.manager).collect()
     }
@@ -236,9 +283,96 @@ impl TierNode {
         lock(&self.table).clone()
     }
 
-    /// Closes every region's sampling window and opens the next.
+    /// The regions, latency-critical ones first (the sampler's order).
+    fn entries_lc_first(&self) -> Vec<Entry> {
+        let mut v = self.entries();
+        v.sort_by_key(|e| !e.manager.is_latency_critical());
+        v
+    }
+
+    /// Applies every region's queued records to the policy, in order
+    /// ([`Record`]; [`MaxMem::fault_in_after`] for faults), queues the victims the
+    /// policy names for faults that found no victim or a stale one, and publishes
+    /// fresh credits (each process's unfilled allocation, the free pool) and, for a
+    /// region whose list ran low, its next victims. Called by [`TierNode::run`] at
+    /// every slot and epoch, and by [`TierNode::lock_policy`].
+    pub fn drain(&self) {
+        self.drain_inner(false);
+    }
+
+    fn drain_inner(&self, refill_all: bool) {
+        let entries = self.entries();
+        let mut extra: Vec<(Pid, PageId)> = Vec::new();
+        {
+            let mut policy = lock(&self.policy);
+            for e in &entries {
+                let mut taken = 0usize;
+                for r in e.records.try_iter() {
+                    let id = |p: usize| e.first_page + p as u64;
+                    match r {
+                        Record::Fault { page, evicted } => {
+                            taken += usize::from(evicted.is_some());
+                            if let Ok(f) = policy.fault_in_after(e.pid, id(page), evicted.map(id)) {
+                                if let Some(v) = f.victim {
+                                    taken += 1;
+                                    extra.push((e.pid, v));
+                                }
+                            }
+                        }
+                        Record::EvictFailed(page) => {
+                            let _ = policy.set_tier(e.pid, id(page), Tier::Fast);
+                        }
+                        Record::Freed(page) => {
+                            let _ = policy.free_page(e.pid, id(page));
+                        }
+                        Record::SecondChance(page) => {
+                            let _ = policy.requeue(e.pid, id(page));
+                        }
+                    }
+                }
+                let want = (FEED_MIN + 4 * taken).min(FEED_MAX);
+                if refill_all || taken > 0 && e.feed.len() < want / 2 || e.feed.is_empty() {
+                    let (first, pages) = (e.first_page, e.pages as u64);
+                    e.feed.publish(
+                        policy
+                            .coldest_pages(e.pid, Tier::Fast)
+                            .take(want.saturating_mul(4).saturating_add(1024))
+                            .filter_map(|id| {
+                                let i = id.checked_sub(first)?;
+                                (i < pages).then_some(i as usize)
+                            })
+                            .take(want),
+                    );
+                }
+            }
+            for (pid, room) in lock(&self.rooms).iter() {
+                room.store(policy.room_pages(*pid) as i64, Ordering::Release);
+            }
+            self.pool
+                .store(policy.free_pages() as i64, Ordering::Release);
+        }
+        // The victims the policy named, to their regions (any region of the process).
+        let mut by_region: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (pid, v) in extra {
+            match entries
+                .iter()
+                .enumerate()
+                .find_map(|(k, e)| e.holds(pid, v).map(|i| (k, i)))
+            {
+                Some((k, i)) => by_region.entry(k).or_default().push(i),
+                None => tracing::debug!(pid, victim = v, "tier node: victim in no region"),
+            }
+        }
+        for (k, pages) in by_region {
+            entries[k].manager.evict(&pages);
+        }
+    }
+
+    /// Closes every region's sampling window and opens the next (latency-critical
+    /// regions first), after a [`TierNode::drain`].
     pub fn window(&self) {
-        for e in self.entries() {
+        self.drain();
+        for e in self.entries_lc_first() {
             if e.manager.fatal().is_none() {
                 e.manager.sample_begin();
             }
@@ -254,7 +388,7 @@ impl TierNode {
     /// pages ([`TierManager::sample_rearm`]). Returns whether any region re-arms.
     pub fn rearm(&self) -> bool {
         let mut any = false;
-        for e in self.entries() {
+        for e in self.entries_lc_first() {
             if e.manager.fatal().is_none() {
                 any |= e.manager.sample_rearm();
             }
@@ -265,7 +399,8 @@ impl TierNode {
     /// One policy epoch; see the module documentation. Returns the policy's outcome
     /// and what was carried out.
     pub fn epoch(&self) -> (EpochOutcome, EpochApplied) {
-        let entries = self.entries();
+        self.drain();
+        let entries = self.entries_lc_first();
         let mut applied = EpochApplied::default();
         // 1. The epoch's accesses, per process.
         let mut per_pid: BTreeMap<Pid, Accesses> = BTreeMap::new();
@@ -338,7 +473,8 @@ impl TierNode {
                 }
             }
         }
-        // 4. New windows.
+        // 4. Fresh victim lists (the bins changed), and new windows.
+        self.drain_inner(true);
         for e in &entries {
             if e.manager.fatal().is_none() {
                 e.manager.sample_begin();
@@ -369,8 +505,9 @@ impl TierNode {
             // Slot boundaries of this window, while some region re-arms (a region
             // re-arms only while it has slow accesses; the others sleep through).
             let window_start = due - timing.window;
+            // Every slot drains the regions' records, re-arming or not.
             for j in 1..slots {
-                if !rearming || stop.load(Ordering::Acquire) {
+                if stop.load(Ordering::Acquire) {
                     break;
                 }
                 let at = window_start + slot * j;
@@ -379,7 +516,10 @@ impl TierNode {
                     continue;
                 }
                 std::thread::sleep(at - now);
-                rearming = self.rearm();
+                if rearming {
+                    rearming = self.rearm();
+                }
+                self.drain();
             }
             let now = Instant::now();
             if due > now {

@@ -81,6 +81,15 @@ fn start(node: &TierNode, pid: i32, t_miss: f64, pages: usize, id: u64) -> Proc 
     }
 }
 
+/// Waits until every fault of `m` has been accounted, in the region and in the
+/// policy: the node drains the fault records (the policy may name victims then), and
+/// the region settles again.
+fn settle_node(node: &TierNode, m: &TierManager) {
+    settle(m);
+    node.drain();
+    settle(m);
+}
+
 /// Waits until every fault the test thread took has been accounted (the fault
 /// thread finishes its bookkeeping after waking the faulting thread).
 fn settle(m: &TierManager) {
@@ -115,7 +124,7 @@ fn latency_sensitive_process_gets_fast_memory_from_an_idle_best_effort_one() {
     for p in 0..256 {
         write_page(be.region.as_ptr(), p, 1);
     }
-    settle(&be.manager);
+    settle_node(&node, &be.manager);
     assert_eq!(node.lock_policy().status(2).unwrap().fast_pages, 128);
     assert_eq!(be.manager.stats().resident_pages, 128);
 
@@ -123,7 +132,7 @@ fn latency_sensitive_process_gets_fast_memory_from_an_idle_best_effort_one() {
     for p in 0..256 {
         write_page(ls.region.as_ptr(), p, 7);
     }
-    settle(&ls.manager);
+    settle_node(&node, &ls.manager);
     assert_eq!(node.lock_policy().status(1).unwrap().fast_pages, 0);
 
     // The latency-sensitive process reads its hot set, pages 0..64, in every window;
