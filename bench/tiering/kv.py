@@ -577,7 +577,8 @@ def main():
     ap.add_argument("--hot-pct", type=float, default=90)
     ap.add_argument("--be-mib", type=int, default=100, help="GUPS's table (256 GB / 2560); 0: no BE")
     ap.add_argument("--t-miss", type=float, default=0.1)
-    ap.add_argument("--cap-kib", type=int, default=1664, help="migrations per epoch (4 GB / 2560)")
+    ap.add_argument("--cap-kib", type=int, default=4096,
+                    help="migrations per epoch: MaxMem §5.4's 10 GB/s / 2560 (§3.1's 4 GB / 2560 is 1664)")
     ap.add_argument("--sample-fmmr-error", type=float, default=0.01,
                     help="the sampler's FMMR error target, agent and in-process alike (0: 16 hits per window)")
     ap.add_argument("--warmup-s", type=float, default=100)

@@ -113,6 +113,11 @@ pub struct TierSection {
     /// instead of a trip to the slow tier (0: none). Default 128 (never more than an
     /// eighth of the region's fast pages; only once the region has had to evict).
     pub probation_pages: usize,
+    /// Rule T3a of `memcolo_policy::maxmem`: the fast memory reallocated per epoch
+    /// grows with the neediest process's distance from its target, from `R` (half
+    /// the migration cap, MaxMem §3.1) up to the whole cap while its a_miss is at
+    /// least twice its t_miss; false: `R` per epoch as in §3.1. Default true.
+    pub proportional_step: bool,
 }
 
 impl Default for TierSection {
@@ -135,6 +140,7 @@ impl Default for TierSection {
             lc_fault_priority: true,
             be_thread_nice: 19,
             probation_pages: 128,
+            proportional_step: true,
         }
     }
 }
@@ -339,6 +345,7 @@ impl TierService {
             .map_err(|e| anyhow::anyhow!("invalid config: {e}"))?;
         let policy = MaxMemConfig {
             migration_cap_pages: (cfg.migration_cap_bytes / PAGE as u64).max(2),
+            proportional_step: cfg.proportional_step,
             ..MaxMemConfig::with_capacity(cfg.fast_bytes / PAGE as u64, PAGE as u64)
         };
         let node = TierNode::new(policy).map_err(|e| anyhow::anyhow!("tier policy: {e}"))?;

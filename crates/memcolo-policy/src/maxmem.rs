@@ -67,6 +67,18 @@
 //! or exits, a target changes). Best-effort processes (`t_miss = 1`) are never
 //! needy, so they never relapse and always give.
 //!
+//! **T3a — a step that follows the distance** (memcolo's, with
+//! [`MaxMemConfig::proportional_step`]; off, rule T3 is §3.1's exactly). With one needy
+//! process §3.1 gives it `M_p = R` per epoch however far it is from its target, so a
+//! process that arrives with no fast memory and needs `G` pages takes `G/R` epochs
+//! plus the EWMA's lag. With T3a the epoch's budget is
+//! `R·clamp(max_needy(a_miss/t_miss) − 1, 1, cap/R)` pages: `R` near the target (so no
+//! overshoot beyond §3.1's), up to the whole migration cap while the neediest process
+//! misses at twice its target or more (MaxMem §5.4 evaluates such a cap, 10 GB/s).
+//! The budget is shared among needy processes and taken from donors as in T3; the
+//! donors' demotions (T5) use the same budget, and the exchanges of T5 the rest of the
+//! cap (`cap − budget`), so one epoch never moves more than the cap.
+//!
 //! **T5 — page migration** (§3.1, "Page migration"). The other half of the cap,
 //! `X = migration_cap_pages − R` page moves, keeps each process's hottest pages in
 //! fast memory: a process whose allocation is not filled promotes its hottest slow
@@ -182,6 +194,13 @@ pub struct MaxMemConfig {
     pub hotness_bins: u32,
     /// EWMA weight of the newest epoch's miss ratio, in `]0, 1]` (0.5 in §3.1).
     pub ewma_lambda: f64,
+    /// Rule T3a (memcolo's, not the paper's; false: §3.1 exactly): the fast memory
+    /// that changes hands in an epoch grows with how far the neediest process is
+    /// from its target, `R·clamp(a_miss/t_miss − 1, 1, cap/R)` pages, instead of
+    /// `R`: never less than §3.1's `R`, never more than the migration cap. See the
+    /// module documentation.
+    #[serde(default)]
+    pub proportional_step: bool,
 }
 
 impl MaxMemConfig {
@@ -201,6 +220,7 @@ impl MaxMemConfig {
             migration_cap_pages: (Self::DEFAULT_MIGRATION_CAP_BYTES / page_bytes.max(1)).max(2),
             hotness_bins: Self::DEFAULT_HOTNESS_BINS,
             ewma_lambda: Self::DEFAULT_EWMA_LAMBDA,
+            proportional_step: false,
         }
     }
 
@@ -239,6 +259,25 @@ impl MaxMemConfig {
     /// The page-migration budget `X` of rule T5, page moves per epoch.
     pub fn exchange_pages(&self) -> u64 {
         self.migration_cap_pages - self.reallocation_pages()
+    }
+
+    /// The reallocation budget of an epoch whose neediest process has
+    /// `ratio = a_miss/t_miss` (> 1), pages: `R` by §3.1; with
+    /// [`MaxMemConfig::proportional_step`] (rule T3a)
+    /// `round(R·clamp(ratio − 1, 1, cap/R))`, within `R..=cap`.
+    ///
+    /// Worked examples (cap 64, R = 32): ratio 10 (a_miss 1, t_miss 0.1) → 64, the
+    /// whole cap; 1.75 → 32 (R: ratio − 1 = 0.75 is below the floor of 1); with a
+    /// cap of 128: ratio 2.5 → 48, 10 → 128.
+    pub fn reallocation_budget(&self, ratio: f64) -> u64 {
+        let r = self.reallocation_pages();
+        // No needy process (ratio <= 1, or NaN): R, as §3.1.
+        if !self.proportional_step || r == 0 || ratio.is_nan() || ratio <= 1.0 {
+            return r;
+        }
+        let most = self.migration_cap_pages as f64 / r as f64;
+        let f = (ratio - 1.0).clamp(1.0, most.max(1.0));
+        ((r as f64 * f).round() as u64).clamp(1, self.migration_cap_pages)
     }
 
     /// The count at which a page triggers cooling: `2^(hotness_bins − 1)`.
@@ -836,6 +875,8 @@ pub struct MaxMem {
     epoch: u64,
     /// Arrival of the `a_miss = 0` process that gave last (rule T3's round robin).
     zero_cursor: Option<u64>,
+    /// This epoch's reallocation budget (rule T3a; `R` without it).
+    epoch_r: u64,
 }
 
 impl MaxMem {
@@ -851,6 +892,7 @@ impl MaxMem {
     /// configuration was refused ([`MaxMemConfig::validate`]).
     pub fn try_new(cfg: MaxMemConfig) -> Result<Self, PolicyError> {
         cfg.validate()?;
+        let cfg_r = cfg.reallocation_pages();
         Ok(MaxMem {
             free: cfg.fast_capacity_pages,
             cfg,
@@ -858,6 +900,7 @@ impl MaxMem {
             next_arrival: 0,
             epoch: 0,
             zero_cursor: None,
+            epoch_r: cfg_r,
         })
     }
 
@@ -1216,7 +1259,15 @@ impl MaxMem {
     /// Rules T3 and T4: moves allocation from the free pool and from donors to needy
     /// processes. Returns the pages moved.
     fn reallocate(&mut self, order: &[Pid]) -> u64 {
-        let r = self.cfg.reallocation_pages();
+        // T3a: the budget follows the neediest process's distance from its target.
+        let ratio = self
+            .procs
+            .values()
+            .filter(|p| p.need == Need::Needy)
+            .map(|p| p.a_miss / p.t_miss)
+            .fold(0.0, f64::max);
+        let r = self.cfg.reallocation_budget(ratio);
+        self.epoch_r = r;
         for p in self.procs.values_mut() {
             if p.need == Need::Needy && p.gave {
                 p.relapsed = true;
@@ -1387,7 +1438,7 @@ impl MaxMem {
     /// X, water-filled among processes.
     fn migrate(&mut self, order: &[Pid]) -> Vec<Migration> {
         let mut out = Vec::new();
-        let mut budget_r = self.cfg.reallocation_pages();
+        let mut budget_r = self.epoch_r;
         for &pid in order {
             let p = self.procs.get_mut(&pid).expect("managed process");
             let excess = p.fast().saturating_sub(p.alloc).min(budget_r);
@@ -1416,7 +1467,7 @@ impl MaxMem {
             budget_r -= excess;
         }
 
-        let x = self.cfg.exchange_pages();
+        let x = self.cfg.migration_cap_pages.saturating_sub(self.epoch_r);
         let used: u64 = self.procs.values().map(|p| p.fast()).sum();
         let mut room = self.cfg.fast_capacity_pages.saturating_sub(used);
         // Plan each process's work within X: fills, then exchange pairs.
@@ -1550,6 +1601,7 @@ mod tests {
             migration_cap_pages: cap,
             hotness_bins: 6,
             ewma_lambda: 0.5,
+            proportional_step: false,
         }
     }
 
@@ -2133,6 +2185,142 @@ mod tests {
         assert_eq!(m.room_pages(1), 0);
         assert!(m.fault_in_after(9, 1, None).is_err());
         m.check_invariants().unwrap();
+    }
+
+    /// T3a's budget: R near the target, up to the cap far from it; off, always R.
+    #[test]
+    fn t3a_reallocation_budget_worked_examples() {
+        let mut c = cfg(1000, 64);
+        assert_eq!(c.reallocation_budget(10.0), 32);
+        c.proportional_step = true;
+        assert_eq!(c.reallocation_budget(10.0), 64);
+        assert_eq!(c.reallocation_budget(1.75), 32);
+        assert_eq!(c.reallocation_budget(1.0), 32);
+        assert_eq!(c.reallocation_budget(0.0), 32);
+        assert_eq!(c.reallocation_budget(f64::NAN), 32);
+        c.migration_cap_pages = 128;
+        assert_eq!(c.reallocation_budget(2.5), 96);
+        assert_eq!(c.reallocation_budget(10.0), 128);
+        c.migration_cap_pages = 1;
+        assert_eq!(c.reallocation_budget(10.0), 0);
+    }
+
+    /// A closed loop: an idle best-effort process (pid 1) holds the whole fast tier;
+    /// a latency-critical process (pid 2, t_miss) arrives with `pages` pages, all in
+    /// the slow tier, and each epoch misses at `miss(its fast pages)` out of 10,000
+    /// accesses, filling its allocation on demand. Returns (a_miss, alloc) per epoch.
+    fn closed_loop(
+        m: &mut MaxMem,
+        t_miss: f64,
+        pages: u64,
+        miss: impl Fn(u64) -> f64,
+        epochs: usize,
+        change: Option<(usize, f64)>,
+    ) -> Vec<(f64, u64)> {
+        let cap = m.config().fast_capacity_pages;
+        m.register(1, 1.0).unwrap();
+        touch(m, 1, 0..cap);
+        m.register(2, t_miss).unwrap();
+        touch(m, 2, 1_000_000..1_000_000 + pages);
+        assert_eq!(m.status(2).unwrap().fast_pages, 0);
+        let mut next = 1_000_000;
+        let mut out = Vec::new();
+        for e in 0..epochs {
+            if let Some((at, t)) = change {
+                if e == at {
+                    m.set_t_miss(2, t).unwrap();
+                }
+            }
+            let fast = m.status(2).unwrap().fast_pages;
+            let x = miss(fast);
+            let slow = (10_000.0 * x).round() as u64;
+            m.step(&[sample(1, 100, 0), sample(2, 10_000 - slow, slow)]);
+            // The allocation fills on demand (its slow pages fault in).
+            while m.room_pages(2) > 0 {
+                while m.tier_of(2, next) == Some(Tier::Fast) {
+                    next += 1;
+                }
+                assert_eq!(m.fault_in(2, next).unwrap().victim, None);
+            }
+            m.check_invariants().unwrap();
+            let s = m.status(2).unwrap();
+            out.push((s.a_miss, s.alloc_pages));
+        }
+        out
+    }
+
+    /// The epoch (1-based) at which a_miss first meets `t` from epoch `from` on.
+    fn met_after(run: &[(f64, u64)], from: usize, t: f64) -> Option<usize> {
+        run.iter()
+            .enumerate()
+            .skip(from)
+            .find(|(_, (a, _))| *a <= t)
+            .map(|(k, _)| k + 1 - from)
+    }
+
+    /// The store's miss curve, scaled: 6 % of accesses miss whatever the fast memory
+    /// (cold keys), the rest fall off exponentially with it (scale 100 pages).
+    fn kv_miss(fast: u64) -> f64 {
+        0.06 + 0.94 * (-(fast as f64) / 100.0).exp()
+    }
+
+    /// T3a, arrival from nothing: the process needs ~320 pages (a_miss 0.1 at 296),
+    /// the cap is 64 (R = 32). §3.1's R per epoch takes 13 epochs; T3a, the whole cap
+    /// while a_miss >= 2 t_miss, meets the target in 9, ending within one R of §3.1's
+    /// fast memory (401 pages against 384: no overshoot of its own) and with no change
+    /// once met (no oscillation).
+    #[test]
+    fn t3a_arrival_from_zero_within_10_epochs() {
+        let c = MaxMemConfig {
+            proportional_step: true,
+            ..cfg(1000, 64)
+        };
+        let mut m = MaxMem::new(c.clone());
+        let run = closed_loop(&mut m, 0.1, 2000, kv_miss, 30, None);
+        let mut paper = MaxMem::new(MaxMemConfig {
+            proportional_step: false,
+            ..c
+        });
+        let base = closed_loop(&mut paper, 0.1, 2000, kv_miss, 30, None);
+        let (met, met_base) = (
+            met_after(&run, 0, 0.1).unwrap(),
+            met_after(&base, 0, 0.1).unwrap(),
+        );
+        eprintln!("T3a: met at epoch {met}, {run:?}\n§3.1: met at epoch {met_base}, {base:?}");
+        assert!(met <= 10, "{run:?}");
+        assert!(met_base > 10, "{base:?}");
+        // No overshoot beyond §3.1's: both end above the ~316 pages needed, by the
+        // EWMA's lag (a_miss meets t_miss a few epochs after the measured miss ratio
+        // does, and each of those epochs still grows); T3a by at most one R more.
+        let (end, end_base) = (run.last().unwrap().1, base.last().unwrap().1);
+        assert!(end <= end_base + 32, "{end} vs {end_base}");
+        // No oscillation: the allocation never shrinks, and is steady once met.
+        assert!(run.windows(2).all(|w| w[1].1 >= w[0].1), "{run:?}");
+        assert!(
+            run[met + 1..].windows(2).all(|w| w[1].1 == w[0].1),
+            "{run:?}"
+        );
+    }
+
+    /// T3a, a live target change (0.1 -> 0.07 once settled at a_miss 0.077): a_miss
+    /// meets it within 10 epochs (4: R per epoch, the ratio 1.1 being near target),
+    /// and the allocation settles (no oscillation).
+    #[test]
+    fn t3a_t_miss_change_within_10_epochs() {
+        let c = MaxMemConfig {
+            proportional_step: true,
+            ..cfg(1000, 64)
+        };
+        let mut m = MaxMem::new(c);
+        let run = closed_loop(&mut m, 0.1, 2000, kv_miss, 45, Some((20, 0.07)));
+        let met = met_after(&run, 20, 0.07).unwrap();
+        eprintln!("met {met} epochs after the change: {run:?}");
+        assert!(met <= 10, "{run:?}");
+        assert!(run.windows(2).all(|w| w[1].1 >= w[0].1), "{run:?}");
+        assert!(
+            run[20 + met + 1..].windows(2).all(|w| w[1].1 == w[0].1),
+            "{run:?}"
+        );
     }
 
     /// The coldest-first order is the demand victims' order, and a requeued page

@@ -86,6 +86,7 @@ fn config() -> impl Strategy<Value = MaxMemConfig> {
             migration_cap_pages: migr,
             hotness_bins: bins,
             ewma_lambda: lambda,
+            proportional_step: false,
         })
 }
 
@@ -381,6 +382,7 @@ fn feasible_targets_converge_and_settle() {
         migration_cap_pages: 40,
         hotness_bins: 6,
         ewma_lambda: 0.5,
+        proportional_step: false,
     });
     // Three processes of 200 pages each; hot sets of 80 pages get 90 % of accesses.
     for pid in 1..=3 {

@@ -189,9 +189,15 @@ impl Feed {
         self.len() == 0
     }
 
-    /// The next victim other than `page`, taken off the list.
+    /// The next victim other than `page`, taken off the list; `None` also while the
+    /// list is being published or read (a fault never waits for it: the policy
+    /// thread then names the victim when it drains the fault's record).
     pub fn take(&self, page: usize) -> Option<usize> {
-        let mut v = self.lock();
+        let mut v = match self.victims.try_lock() {
+            Ok(v) => v,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
         while let Some(x) = v.pop_front() {
             if x != page {
                 return Some(x);
