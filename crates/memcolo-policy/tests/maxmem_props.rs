@@ -80,13 +80,14 @@ fn config() -> impl Strategy<Value = MaxMemConfig> {
         0u64..40,
         2u32..8,
         prop::sample::select(vec![0.5, 0.25, 1.0]),
+        any::<bool>(),
     )
-        .prop_map(|(cap_pages, migr, bins, lambda)| MaxMemConfig {
+        .prop_map(|(cap_pages, migr, bins, lambda, prop_step)| MaxMemConfig {
             fast_capacity_pages: cap_pages,
             migration_cap_pages: migr,
             hotness_bins: bins,
             ewma_lambda: lambda,
-            proportional_step: false,
+            proportional_step: prop_step,
         })
 }
 
@@ -236,8 +237,14 @@ fn step(
         mm.measured = true;
     }
 
-    let r = cfg.migration_cap_pages / 2;
-    let x = cfg.migration_cap_pages - r;
+    // T3a: an epoch's reallocation budget is R to the whole cap, and exchanges get
+    // the rest, never more than §3.1's X.
+    let r = if cfg.proportional_step {
+        cfg.migration_cap_pages
+    } else {
+        cfg.migration_cap_pages / 2
+    };
+    let x = cfg.migration_cap_pages - cfg.migration_cap_pages / 2;
     // The cap and its split (T3, T5).
     prop_assert!(out.migrations.len() as u64 <= cfg.migration_cap_pages);
     let demotions_r = out
