@@ -652,6 +652,12 @@ impl TierManager {
         }
     }
 
+    /// Whether every page queued before `ticket` (from [`TierManager::evict`]) has
+    /// been handled; never waits.
+    pub fn evicted(&self, ticket: u64) -> bool {
+        lock(&self.inner.queue).done_below() >= ticket
+    }
+
     /// Waits until the eviction queue is empty and no batch is in flight.
     pub fn wait_evictions(&self) {
         let mut q = lock(&self.inner.queue);

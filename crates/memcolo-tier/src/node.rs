@@ -17,9 +17,11 @@
 //! (`a_fast` = the windows' estimates, rounded; `a_slow` = the exact count of slow
 //! faults; per-page samples = sample hits and slow faults), carries out the
 //! migrations it returns and opens new windows. Migrations run in the policy's
-//! order: every demotion is queued and waited for (not the fault victims queued
-//! after it) before the promotions it makes room for are brought in
-//! ([`TierManager::prefetch`]); a promotion that fails
+//! order: every demotion is queued, and the promotions it makes room for are brought
+//! in ([`TierManager::prefetch`]) at the first drain that finds those demotions done
+//! (not the fault victims queued after them): the policy thread never waits for a
+//! donor's eviction worker, which runs at nice 19 for a best-effort process; a
+//! promotion that fails
 //! (the slow tier could not load the page) is reported back to the policy, which
 //! then counts the page in the slow tier again. [`TierNode::run`] repeats windows
 //! and epochs on a clock until told to stop.
@@ -126,6 +128,11 @@ pub struct EpochApplied {
     pub fatal: Vec<(Pid, PageId, String)>,
 }
 
+/// Promotions of one region: `(pid, first policy page, manager, region pages)`.
+type Promotion = (Pid, PageId, Arc<TierManager>, Vec<usize>);
+/// Promotions waiting for the demotions (manager, ticket) that make room for them.
+type Deferred = (Vec<(Arc<TierManager>, u64)>, Vec<Promotion>);
+
 /// A region's queue and feed between [`TierNode::placement`] and [`TierNode::attach`].
 type Pending = HashMap<(Pid, PageId), (Receiver<Record>, Arc<Feed>)>;
 
@@ -143,6 +150,8 @@ pub struct TierNode {
     rooms: Mutex<HashMap<Pid, Arc<AtomicI64>>>,
     /// The free pool, pages (credit any fault takes).
     pool: Arc<AtomicI64>,
+    /// Promotions waiting for their demotions ([`TierNode::epoch`]).
+    deferred: Mutex<Vec<Deferred>>,
 }
 
 impl TierNode {
@@ -158,6 +167,7 @@ impl TierNode {
             pending: Mutex::new(HashMap::new()),
             rooms: Mutex::new(HashMap::new()),
             pool: Arc::new(AtomicI64::new(free)),
+            deferred: Mutex::new(Vec::new()),
         })
     }
 
@@ -247,6 +257,7 @@ impl TierNode {
             t.swap_remove(k)
         };
         lock(&self.pending).remove(&(pid, first_page));
+        self.forget_deferred(&entry.manager);
         let mut policy = lock(&self.policy);
         if policy.is_managed(pid) {
             for i in 0..entry.pages as u64 {
@@ -267,6 +278,9 @@ impl TierNode {
         };
         lock(&self.pending).retain(|k, _| k.0 != pid);
         lock(&self.rooms).remove(&pid);
+        for e in &mine {
+            self.forget_deferred(&e.manager);
+        }
         let _ = lock(&self.policy).unregister(pid);
         mine.into_iter().map(|e| e.manager).collect()
     }
@@ -298,6 +312,11 @@ impl TierNode {
     /// every slot and epoch, and by [`TierNode::lock_policy`].
     pub fn drain(&self) {
         self.drain_inner(false);
+        let mut late = EpochApplied::default();
+        self.promote_ready(&mut late);
+        for (pid, page, why) in late.failed {
+            tracing::warn!(pid, page, error = %why, "tier node: a promotion failed");
+        }
     }
 
     fn drain_inner(&self, refill_all: bool) {
@@ -365,6 +384,49 @@ impl TierNode {
         }
         for (k, pages) in by_region {
             entries[k].manager.evict(&pages);
+        }
+    }
+
+    /// Drops every reference to `m` from the deferred promotions (its region left),
+    /// so that its owner can stop it.
+    fn forget_deferred(&self, m: &Arc<TierManager>) {
+        let mut d = lock(&self.deferred);
+        for (tickets, promote) in d.iter_mut() {
+            tickets.retain(|(x, _)| !Arc::ptr_eq(x, m));
+            promote.retain(|(_, _, x, _)| !Arc::ptr_eq(x, m));
+        }
+        d.retain(|(_, promote)| !promote.is_empty());
+    }
+
+    /// Carries out the deferred promotions whose demotions are done; see
+    /// [`TierNode::epoch`]. A failed load is reported to the policy (the page is slow
+    /// after all) and in `applied`.
+    fn promote_ready(&self, applied: &mut EpochApplied) {
+        let ready: Vec<Deferred> = {
+            let mut d = lock(&self.deferred);
+            let (ready, wait): (Vec<Deferred>, Vec<Deferred>) = std::mem::take(&mut *d)
+                .into_iter()
+                .partition(|(tickets, _)| tickets.iter().all(|(m, t)| m.evicted(*t)));
+            *d = wait;
+            ready
+        };
+        for (_, promote) in ready {
+            for (pid, first_page, manager, pages) in promote {
+                if manager.fatal().is_some() {
+                    continue;
+                }
+                let before = manager.stats().prefetches;
+                let failed: Vec<(usize, TierError)> = manager.prefetch(&pages);
+                applied.promoted += manager.stats().prefetches - before;
+                if !failed.is_empty() {
+                    let mut policy = lock(&self.policy);
+                    for (i, err) in failed {
+                        let page = first_page + i as u64;
+                        let _ = policy.set_tier(pid, page, Tier::Slow);
+                        applied.failed.push((pid, page, err.to_string()));
+                    }
+                }
+            }
         }
     }
 
@@ -449,30 +511,28 @@ impl TierNode {
                 None => applied.unrouted += 1,
             }
         }
-        let tickets: Vec<(usize, u64)> = demote
+        let tickets: Vec<(Arc<TierManager>, u64)> = demote
             .iter()
             .map(|(&k, pages)| {
                 applied.demoted += pages.len() as u64;
-                (k, entries[k].manager.evict(pages))
+                (entries[k].manager.clone(), entries[k].manager.evict(pages))
             })
             .collect();
-        for (k, ticket) in tickets {
-            entries[k].manager.wait_evicted(ticket);
+        // The promotions wait for those demotions, but the policy thread does not: a
+        // best-effort donor's eviction worker runs at nice 19 and may take seconds to
+        // get there, and the sampler must keep its windows meanwhile. They run at the
+        // first drain that finds the demotions done (now, if they are).
+        let promote: Vec<Promotion> = promote
+            .into_iter()
+            .map(|(k, pages)| {
+                let e = &entries[k];
+                (e.pid, e.first_page, e.manager.clone(), pages)
+            })
+            .collect();
+        if !promote.is_empty() {
+            lock(&self.deferred).push((tickets, promote));
         }
-        for (&k, pages) in &promote {
-            let e = &entries[k];
-            let before = e.manager.stats().prefetches;
-            let failed: Vec<(usize, TierError)> = e.manager.prefetch(pages);
-            applied.promoted += e.manager.stats().prefetches - before;
-            if !failed.is_empty() {
-                let mut policy = lock(&self.policy);
-                for (i, err) in failed {
-                    let page = e.first_page + i as u64;
-                    let _ = policy.set_tier(e.pid, page, Tier::Slow);
-                    applied.failed.push((e.pid, page, err.to_string()));
-                }
-            }
-        }
+        self.promote_ready(&mut applied);
         // 4. Fresh victim lists (the bins changed), and new windows.
         self.drain_inner(true);
         for e in &entries {

@@ -362,6 +362,8 @@ fn rearmed_sample_counts_touches_per_slot() {
     m.wait_evicted(m.evict(&[1000]));
     m.sample_begin();
     touch(1000);
+    // The fault thread counts the fault after waking the reader.
+    common::settle(&m, |s| s.slow_faults == 1);
     m.sample_end();
     assert_eq!(m.stats().slow_faults, 1);
     let mut sum = 0.0;
