@@ -267,12 +267,13 @@ def tput(out_dir, quick, reps=11):
 
 
 def subrelease(out_dir, quick):
-    """Both arms side by side; subrelease_service.py runs the cycles, then a tail of
-    TAIL_S with demand low, with libmemcolo's T_schedule at T_SCHEDULE_S (90 s, above
-    Delta: the 5 min default is longer than the run); its summarize() makes the rows."""
+    """Both arms side by side; subrelease_service.py runs the paper's cycles (ten, a 5 s
+    wait, also with --quick: the tail dominates the time), then a tail of TAIL_S with
+    demand low, so that the run covers libmemcolo's T_schedule (T_SCHEDULE_S, the paper's
+    and the library's 5 min); its summarize() makes the rows. About 5.5 minutes."""
     import subrelease_service
     procs = []
-    cycles, wait = (3, "2") if quick else (10, "5")
+    cycles, wait = subrelease_service.CYCLES, subrelease_service.WAIT_S
     t_sched = subrelease_service.T_SCHEDULE_S
     for delta in ("60", "0"):
         # MEMCOLO_THP=2 (MADV_HUGEPAGE at mmap): an intact huge page is a THP from its first
