@@ -170,6 +170,7 @@ typedef enum {
   MC_OPT_RSV_HORIZON_MS,      /* reserves also cover this long of the measured demand rate */
   MC_OPT_RSV_TRACE,           /* 1: the management thread's samples on stderr at exit */
   MC_OPT_RSV_BACKOFF,         /* 0 off, 1 stop pre-faulting, 2 fair share, while a busy app misses */
+  MC_OPT_RSV_YIELD_US,        /* longest app wait for the filling thread's CPU, us; 0 = never */
   MC_OPT__COUNT
 } mc_option_t;
 
@@ -343,6 +344,7 @@ void mc_reserve_unlock(void);
 void mc_reserve_after_fork_child(void);
 size_t mc_pool_drain(void);
 void mc_reserve_suspend(uint64_t hold_ms);  /* off now, back on after hold_ms (top) */
+void mc_reserve_yield_point(void);          /* between pre-fault steps: sleeps while the app waits for our CPU */
 void mc_mgmt_maybe_start(void);             /* management thread without reservation */
 #define MC_MGMT_AUTOSTART_HP 4
 bool mc_reserve_suspended(void);

@@ -34,6 +34,10 @@
 #define MADV_COLLAPSE 25
 #endif
 
+/* pre-faulting goes in steps of this much: between steps, the management thread may step
+ * aside for the application (reserve.c, mc_reserve_yield_point); ~60-100 us each here */
+#define MC_POPULATE_STEP ((size_t)256 << 10)
+
 static int mc_warned_thp, mc_warned_populate, mc_warned_mlock, mc_warned_collapse;
 static volatile int mc_populate_works = 1, mc_mlock_works = 1;
 static pthread_mutex_t mc_meta_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -166,9 +170,17 @@ void mc_os_release(void *p, size_t bytes) {
 bool mc_os_populate_locked(void *p, size_t bytes) {
   if (bytes == 0) return false;
   if (MC_OPT(MC_OPT_MLOCK) && mc_mlock_works) {
-    if (mlock(p, bytes) == 0) return true; /* mlock faults the pages in */
+    size_t off = 0;
+    for (; off < bytes; off += MC_POPULATE_STEP) {
+      size_t n = bytes - off < MC_POPULATE_STEP ? bytes - off : MC_POPULATE_STEP;
+      if (off) mc_reserve_yield_point();
+      if (mlock((char *)p + off, n) != 0) break; /* mlock faults the pages in */
+    }
+    if (off >= bytes) return true;
+    int err = errno;
+    if (off) munlock(p, off);
     mc_mlock_works = 0;
-    mc_os_warn_once(&mc_warned_mlock, "mlock of reserved memory failed (RLIMIT_MEMLOCK?)", errno);
+    mc_os_warn_once(&mc_warned_mlock, "mlock of reserved memory failed (RLIMIT_MEMLOCK?)", err);
   }
   mc_os_populate(p, bytes);
   return false;
@@ -178,20 +190,28 @@ void mc_os_unlock(void *p, size_t bytes) {
   if (bytes && mc_mlock_works) munlock(p, bytes);
 }
 
-/* Pre-faults [p, p+bytes): MADV_POPULATE_WRITE, or a write to each page. */
+/* Pre-faults [p, p+bytes): MADV_POPULATE_WRITE, or a write to each page; in steps of
+ * MC_POPULATE_STEP with the management thread's yield point between them (reserve.c:
+ * it steps aside while the application waits for its CPU). */
 void mc_os_populate(void *p, size_t bytes) {
   if (bytes == 0) return;
+  size_t off = 0;
   if (mc_populate_works) {
-    if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
-    if (errno == EINVAL || errno == ENOSYS) {
-      mc_populate_works = 0;
-      mc_os_warn_once(&mc_warned_populate, "MADV_POPULATE_WRITE not supported", errno);
-    } else {
+    for (; off < bytes; off += MC_POPULATE_STEP) {
+      size_t n = bytes - off < MC_POPULATE_STEP ? bytes - off : MC_POPULATE_STEP;
+      if (off) mc_reserve_yield_point();
+      if (madvise((char *)p + off, n, MADV_POPULATE_WRITE) == 0) continue;
+      if (errno == EINVAL || errno == ENOSYS) {
+        mc_populate_works = 0;
+        mc_os_warn_once(&mc_warned_populate, "MADV_POPULATE_WRITE not supported", errno);
+        break;
+      }
       return; /* ENOMEM/EFAULT under pressure: leave the rest to demand faults */
     }
+    if (off >= bytes) return;
   }
   /* fallback: write each page (the memory is free and ours) */
-  for (size_t off = 0; off < bytes; off += MC_PAGE_SIZE) {
+  for (; off < bytes; off += MC_PAGE_SIZE) {
     volatile char *c = (volatile char *)p + off;
     *c = 0;
   }

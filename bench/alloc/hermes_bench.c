@@ -24,7 +24,9 @@
  * with a CDF path, rows "quantile,latency_us" for the plot.
  * With the environment variable HERMES_RAW=PATH, also every allocation in order:
  * "i,start_us,latency_ns" (start relative to the first allocation), for finding what
- * the slow ones coincide with.
+ * the slow ones coincide with; the first allocation's start on CLOCK_MONOTONIC goes to
+ * stderr as "hermes_begin_mono_us,US" (libmemcolo's MEMCOLO_RSV_TRACE prints its origin
+ * on the same clock, so the two line up).
  * usage: hermes_bench BLOCK TOTAL b2b|paced|paced-spin INTERVAL_NS [CDF_PATH] [WARM_MB] */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -124,6 +126,7 @@ int main(int argc, char **argv) {
     lat[i] = now_ns() - t0;
   }
   if (start) {
+    fprintf(stderr, "hermes_begin_mono_us,%llu\n", (unsigned long long)(begin / 1000));
     FILE *f = fopen(raw, "w");
     if (f) {
       fprintf(f, "i,start_us,latency_ns\n");
