@@ -357,52 +357,70 @@ static void mgmt_set_priority(bool reserving) {
   applied = reserving;
 }
 
-/* 1 if thread `tid` of this process is running or runnable (state R of
- * /proc/self/task/TID/stat), 0 if not, -1 if unknown. Allocates nothing. */
-static int thread_runnable(pid_t tid) {
-  char path[64], buf[512];
-  static const char pre[] = "/proc/self/task/";
-  memcpy(path, pre, sizeof(pre) - 1);
-  char *e = mc_fmt_u64(path + sizeof(pre) - 1, (uint64_t)tid);
-  memcpy(e, "/stat", 6);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return -1;
-  buf[n] = 0;
-  char *c = strrchr(buf, ')');
-  if (c == NULL || c[1] != ' ' || c[2] == 0) return -1;
-  return c[2] == 'R';
-}
+/* A /proc/self/task/TID/<name> file, kept open between readings of the same thread. */
+struct task_file {
+  int fd;
+  pid_t tid;
+};
 
-/* 1 if thread tid of this process is runnable on the CPU this thread runs on (state R
- * and field 39, processor, of /proc/self/task/TID/stat): it waits for this thread to
- * give the CPU up; 0 if not, -1 if unknown. Keeps the file open between calls (pread at
- * offset 0 reads it afresh). Allocates nothing. */
-static int client_waits_on_my_cpu(pid_t tid) {
-  static int fd = -1;
-  static pid_t fd_tid;
-  if (tid != fd_tid || fd < 0) {
-    if (fd >= 0) close(fd);
+/* Reads /proc/self/task/TID/NAME afresh (pread at offset 0) into buf, NUL-terminated,
+ * opening it when tf holds no descriptor or another thread's; returns the bytes read, or
+ * -1 when it cannot be opened or read (the thread exited), the descriptor then closed.
+ * Allocates nothing. */
+static ssize_t task_file_read(struct task_file *tf, pid_t tid, const char *name, char *buf,
+                              size_t len) {
+  if (tid != tf->tid || tf->fd < 0) {
+    if (tf->fd >= 0) close(tf->fd);
     char path[64];
     static const char pre[] = "/proc/self/task/";
     memcpy(path, pre, sizeof(pre) - 1);
     char *e = mc_fmt_u64(path + sizeof(pre) - 1, (uint64_t)tid);
-    memcpy(e, "/stat", 6);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    fd_tid = tid;
-    if (fd < 0) return -1;
+    *e++ = '/';
+    memcpy(e, name, strlen(name) + 1);
+    tf->fd = open(path, O_RDONLY | O_CLOEXEC);
+    tf->tid = tid;
+    if (tf->fd < 0) return -1;
   }
-  char buf[512];
-  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-  if (n <= 0) { close(fd); fd = -1; return -1; } /* the thread exited */
+  ssize_t n = pread(tf->fd, buf, len - 1, 0);
+  if (n <= 0) {
+    close(tf->fd);
+    tf->fd = -1;
+    return -1;
+  }
   buf[n] = 0;
+  return n;
+}
+
+/* The state field (3) of /proc/self/task/TID/stat as read into buf: a pointer to it, NULL
+ * if the text has no "(comm) X" shape. */
+static char *task_stat_state(char *buf) {
   char *c = strrchr(buf, ')');
-  if (c == NULL || c[1] != ' ' || c[2] == 0) return -1;
-  if (c[2] != 'R') return 0;
-  c += 2; /* field 3 */
-  for (int f = 3; f < 39 && *c; f++) { /* to field 39 */
+  return c == NULL || c[1] != ' ' || c[2] == 0 ? NULL : c + 2;
+}
+
+/* 1 if thread `tid` of this process is running or runnable (state R of
+ * /proc/self/task/TID/stat), 0 if not, -1 if unknown. Allocates nothing. */
+static int thread_runnable(pid_t tid) {
+  struct task_file tf = {-1, 0};
+  char buf[512];
+  ssize_t n = task_file_read(&tf, tid, "stat", buf, sizeof(buf));
+  if (tf.fd >= 0) close(tf.fd);
+  if (n < 0) return -1;
+  char *c = task_stat_state(buf);
+  return c == NULL ? -1 : *c == 'R';
+}
+
+/* 1 if thread tid of this process is runnable on the CPU this thread runs on (state R
+ * and field 39, processor, of /proc/self/task/TID/stat): it waits for this thread to
+ * give the CPU up; 0 if not, -1 if unknown. Allocates nothing. */
+static int client_waits_on_my_cpu(pid_t tid) {
+  static struct task_file tf = {-1, 0};
+  char buf[512];
+  if (task_file_read(&tf, tid, "stat", buf, sizeof(buf)) < 0) return -1;
+  char *c = task_stat_state(buf);
+  if (c == NULL) return -1;
+  if (*c != 'R') return 0;
+  for (int f = 3; f < 39 && *c; f++) { /* from field 3 to field 39 */
     while (*c && *c != ' ') c++;
     if (*c == ' ') c++;
   }
@@ -416,23 +434,9 @@ static int client_waits_on_my_cpu(pid_t tid) {
 /* run time so far (ns, /proc/self/task/TID/schedstat field 1) of thread tid, -1 if
  * unknown: unchanged between two readings = it has not run in between */
 static int64_t client_exec_ns(pid_t tid) {
-  static int fd = -1;
-  static pid_t fd_tid;
-  if (tid != fd_tid || fd < 0) {
-    if (fd >= 0) close(fd);
-    char path[64];
-    static const char pre[] = "/proc/self/task/";
-    memcpy(path, pre, sizeof(pre) - 1);
-    char *e = mc_fmt_u64(path + sizeof(pre) - 1, (uint64_t)tid);
-    memcpy(e, "/schedstat", 11);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    fd_tid = tid;
-    if (fd < 0) return -1;
-  }
+  static struct task_file tf = {-1, 0};
   char buf[96];
-  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-  if (n <= 0) { close(fd); fd = -1; return -1; }
-  buf[n] = 0;
+  if (task_file_read(&tf, tid, "schedstat", buf, sizeof(buf)) < 0) return -1;
   int64_t v = 0;
   for (char *c = buf; *c >= '0' && *c <= '9'; c++) v = v * 10 + (*c - '0');
   return v;
