@@ -66,6 +66,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -357,18 +358,26 @@ static void mgmt_set_priority(bool reserving) {
   applied = reserving;
 }
 
-/* A /proc/self/task/TID/<name> file, kept open between readings of the same thread. */
+/* A /proc/self/task/TID/<name> file, kept open between readings of the same thread;
+ * dev/ino identify it, so that a descriptor number the application closed and reused
+ * (closefrom, a daemon closing every descriptor) is never read or closed as ours. */
 struct task_file {
   int fd;
   pid_t tid;
+  dev_t dev;
+  ino_t ino;
 };
 
 /* Reads /proc/self/task/TID/NAME afresh (pread at offset 0) into buf, NUL-terminated,
- * opening it when tf holds no descriptor or another thread's; returns the bytes read, or
- * -1 when it cannot be opened or read (the thread exited), the descriptor then closed.
- * Allocates nothing. */
+ * opening it when tf holds no descriptor, another thread's, or a number that no longer
+ * names the file it opened (then left alone: it is the application's now); returns the
+ * bytes read, or -1 when it cannot be opened or read (the thread exited), the descriptor
+ * then closed. Allocates nothing. */
 static ssize_t task_file_read(struct task_file *tf, pid_t tid, const char *name, char *buf,
                               size_t len) {
+  struct stat st;
+  if (tf->fd >= 0 && (fstat(tf->fd, &st) != 0 || st.st_dev != tf->dev || st.st_ino != tf->ino))
+    tf->fd = -1; /* not ours any more: reopen, never close */
   if (tid != tf->tid || tf->fd < 0) {
     if (tf->fd >= 0) close(tf->fd);
     char path[64];
@@ -380,6 +389,13 @@ static ssize_t task_file_read(struct task_file *tf, pid_t tid, const char *name,
     tf->fd = open(path, O_RDONLY | O_CLOEXEC);
     tf->tid = tid;
     if (tf->fd < 0) return -1;
+    if (fstat(tf->fd, &st) != 0) {
+      close(tf->fd);
+      tf->fd = -1;
+      return -1;
+    }
+    tf->dev = st.st_dev;
+    tf->ino = st.st_ino;
   }
   ssize_t n = pread(tf->fd, buf, len - 1, 0);
   if (n <= 0) {
@@ -401,7 +417,7 @@ static char *task_stat_state(char *buf) {
 /* 1 if thread `tid` of this process is running or runnable (state R of
  * /proc/self/task/TID/stat), 0 if not, -1 if unknown. Allocates nothing. */
 static int thread_runnable(pid_t tid) {
-  struct task_file tf = {-1, 0};
+  struct task_file tf = {-1, 0, 0, 0};
   char buf[512];
   ssize_t n = task_file_read(&tf, tid, "stat", buf, sizeof(buf));
   if (tf.fd >= 0) close(tf.fd);
@@ -414,7 +430,7 @@ static int thread_runnable(pid_t tid) {
  * and field 39, processor, of /proc/self/task/TID/stat): it waits for this thread to
  * give the CPU up; 0 if not, -1 if unknown. Allocates nothing. */
 static int client_waits_on_my_cpu(pid_t tid) {
-  static struct task_file tf = {-1, 0};
+  static struct task_file tf = {-1, 0, 0, 0};
   char buf[512];
   if (task_file_read(&tf, tid, "stat", buf, sizeof(buf)) < 0) return -1;
   char *c = task_stat_state(buf);
@@ -434,7 +450,7 @@ static int client_waits_on_my_cpu(pid_t tid) {
 /* run time so far (ns, /proc/self/task/TID/schedstat field 1) of thread tid, -1 if
  * unknown: unchanged between two readings = it has not run in between */
 static int64_t client_exec_ns(pid_t tid) {
-  static struct task_file tf = {-1, 0};
+  static struct task_file tf = {-1, 0, 0, 0};
   char buf[96];
   if (task_file_read(&tf, tid, "schedstat", buf, sizeof(buf)) < 0) return -1;
   int64_t v = 0;
