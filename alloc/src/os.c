@@ -38,6 +38,13 @@
  * aside for the application (reserve.c, mc_reserve_yield_point); ~60-100 us each here */
 #define MC_POPULATE_STEP ((size_t)256 << 10)
 
+/* The length of the pre-fault step at `off` of `bytes`; before every step but the
+ * first, the management thread's yield point. */
+static size_t populate_step(size_t bytes, size_t off) {
+  if (off) mc_reserve_yield_point();
+  return bytes - off < MC_POPULATE_STEP ? bytes - off : MC_POPULATE_STEP;
+}
+
 static int mc_warned_thp, mc_warned_populate, mc_warned_mlock, mc_warned_collapse;
 static volatile int mc_populate_works = 1, mc_mlock_works = 1;
 static pthread_mutex_t mc_meta_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -171,11 +178,8 @@ bool mc_os_populate_locked(void *p, size_t bytes) {
   if (bytes == 0) return false;
   if (MC_OPT(MC_OPT_MLOCK) && mc_mlock_works) {
     size_t off = 0;
-    for (; off < bytes; off += MC_POPULATE_STEP) {
-      size_t n = bytes - off < MC_POPULATE_STEP ? bytes - off : MC_POPULATE_STEP;
-      if (off) mc_reserve_yield_point();
-      if (mlock((char *)p + off, n) != 0) break; /* mlock faults the pages in */
-    }
+    for (; off < bytes; off += MC_POPULATE_STEP) /* mlock faults the pages in */
+      if (mlock((char *)p + off, populate_step(bytes, off)) != 0) break;
     if (off >= bytes) return true;
     int err = errno;
     if (off) munlock(p, off);
@@ -198,9 +202,7 @@ void mc_os_populate(void *p, size_t bytes) {
   size_t off = 0;
   if (mc_populate_works) {
     for (; off < bytes; off += MC_POPULATE_STEP) {
-      size_t n = bytes - off < MC_POPULATE_STEP ? bytes - off : MC_POPULATE_STEP;
-      if (off) mc_reserve_yield_point();
-      if (madvise((char *)p + off, n, MADV_POPULATE_WRITE) == 0) continue;
+      if (madvise((char *)p + off, populate_step(bytes, off), MADV_POPULATE_WRITE) == 0) continue;
       if (errno == EINVAL || errno == ENOSYS) {
         mc_populate_works = 0;
         mc_os_warn_once(&mc_warned_populate, "MADV_POPULATE_WRITE not supported", errno);

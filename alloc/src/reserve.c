@@ -341,7 +341,7 @@ static void mgmt_set_priority(bool reserving) {
   static int applied = 0; /* 1: at MEMCOLO_MGMT_NICE */
   static int base_nice = 0;
   if ((int)reserving == applied) return;
-  pid_t tid = (pid_t)syscall(SYS_gettid);
+  pid_t tid = self_tid();
   if (reserving) {
     errno = 0;
     int cur = getpriority(PRIO_PROCESS, (id_t)tid);
