@@ -352,7 +352,7 @@ fn manage(region: &AnonRegion, args: &Args) -> Result<Managed> {
         probation_pages: args.probation_pages,
         ..TierConfig::new(1)
     };
-    let placement = node.placement(pid, first, region.pages());
+    let placement = node.placement(pid, first);
     let manager = Arc::new(TierManager::start(
         u,
         Box::new(region.memory()),

@@ -211,7 +211,7 @@ fn main() -> Result<()> {
             u,
             Box::new(region.memory()),
             Arc::new(CompressedStore::new(PAGE, bytes * 2 + (64 << 20))),
-            Box::new(node.placement(pid, first, pages)),
+            Box::new(node.placement(pid, first)),
             TierConfig {
                 zero_fill_ahead: 64,
                 sample_fmmr_error: a.sample_fmmr_error,

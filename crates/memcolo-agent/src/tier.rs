@@ -738,7 +738,7 @@ fn register(
         track_remove: true,
         ..TierConfig::new(id)
     };
-    let placement = shared.node.placement(pid, first_page, pages);
+    let placement = shared.node.placement(pid, first_page);
     let uffd = Uffd::from_fd(ufd, REGION_FEATURES);
     let m = match TierManager::start(
         uffd,

@@ -268,7 +268,7 @@ impl MaxMemConfig {
     ///
     /// Worked examples (cap 64, R = 32): ratio 10 (a_miss 1, t_miss 0.1) → 64, the
     /// whole cap; 1.75 → 32 (R: ratio − 1 = 0.75 is below the floor of 1); with a
-    /// cap of 128: ratio 2.5 → 48, 10 → 128.
+    /// cap of 128 (R = 64): ratio 2.5 → 96, 10 → 128.
     pub fn reallocation_budget(&self, ratio: f64) -> u64 {
         let r = self.reallocation_pages();
         // No needy process (ratio <= 1, or NaN): R, as §3.1.

@@ -209,8 +209,7 @@ impl TierNode {
     /// `first_page + i`, to hand to [`TierManager::start`] (then
     /// [`TierNode::attach`] the manager under the same `pid` and `first_page`). Its
     /// faults never take the policy's lock; see the module documentation.
-    pub fn placement(&self, pid: Pid, first_page: PageId, pages: usize) -> QueuedPlacement {
-        let _ = pages;
+    pub fn placement(&self, pid: Pid, first_page: PageId) -> QueuedPlacement {
         let (tx, rx) = crossbeam_channel::unbounded();
         let feed = Arc::new(Feed::default());
         lock(&self.pending).insert((pid, first_page), (rx, feed.clone()));

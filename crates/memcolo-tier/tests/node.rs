@@ -57,7 +57,7 @@ fn start(node: &TierNode, pid: i32, t_miss: f64, pages: usize, id: u64) -> Proc 
     u.register(base, region.len() as u64, mode::MISSING | mode::WP)
         .unwrap();
     let first = TierNode::first_page_of(base);
-    let placement = node.placement(pid, first, pages);
+    let placement = node.placement(pid, first);
     let cfg = TierConfig {
         sample_pages: 64,
         ..TierConfig::new(id)
