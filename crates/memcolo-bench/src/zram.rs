@@ -106,21 +106,8 @@ impl Drop for ZramSwap {
     fn drop(&mut self) {
         let swaps = fs::read_to_string("/proc/swaps").unwrap_or_default();
         if listed_in_swaps(&swaps, &self.dev.to_string_lossy()) {
-            // swapoff brings every swapped page back into memory; it fails with ENOMEM
-            // while a page's memory cgroup is at its limit (zram is swap for the whole
-            // machine while on), so retry for a while before giving up.
-            let mut last = None;
-            for attempt in 0..20 {
-                match run(Command::new("swapoff").arg(&self.dev)) {
-                    Ok(()) => {
-                        last = None;
-                        break;
-                    }
-                    Err(e) => last = Some(e),
-                }
-                std::thread::sleep(std::time::Duration::from_millis(250 * (attempt + 1).min(8)));
-            }
-            if let Some(e) = last {
+            // Retried while a memory cgroup at its limit makes it fail (ENOMEM).
+            if let Err(e) = memcolo_linux::swap::swapoff_retrying(&self.dev, 20) {
                 eprintln!("warning: {e}; /dev/zram0 left as swap, undo with `swapoff {0} && echo 1 > {1}`", self.dev.display(), self.sys.join("reset").display());
                 return;
             }

@@ -18,5 +18,6 @@ pub mod procfs;
 pub mod psi;
 pub mod reclaim;
 pub mod scope;
+pub mod swap;
 
 pub use error::{Error, Result};
