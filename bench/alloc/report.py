@@ -281,7 +281,9 @@ def main():
                   "1 us (1 KiB), the thread sleeping until each deadline (clock_nanosleep to absolute deadlines, "
                   "as a service waits for its next request; a deadline already past is served at once, so the rate "
                   "is kept) -- the issue's paced targets are checked on it; `paced-spin` the same deadlines, "
-                  "busy-waiting between them (the benchmark thread holds its CPU throughout).", "",
+                  "busy-waiting between them (the benchmark thread holds its CPU throughout); `paced-1ms` the "
+                  "sleeping pacer at a second pace, 256 KiB every 1 ms (~0.26 GB/s, a pace the reservation's fill "
+                  "sustains under anonymous pressure), in its own rows beside the 250 us ones and in no target.", "",
                   "Method: each case runs in repetitions (run_bench.py --reps, 3 in the quick run), the six "
                   "allocators taking turns within each repetition, so that load from outside the benchmark "
                   "falls on all of them alike. A single run's p99 is not a measurement here: on this 2-CPU "
