@@ -114,9 +114,11 @@ pub struct TierSection {
     /// eighth of the region's fast pages; only once the region has had to evict).
     pub probation_pages: usize,
     /// Rule T3a of `memcolo_policy::maxmem`: the fast memory reallocated per epoch
-    /// grows with the neediest process's distance from its target, from `R` (half
-    /// the migration cap, MaxMem §3.1) up to the whole cap while its a_miss is at
-    /// least twice its t_miss; false: `R` per epoch as in §3.1. Default true.
+    /// follows the neediest process's distance from its target by its newest
+    /// measured miss ratio, from `R/2` near the target (`R`, half the migration cap,
+    /// MaxMem §3.1) up to the whole cap while it misses at least twice its t_miss,
+    /// and a needy process whose newest measured ratio meets its target is held
+    /// while its a_miss EWMA follows; false: `R` per epoch as in §3.1. Default true.
     pub proportional_step: bool,
 }
 
