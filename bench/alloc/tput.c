@@ -6,7 +6,8 @@
  *   realloc   realloc growth chains from 16 B to 1 MiB
  *   larson    a server: each thread replaces random slots (free + malloc 16..1000 B);
  *             threads exit and new ones inherit their slots
- * usage: tput MODE [THREADS]    (TPUT_SMAPS=PATH: resident KiB per mapping at the end) */
+ * usage: tput MODE [THREADS]    (TPUT_SMAPS=PATH: resident KiB per mapping at the end;
+ *                                TPUT_PAGES=PATH: the resident pages of each mapping) */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -133,6 +134,32 @@ static void smaps_summary(const char *path) {
   fclose(out);
 }
 
+/* TPUT_PAGES=PATH: "mapping,offset_pages,resident page offsets..." for every mapping,
+ * from /proc/self/pagemap (bit 63 present, bit 62 swapped): which pages of a library,
+ * of the allocator's metadata or .bss, are resident (resolve a library's offsets to
+ * functions with `nm -D --defined-only` or objdump). */
+static void pages_dump(const char *path) {
+  FILE *in = fopen("/proc/self/maps", "r"), *out = fopen(path, "w");
+  FILE *pm = fopen("/proc/self/pagemap", "rb");
+  if (in == NULL || out == NULL || pm == NULL) { if (in) fclose(in); if (out) fclose(out); if (pm) fclose(pm); return; }
+  char line[512];
+  while (fgets(line, sizeof(line), in)) {
+    unsigned long a, b, off;
+    char perm[8], file[400] = "[anon]";
+    if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %399s", &a, &b, perm, &off, file) < 4) continue;
+    fprintf(out, "%s %s %lx-%lx,%lu", file, perm, a, b, off / 4096);
+    for (unsigned long v = a; v < b; v += 4096) {
+      uint64_t e = 0;
+      if (fseek(pm, (long)(v / 4096 * 8), SEEK_SET) != 0 || fread(&e, 8, 1, pm) != 1) break;
+      if (e >> 62) fprintf(out, ",%lu", (v - a) / 4096);
+    }
+    fputc('\n', out);
+  }
+  fclose(in);
+  fclose(pm);
+  fclose(out);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) { fprintf(stderr, "usage: %s prodcons|small|realloc|larson [THREADS]\n", argv[0]); return 2; }
   const char *mode = argv[1];
@@ -175,5 +202,7 @@ int main(int argc, char **argv) {
   printf("%s,%d,%.1f,%ld\n", mode, t, (double)(t1 - t0) / 1e6, hwm_kib);
   const char *att = getenv("TPUT_SMAPS");
   if (att) smaps_summary(att);
+  const char *pg = getenv("TPUT_PAGES");
+  if (pg) pages_dump(pg);
   return 0;
 }
