@@ -80,13 +80,16 @@
 //! `M_p` of T3 as written, and changes two things:
 //!
 //! - *Hold.* A needy process whose newest `x` meets its target (`x <= t_miss`), or
-//!   fell in the last epoch by at least its remaining distance (`x < x_prev` and
-//!   `2x − x_prev <= t_miss`: the same fall once more meets the target), is given
-//!   nothing this epoch: its a_miss follows `x` without more fast memory. It stays
-//!   needy (T2) and counts in `F_need`; its share goes unused ("MaxMem may
-//!   underutilize its migration rate"), and it is not flagged infeasible for it. A
-//!   hold never lasts while `x` stands above the target: once `x` stops falling, the
-//!   process is given memory again.
+//!   is near it (`x < 2·t_miss`) and still converging on it (`x` fell in the last
+//!   epoch by at least a third of its remaining distance: the fast memory given
+//!   before is still filling with hot pages), is given nothing this epoch: its
+//!   a_miss follows `x` without more fast memory. It stays needy (T2) and counts in
+//!   `F_need`; its share goes unused ("MaxMem may underutilize its migration
+//!   rate"), and it is not flagged infeasible for it. A hold never lasts while `x`
+//!   stands above the target: once `x` stops falling, the process is given memory
+//!   again. (The KV store's `x` went on falling for 3-5 epochs after its allotment
+//!   stopped growing, 0.127 to 0.07 at 42.6 MiB: each step near the target is
+//!   looked at before the next.)
 //! - *Budget by the distance.* The epoch's budget is `R·clamp(d − 1, 1/2, cap/R)`
 //!   pages with `d = max over needy, not held processes of min(x, a_miss)/t_miss`:
 //!   up to the whole migration cap while the neediest process misses at twice its
@@ -788,11 +791,15 @@ impl Proc {
         };
     }
 
-    /// Rule T3a's hold: the newest measured miss ratio already meets the target,
-    /// or fell in the last epoch by at least its distance from it (the same fall
-    /// again meets it), so the EWMA follows without more fast memory.
+    /// Rule T3a's hold: the newest measured miss ratio already meets the target, or
+    /// is within twice the target and still converging on it, so the EWMA follows
+    /// (and the placement settles) without more fast memory.
     fn held(&self) -> bool {
-        self.x.is_some_and(|x| x <= self.t_miss)
+        match self.x {
+            Some(x) if x <= self.t_miss => true,
+            Some(x) => x < 2.0 * self.t_miss && self.converging(),
+            None => false,
+        }
     }
 
     /// Rule T3a: the newest measured miss ratio fell in the last epoch by at least a
@@ -2389,14 +2396,14 @@ mod tests {
 
     /// T3a, arrival from nothing: the process needs 316 pages (kv_miss(316) <= 0.1),
     /// the cap is 64 (R = 32). It is given the whole cap from its first epoch while
-    /// far from the target, then steps in proportion to the distance of its newest
-    /// measured ratio, and is held once that ratio meets the target: it ends at 323
-    /// pages, within half an R of its need, where §3.1 (R per epoch, growing until
-    /// the EWMA meets the target) ends at 384 and T3a before the hold at 401. It
-    /// meets the target no later than §3.1 (epoch 13 both): the EWMA reaches 0.1
-    /// only as fast as the measured ratio, 0.097 at the need, lets it; meeting it in
-    /// 10 epochs took the overshoot. No oscillation: the allocation never shrinks
-    /// and is steady from the epoch the measured ratio met the target.
+    /// far from the target, then, near it, a step and an epoch's look while its
+    /// measured ratio converges, and is held once that ratio meets the target: it
+    /// ends at 320 pages, within half an R of its need, where §3.1 (R per epoch,
+    /// growing until the EWMA meets the target) ends at 384 and T3a before the hold
+    /// at 401. It meets the target at epoch 15 (§3.1: 13, T3a before: 9): the EWMA
+    /// reaches 0.1 only as fast as the measured ratio, 0.098 at the need, lets it;
+    /// meeting it in 10 epochs took the overshoot. No oscillation: the allocation
+    /// never shrinks and is steady from the epoch the measured ratio met the target.
     #[test]
     fn t3a_arrival_from_zero_no_overshoot() {
         let c = MaxMemConfig {
@@ -2417,7 +2424,7 @@ mod tests {
             met_after(&base, 0, 0.1).unwrap(),
         );
         eprintln!("T3a: met at epoch {met}, {run:?}\n§3.1: met at epoch {met_base}, {base:?}");
-        assert!(met <= met_base, "{run:?}");
+        assert!(met <= met_base + 2, "{run:?}");
         // Growth at once: the whole cap in the first epoch (a_miss 1).
         assert_eq!(run[0].1, 64);
         let (end, end_base) = (run.last().unwrap().1, base.last().unwrap().1);
@@ -2431,9 +2438,9 @@ mod tests {
 
     /// T3a with a placement that settles (the measured ratio trails the allotment,
     /// as the KV store's did): the hold stops the growth at the first epoch whose
-    /// measured ratio meets the target: 350 pages (34 above the need, the growth
-    /// still unplaced when the ratio met it), where §3.1 goes on growing for as long
-    /// as the EWMA lags and ends at 416; no oscillation.
+    /// measured ratio meets the target, and steps near it are looked at while the
+    /// ratio still falls: 320 pages (need 316), where §3.1 goes on growing for as
+    /// long as the EWMA lags and ends at 416; no oscillation.
     #[test]
     fn t3a_arrival_settling_no_overshoot() {
         let c = MaxMemConfig {
@@ -2450,7 +2457,7 @@ mod tests {
         let base = closed_loop_settling(&mut paper, 0.1, 2000, kv_miss, 40, None, true);
         eprintln!("T3a settling: {run:?}\n§3.1 settling: {base:?}");
         let (end, end_base) = (run.last().unwrap().1, base.last().unwrap().1);
-        assert!(end >= need && end <= need + 48, "{end} vs need {need}");
+        assert!(end >= need && end <= need + 16, "{end} vs need {need}");
         assert!(end + 32 <= end_base, "{end} vs §3.1's {end_base}");
         assert!(run.windows(2).all(|w| w[1].1 >= w[0].1), "{run:?}");
         let met = met_after(&run, 0, 0.1).unwrap();
@@ -2487,9 +2494,9 @@ mod tests {
         assert!(allocs.windows(2).all(|w| w[1] >= w[0]), "{allocs:?}");
     }
 
-    /// T3a, a live target change (0.1 -> 0.07 once settled at a_miss 0.097): a_miss
-    /// meets it within 10 epochs (9: the curve is flat there, so the measured ratio
-    /// falls slowly and the step is R, not R/2), and the allocation settles (no
+    /// T3a, a live target change (0.1 -> 0.07 once settled at a_miss 0.098): a_miss
+    /// meets it within 10 epochs (10: the curve is flat there, steps of R with a
+    /// look after those whose effect still shows), and the allocation settles (no
     /// oscillation).
     #[test]
     fn t3a_t_miss_change_within_10_epochs() {
