@@ -212,8 +212,14 @@ pub struct ReclaimSection {
     /// CPU budget in workers. Default: the number of CPUs no LC process is confined
     /// to (at least 1), so reclaim never takes an LC core.
     pub max_workers: Option<u32>,
-    /// Bytes one worker reclaims per batch. Default 16 MiB.
+    /// Bytes one worker reclaims per batch at low allocation rates. Default 16 MiB.
     pub batch_bytes: u64,
+    /// Largest batch while allocation streams (a batch covers `batch_period_ms` of
+    /// the allocation rate; `memcolo_policy::hermit::ReclaimConfig::max_batch_bytes`);
+    /// `batch_bytes` keeps every batch at `batch_bytes`. Default 64 MiB.
+    pub max_batch_bytes: u64,
+    /// Allocation a batch covers, milliseconds (1..=10000). Default 100.
+    pub batch_period_ms: u64,
     /// Floor of the high mark in bytes. Default 32 MiB.
     pub min_high_bytes: u64,
     /// Ceiling of the proactive band (low mark) as a share of the scope's memory;
@@ -280,6 +286,8 @@ impl Default for ReclaimSection {
             tick_ms: 20,
             max_workers: None,
             batch_bytes: p.batch_bytes,
+            max_batch_bytes: p.max_batch_bytes,
+            batch_period_ms: p.batch_period.as_millis() as u64,
             min_high_bytes: p.min_high_bytes,
             max_low_ratio: p.max_low_ratio,
             swap_stop_free_ratio: p.swap_stop_free_ratio,
@@ -308,6 +316,8 @@ impl ReclaimSection {
         memcolo_policy::hermit::ReclaimConfig {
             max_workers: workers.max(1),
             batch_bytes: self.batch_bytes,
+            max_batch_bytes: self.max_batch_bytes,
+            batch_period: Duration::from_millis(self.batch_period_ms),
             min_high_bytes: self.min_high_bytes,
             max_low_ratio: self.max_low_ratio,
             swap_stop_free_ratio: self.swap_stop_free_ratio,
@@ -416,6 +426,12 @@ impl AgentConfig {
             return bad(format!(
                 "reclaim.adapt_period_ms {} is not in 1..=60000",
                 r.adapt_period_ms
+            ));
+        }
+        if !(1..=10_000).contains(&r.batch_period_ms) {
+            return bad(format!(
+                "reclaim.batch_period_ms {} is not in 1..=10000",
+                r.batch_period_ms
             ));
         }
         if r.min_turnaround_samples == 0 {

@@ -94,6 +94,9 @@ impl Slot {
 #[derive(Debug, Default)]
 struct Pool {
     desired: u32,
+    /// Bytes per batch the scheduler asked for ([`ReclaimDecision::batch_bytes`]); 0
+    /// before its first decision (the configured `batch_bytes` then).
+    batch: u64,
     remaining: u64,
     inflight: u64,
     active: u32,
@@ -482,7 +485,8 @@ fn worker(
             p.rr = i + 1;
             let slot = p.slots[i].take().unwrap();
             p.out.insert(slot.id.clone());
-            let batch = batch_bytes.min(p.remaining);
+            let per_batch = if p.batch > 0 { p.batch } else { batch_bytes };
+            let batch = per_batch.min(p.remaining);
             p.remaining -= batch;
             p.inflight += batch;
             p.active += 1;
@@ -1091,6 +1095,7 @@ impl Controller {
             let mut p = sh.pool.lock().unwrap();
             p.desired = desired;
             p.remaining = d.target_bytes.saturating_sub(p.inflight);
+            p.batch = d.batch_bytes;
         }
         if desired > 0 {
             sh.cv.notify_all();

@@ -84,8 +84,17 @@ pub struct ReclaimConfig {
     /// Most concurrent reclaim workers: the CPU budget. At least 1.
     pub max_workers: u32,
     /// Bytes one worker reclaims per batch (one `process_madvise` call over many
-    /// ranges, or one cgroup reclaim request). Default 16 MiB.
+    /// ranges, or one cgroup reclaim request) at low allocation rates: the floor of
+    /// [`ReclaimDecision::batch_bytes`]. Default 16 MiB.
     pub batch_bytes: u64,
+    /// Ceiling of [`ReclaimDecision::batch_bytes`], bytes; `batch_bytes` or less keeps
+    /// every batch at `batch_bytes`. Default 64 MiB.
+    pub max_batch_bytes: u64,
+    /// A worker's batch covers the allocation of this long (smoothed allocation rate ×
+    /// `batch_period`, between `batch_bytes` and `max_batch_bytes`), and a worker
+    /// that starts reclaims at least that much: fewer, larger batches while
+    /// allocation streams. Default 100 ms.
+    pub batch_period: Duration,
     /// Floor of the high mark in bytes. Default 32 MiB (Hermit: workers × 128 pages
     /// of headroom; larger here because the agent ticks at 20 ms, not 1 ms).
     pub min_high_bytes: u64,
@@ -138,6 +147,8 @@ impl Default for ReclaimConfig {
         ReclaimConfig {
             max_workers: 1,
             batch_bytes: 16 << 20,
+            max_batch_bytes: 64 << 20,
+            batch_period: Duration::from_millis(100),
             min_high_bytes: 32 << 20,
             low_multiplier_min: 2.0,
             low_multiplier_max: 16.0,
@@ -230,6 +241,7 @@ impl ReclaimConfig {
             ("rate_half_life", self.rate_half_life),
             ("close_time", self.close_time),
             ("adapt_period", self.adapt_period),
+            ("batch_period", self.batch_period),
         ] {
             if d.is_zero() {
                 return Err(bad(field, "0", "must be positive"));
@@ -399,8 +411,14 @@ impl ReclaimState {
 pub struct ReclaimDecision {
     /// Workers that should be reclaiming until the next tick.
     pub workers: u32,
-    /// Bytes to reclaim to bring headroom back to the low mark (0 when idle).
+    /// Bytes to reclaim: back to the low mark, and while allocation streams at least
+    /// the allocation of one batch period (see [`ReclaimConfig::batch_period`];
+    /// not while backing off); at most the reclaimable bytes; 0 when idle.
     pub target_bytes: u64,
+    /// Bytes one worker should reclaim per batch: the smoothed allocation rate ×
+    /// `batch_period`, between `batch_bytes` and `max_batch_bytes`
+    /// (`batch_bytes` in the fixed-mark design).
+    pub batch_bytes: u64,
     /// Free headroom, bytes.
     pub headroom_bytes: u64,
     /// Reclaim starts below this headroom, bytes.
@@ -744,14 +762,36 @@ impl ReclaimScheduler {
             };
             (ReclaimState::Urgent, n.min(cfg.max_workers))
         };
+        // Fewer, larger batches while allocation streams: a worker's batch pays a fixed
+        // cost (finding the group's cached file ranges, reading its processes, the
+        // turnaround watch, the limit step's journal) that dwarfed the reclaim itself
+        // in the 150 % runs (bench/results/2026-11-26-vm/reclaim-attribution), so a
+        // stream of 16 MiB batches spent most of the workers' CPU, which is the BE
+        // CPU's, on bookkeeping. A worker that starts takes the allocation of one
+        // batch period in one go, above the low mark if need be (hysteresis), except
+        // while backing off, when reclaim is what hurts.
+        let period_alloc = self.alloc_rate.max(0.0) * cfg.batch_period.as_secs_f64();
+        let batch_bytes = if cfg.fixed_low_bytes.is_some() {
+            cfg.batch_bytes
+        } else {
+            (period_alloc as u64).clamp(cfg.batch_bytes, cfg.max_batch_bytes.max(cfg.batch_bytes))
+        };
         let target_bytes = if workers == 0 {
             0
         } else {
-            ((low - h).max(0.0) as u64).min(obs.reclaimable_bytes)
+            let to_low = (low - h).max(0.0);
+            let streams = period_alloc > cfg.batch_bytes as f64;
+            let ahead = if !streams || backing_off || cfg.fixed_low_bytes.is_some() {
+                0.0
+            } else {
+                period_alloc.min(batch_bytes as f64)
+            };
+            (to_low.max(ahead) as u64).min(obs.reclaimable_bytes)
         };
         ReclaimDecision {
             workers,
             target_bytes,
+            batch_bytes,
             headroom_bytes: headroom,
             low_mark_bytes: low as u64,
             high_mark_bytes: high as u64,
@@ -1599,6 +1639,10 @@ mod tests {
                 churn_ratio: 0.5,
                 ..Default::default()
             },
+            ReclaimConfig {
+                batch_period: Duration::ZERO,
+                ..Default::default()
+            },
         ] {
             assert!(ReclaimScheduler::new(cfg).is_err());
         }
@@ -1620,5 +1664,70 @@ mod tests {
         assert_eq!(d.target_bytes, 63 * MIB);
         let d = s.step(ms(200), &obs(4 * GIB - 65 * MIB));
         assert_eq!(d.workers, 0);
+        // The fixed design keeps its batch whatever the rate.
+        assert_eq!(d.batch_bytes, 16 * MIB);
+    }
+
+    /// Usage held at `4 GiB - headroom` while workers report `rate_mib_s` reclaimed:
+    /// allocation streams at that rate. Returns the last decision after 5 s of 20 ms
+    /// ticks (the smoothed rate then within 4 % of the stream's).
+    fn streaming(s: &mut ReclaimScheduler, headroom: u64, rate_mib_s: u64) -> ReclaimDecision {
+        let mut d = s.step(ms(0), &obs(4 * GIB - headroom));
+        for i in 1..=250 {
+            d = s.step(
+                ms(20 * i),
+                &ReclaimObservation {
+                    reclaimed_bytes: rate_mib_s * MIB / 50,
+                    worker_busy: ms(2),
+                    ..obs(4 * GIB - headroom)
+                },
+            );
+        }
+        d
+    }
+
+    #[test]
+    fn a_stream_of_allocation_is_reclaimed_in_fewer_larger_batches() {
+        // 1 GiB/s: a batch period (100 ms) allocates ~100 MiB, so batches are at the
+        // ceiling (64 MiB) and a worker that starts takes a whole batch even where
+        // the low mark is nearer.
+        let mut s = sched();
+        let d = streaming(&mut s, 60 * MIB, 1024);
+        assert!(d.alloc_rate > 980.0 * MIB as f64, "{d:?}");
+        assert_eq!(d.batch_bytes, 64 * MIB, "{d:?}");
+        assert!(d.workers >= 1, "{d:?}");
+        assert!(d.low_mark_bytes - d.headroom_bytes < 64 * MIB, "{d:?}");
+        assert_eq!(d.target_bytes, 64 * MIB, "{d:?}");
+        // 400 MiB/s: 40 MiB per period, between the floor and the ceiling.
+        let mut s = sched();
+        let d = streaming(&mut s, 60 * MIB, 400);
+        assert!(
+            d.batch_bytes > 36 * MIB && d.batch_bytes < 44 * MIB,
+            "{d:?}"
+        );
+        assert!(d.target_bytes >= d.batch_bytes, "{d:?}");
+        // A ceiling at the floor keeps every batch at batch_bytes.
+        let mut s = ReclaimScheduler::new(ReclaimConfig {
+            max_workers: 4,
+            max_batch_bytes: 16 * MIB,
+            ..Default::default()
+        })
+        .unwrap();
+        let d = streaming(&mut s, 60 * MIB, 1024);
+        assert_eq!(d.batch_bytes, 16 * MIB, "{d:?}");
+        assert!(d.target_bytes >= 16 * MIB, "{d:?}");
+    }
+
+    #[test]
+    fn slow_allocation_keeps_the_batch_floor_and_reclaims_only_to_the_low_mark() {
+        // 50 MiB/s: 5 MiB per period, below the 16 MiB floor: no reclaim ahead.
+        let mut s = sched();
+        let d = streaming(&mut s, 50 * MIB, 50);
+        assert_eq!(d.batch_bytes, 16 * MIB, "{d:?}");
+        assert_eq!(d.state, ReclaimState::Proactive, "{d:?}");
+        assert_eq!(d.target_bytes, d.low_mark_bytes - d.headroom_bytes, "{d:?}");
+        // At rest nothing is reclaimed, whatever the batch.
+        let d = s.step(ms(3000), &obs(GIB));
+        assert_eq!((d.workers, d.target_bytes), (0, 0));
     }
 }
