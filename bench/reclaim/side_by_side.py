@@ -59,6 +59,7 @@ def make_plan(duration_s, reps, solo_reps, batch_args, solo_levels="100,125,150"
     chunks = {
         "redis-100": (["--levels", "0,100", "--modes", "kernel,watermarks,fixed,reclaim"], 8),
         "redis-high": (["--levels", "125,150", "--modes", "kernel,reclaim"], 4),
+        "redis-150": (["--levels", "150", "--modes", "kernel,reclaim"], 2),
         "memcached": (["--lc", "memcached", "--levels", "0,100", "--modes", "kernel,reclaim"], 4),
     }
     plan = [("solo", common + ["--levels", solo_levels, "--solo-only", "--solo-repeats",
@@ -66,9 +67,9 @@ def make_plan(duration_s, reps, solo_reps, batch_args, solo_levels="100,125,150"
              2 * len(solo_levels.split(",")) * solo_reps * (warmup_s + duration_s + 2))]
     for r in range(1, max(reps.values()) + 1):
         for name, (args, runs) in chunks.items():
-            if r <= reps[name]:
+            if r <= reps.get(name, 0):
                 plan.append((f"{name}-r{r}", common + args, runs * lc_run))
-        if r <= reps["batch"]:
+        if r <= reps.get("batch", 0):
             plan.append((f"batch-r{r}", ["--batch", "--levels", "70", "--modes", "kernel,reclaim",
                                          "--keep-going", "--no-plot"] + batch_args, 150))
     return plan
@@ -83,6 +84,11 @@ PLANS = {
     # has not changed since a full run: BE solo baselines at 100 % only.
     "redis-100": make_plan(15, {"redis-100": 4, "redis-high": 0, "memcached": 0, "batch": 0},
                            2, [], solo_levels="100"),
+    # After a reclaim change that the 150 % row motivates: the 150 % row three times (kernel,
+    # reclaim), the Redis 100 % row three times and memcached's 100 % row once (the LC
+    # rows the change must not cost); BE solo baselines at 100 and 150 % (~20 min).
+    "reclaim-change": make_plan(15, {"redis-100": 3, "redis-150": 3, "memcached": 1}, 2, [],
+                                solo_levels="100,150"),
     # A check of the machinery (minutes): every kind of chunk once, short phases.
     "smoke": make_plan(3, {"redis-100": 1, "redis-high": 0, "memcached": 0, "batch": 1}, 1,
                        ["--repeats", "1", "--batch-iters", "2", "--batch-bytes", "256MiB"]),
