@@ -394,12 +394,38 @@ def convergence_rows(by):
     return rows
 
 
+def overhead_row(d):
+    """The targets table's row for "single-process management overhead <= 3 %" from a
+    ``run.py`` GUPS overhead directory ``d`` (``off`` and ``maxmem`` runs): overhead by
+    the means (1 - mean maxmem / mean off) and the paired median over rounds, as
+    ``report.py`` computes them; the verdict is by the means and says where the
+    paired median differs."""
+    import report as gups_report
+    try:
+        runs = gups_report.load(d)
+    except OSError:
+        return []
+    off = {gups_report.rnd(r): r["mups"] for r in runs if r["config"] == "off"}
+    mm = {gups_report.rnd(r): r["mups"] for r in runs if r["config"] == "maxmem"}
+    if not off or not mm:
+        return []
+    by_mean = 1 - statistics.mean(mm.values()) / statistics.mean(off.values())
+    paired = statistics.median(1 - mm[k] / off[k] for k in mm if k in off)
+    verdict = "met" if by_mean <= 0.03 else "missed by %.1f points" % (100 * (by_mean - 0.03))
+    verdict += " (paired median: %s)" % ("met" if paired <= 0.03 else "missed by %.1f points" % (
+        100 * (paired - 0.03)))
+    return ["| single-process management overhead <= 3 %% (GUPS 1 GiB, fits; `%s`) | %.1f %% by the means "
+            "(%d rounds), %.1f %% paired median | %s | %s |" % (
+                os.path.relpath(d, ROOT), 100 * by_mean, len(mm), 100 * paired,
+                ", ".join("%.1f %%" % (100 * (1 - mm[k] / off[k])) for k in sorted(mm) if k in off), verdict)]
+
+
 def mean(rs, k):
     v = [r[k] for r in rs if r.get(k) is not None]
     return statistics.mean(v) if v else float("nan")
 
 
-def report(out):
+def report(out, overhead=None):
     runs = [json.loads(line) for line in open(os.path.join(out, "runs.jsonl"))]
     bad = [r for r in runs if r.get("rc") != 0]
     runs = [r for r in runs if r.get("rc") == 0]
@@ -464,7 +490,7 @@ def report(out):
             "| fast memory >= 30 %% less than static (<= 70 %%) | %.1f %% (%.1f %% less) | %s | %s |" % (
                 100 * mem, 100 * (1 - mem), ", ".join("%.1f %%" % (100 * p[1]) for p in pairs),
                 "met" if mem <= 0.70 else "missed by %.1f points" % (100 * (mem - 0.70))),
-            ] + convergence_rows(by) + [
+            ] + convergence_rows(by) + (overhead_row(overhead) if overhead else []) + [
             "| p90 / p99 latency (reported, no target) | %.2fx / %.2fx of static's | %s | — |" % (
                 p90, p99, ", ".join("%.2fx / %.2fx" % (p[2], p[3]) for p in pairs)),
             ""]
@@ -591,10 +617,12 @@ def main():
                     help="maxmem-change runs: set the store's t_miss to this, live, --change-at-s after it started")
     ap.add_argument("--change-at-s", type=float, default=60)
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--overhead", default=None,
+                    help="a run.py GUPS overhead result directory: its target joins the report's first table")
     args = ap.parse_args()
     out = args.out
     if args.report_only:
-        report(out)
+        report(out, args.overhead)
         return
     if os.geteuid() != 0:
         raise SystemExit("needs root")
@@ -650,7 +678,7 @@ def main():
     finally:
         tiering.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
-    report(out)
+    report(out, args.overhead)
     if left:
         print("%d runs left: run again" % left)
         sys.exit(3)
