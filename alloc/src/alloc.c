@@ -17,10 +17,13 @@
 uint64_t mc_stat_slow_calls, mc_stat_large_allocs;
 
 
+/* The thread cache's pop. Objects up to 1 KiB are the fall-through path (no taken
+ * branch from the entry to the return; mc_size_to_class's order without the hint put
+ * the larger classes there). */
 static inline void *mc_small_fast(size_t size) {
   mc_tcache_t *tc = mc_tcache;
   if (mc_likely(tc != NULL)) {
-    unsigned cls = mc_size_to_class(size);
+    unsigned cls = mc_likely(size <= 1024) ? mc_class_small_idx[(size + 15) >> 4] : mc_class_large_idx[(size + 127) >> 7];
     mc_bin_t *b = &tc->bins[cls];
     if (mc_likely(b->count != 0)) return b->slots[--b->count];
   }
@@ -116,6 +119,17 @@ MC_NOINLINE void mc_free_slow(void *p, uintptr_t entry) {
   mc_heap_free(s);
 }
 
+/* A full list: its oldest half goes to the central lists. Out of line, so that free's
+ * fast path needs no stack frame (p's address is taken here). */
+static MC_NOINLINE void mc_free_overflow(mc_tcache_t *tc, unsigned cls, void *p) {
+  if (mc_unlikely(!mc_tcache_overflow(tc, cls))) {
+    mc_central_return(cls, &p, 1);
+    return;
+  }
+  mc_bin_t *b = &tc->bins[cls];
+  b->slots[b->count++] = p;
+}
+
 MC_EXPORT void MC_NAME(free)(void *p) {
   if (mc_unlikely(p == NULL)) return;
   uintptr_t e = mc_pagemap_entry(p);
@@ -124,16 +138,16 @@ MC_EXPORT void MC_NAME(free)(void *p) {
   if (mc_likely(cls != 0 && tc != NULL)) {
     mc_bin_t *b = &tc->bins[cls];
     uint32_t n = b->count;
-    if (mc_unlikely(n != 0 && b->slots[n - 1] == p)) mc_double_free(p, cls);
+    void **slots = b->slots;
+    if (mc_likely(n != 0)) {
+      if (mc_unlikely(slots[n - 1] == p)) mc_double_free(p, cls);
+    }
     MC_DEBUG_FREE_CHECK(p, cls);
     if (mc_unlikely(n >= b->max)) {
-      if (mc_unlikely(!mc_tcache_overflow(tc, cls))) {
-        mc_central_return(cls, &p, 1);
-        return;
-      }
-      n = b->count;
+      mc_free_overflow(tc, cls, p);
+      return;
     }
-    b->slots[n] = p;
+    slots[n] = p;
     b->count = n + 1;
     return;
   }
