@@ -171,6 +171,9 @@ typedef enum {
   MC_OPT_RSV_TRACE,           /* 1: the management thread's samples on stderr at exit */
   MC_OPT_RSV_BACKOFF,         /* 0 off, 1 stop pre-faulting, 2 fair share, while a busy app misses */
   MC_OPT_RSV_YIELD_US,        /* longest app wait for the filling thread's CPU, us; 0 = never */
+  MC_OPT_RSV_YIELD_WAIT_US,   /* app wait on our CPU before the fill steps aside, us (0 = at once) */
+  MC_OPT_RSV_YIELD_MODE,      /* how the fill steps aside: 0 sleep, 1 sched_yield, 2 leave the app's CPU, 3 SCHED_IDLE while busy */
+  MC_OPT_MGMT_SLICE_US,       /* EEVDF slice of the management thread (sched_attr.sched_runtime), us; 0 = kernel's */
   MC_OPT__COUNT
 } mc_option_t;
 

@@ -31,6 +31,9 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
   [MC_OPT_RSV_TRACE] = {"RSV_TRACE", 0, "1 = the management thread's samples (reserve levels, targets, demand, pre-faulted bytes; up to 16384) as CSV on stderr at exit"},
   [MC_OPT_RSV_BACKOFF] = {"RSV_BACKOFF", 1, "while the application misses the empty pool and is itself busy (runnable or waiting on the pool): 1 = stop pre-faulting until it idles or its demand falls, 2 = keep pre-faulting at the process's nice without making it wait, 0 = never back off"},
   [MC_OPT_RSV_YIELD_US] = {"RSV_YIELD_US", 200, "us: the longest the application thread waits for the management thread's CPU while it pre-faults; then the thread sleeps as long (0 = never steps aside)"},
+  [MC_OPT_RSV_YIELD_WAIT_US] = {"RSV_YIELD_WAIT_US", 200, "us the application thread must have waited for the management thread's CPU (runnable there, not run since) before the fill steps aside; 0 = at the first pre-fault step that finds it waiting"},
+  [MC_OPT_RSV_YIELD_MODE] = {"RSV_YIELD_MODE", 3, "how the fill steps aside: 0 = sleeps RSV_YIELD_US, 1 = sched_yield, 2 = moves to another CPU (affinity) while the application thread is runnable, 3 = as 0, and SCHED_IDLE while the application thread is busy (runnable at 3 looks in a row)"},
+  [MC_OPT_MGMT_SLICE_US] = {"MGMT_SLICE_US", 0, "us, the management thread's EEVDF slice (sched_setattr sched_runtime, Linux >= 6.12, clamped by the kernel to 100..100000); 0 = the kernel's base slice"},
   [MC_OPT_MGMT_NICE] = {"MGMT_NICE", -10, "nice of the management thread while the reservation is on (-20..19; needs CAP_SYS_NICE below 0, else left at the process's)"},
 };
 
@@ -97,6 +100,9 @@ void mc_options_init(void) {
   if (mc_options_cache[MC_OPT_RSV_HORIZON_MS] < 0) mc_options_cache[MC_OPT_RSV_HORIZON_MS] = 0;
   if (mc_options_cache[MC_OPT_RSV_HORIZON_MS] > 10000) mc_options_cache[MC_OPT_RSV_HORIZON_MS] = 10000;
   if (mc_options_cache[MC_OPT_RSV_YIELD_US] < 0) mc_options_cache[MC_OPT_RSV_YIELD_US] = 0;
+  if (mc_options_cache[MC_OPT_RSV_YIELD_WAIT_US] < 0) mc_options_cache[MC_OPT_RSV_YIELD_WAIT_US] = 0;
+  if (mc_options_cache[MC_OPT_RSV_YIELD_MODE] < 0 || mc_options_cache[MC_OPT_RSV_YIELD_MODE] > 3) mc_options_cache[MC_OPT_RSV_YIELD_MODE] = 0;
+  if (mc_options_cache[MC_OPT_MGMT_SLICE_US] < 0) mc_options_cache[MC_OPT_MGMT_SLICE_US] = 0;
   if (mc_options_cache[MC_OPT_MGMT_NICE] < -20) mc_options_cache[MC_OPT_MGMT_NICE] = -20;
   if (mc_options_cache[MC_OPT_MGMT_NICE] > 19) mc_options_cache[MC_OPT_MGMT_NICE] = 19;
   if (mc_options_cache[MC_OPT_GATE_MIN_EPOCH_MS] < 0) mc_options_cache[MC_OPT_GATE_MIN_EPOCH_MS] = 0;

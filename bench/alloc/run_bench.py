@@ -37,6 +37,7 @@ report checks the targets on the median over the repetitions, showing the spread
 can be split into parts of at most ~8 minutes.
 usage: run_bench.py [--quick] [--skip-pressure] [--only hermes,tput,subrelease]
                     [--conditions dedicated,anon,file] [--cases SIZE[-MODE],...] [--reps N] [--out DIR]
+                    [--variant NAME:MEMCOLO_X=V,...]... [--allocators NAME,...]
 """
 import argparse
 import csv
@@ -325,7 +326,21 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--cases", default=None, help="SIZE or SIZE-MODE, comma-separated (default: all)")
     ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions of each Hermes case")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME:MEMCOLO_X=V,...: also libmemcolo (class lc) with these options, as allocator "
+                         "memcolo-NAME (A/B rows in the tables, never in the targets)")
+    ap.add_argument("--allocators", default=None, help="comma-separated subset of the allocators to run")
     a = ap.parse_args()
+    for v in a.variant:
+        name, _, kvs = v.partition(":")
+        extra = {"MEMCOLO_CLASS": "lc"}
+        for kv in filter(None, kvs.split(",")):
+            k, _, val = kv.partition("=")
+            extra[k] = val
+        ALLOCATORS.append((f"memcolo-{name}", LIB, extra))
+    if a.allocators:
+        keep = a.allocators.split(",")
+        ALLOCATORS[:] = [x for x in ALLOCATORS if x[0] in keep]
     conditions = ["dedicated"] if a.skip_pressure else [c for c in a.conditions.split(",") if c]
     for c in conditions:
         if c not in ("dedicated", "anon", "file"):
