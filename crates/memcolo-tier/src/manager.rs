@@ -108,7 +108,7 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Where the policy places pages; the manager asks it on every fault.
 pub trait Placement: Send {
@@ -437,6 +437,8 @@ struct Inner {
     wake_fd: OwnedFd,
     fatal: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
+    /// Rate limit of the warnings for [`Inner::note_error`].
+    error_log: Mutex<ErrorLog>,
     n: Counters,
     /// The fault thread's id (0 until it runs).
     fault_tid: AtomicI32,
@@ -456,6 +458,36 @@ fn set_thread_nice(tid: i32, nice: i32) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Rate limit of a region's error warnings: at most one per [`ErrorLog::INTERVAL`],
+/// each carrying how many were suppressed since the last. A process that exits under
+/// its manager fails every userfaultfd and madvise call with `ESRCH` until its
+/// connection closes and the region is discarded: hundreds of identical warnings per
+/// region in the `bench/tiering` runs.
+#[derive(Debug, Default)]
+struct ErrorLog {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl ErrorLog {
+    const INTERVAL: Duration = Duration::from_secs(1);
+
+    /// Notes one error at `now`: `Some(suppressed since the last warning)` when this
+    /// one should be logged, `None` when it is suppressed (and counted).
+    fn note(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(t) if now.saturating_duration_since(t) < Self::INTERVAL => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -597,6 +629,7 @@ impl TierManager {
             wake_fd,
             fatal: Mutex::new(None),
             last_error: Mutex::new(None),
+            error_log: Mutex::new(ErrorLog::default()),
             n: Counters::default(),
             fault_tid: AtomicI32::new(0),
             latency_critical: AtomicBool::new(false),
@@ -1028,8 +1061,12 @@ impl Inner {
             .unwrap_or(0)
     }
 
+    /// Records a failed step (kept as [`TierManager::last_error`]) and warns, at most
+    /// once a second per region (see [`ErrorLog`]).
     fn note_error(&self, why: String) {
-        tracing::warn!(region = self.cfg.region_id, error = %why, "tier");
+        if let Some(suppressed) = lock(&self.error_log).note(Instant::now()) {
+            tracing::warn!(region = self.cfg.region_id, error = %why, suppressed, "tier");
+        }
         *lock(&self.last_error) = Some(why);
     }
 
@@ -2144,5 +2181,26 @@ impl Inner {
         }
         let _ = self.tier.remove_region(self.cfg.region_id);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_warnings_are_rate_limited_and_count_the_suppressed() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut log = ErrorLog::default();
+        assert_eq!(log.note(t0), Some(0));
+        assert_eq!(log.note(ms(1)), None);
+        assert_eq!(log.note(ms(999)), None);
+        // A second after the last warning: logged, with the two in between.
+        assert_eq!(log.note(ms(1000)), Some(2));
+        assert_eq!(log.note(ms(1500)), None);
+        assert_eq!(log.note(ms(2000)), Some(1));
+        // A quiet spell: the next one is logged at once, nothing suppressed.
+        assert_eq!(log.note(ms(60_000)), Some(0));
     }
 }
