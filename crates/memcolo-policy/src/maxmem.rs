@@ -2394,6 +2394,23 @@ mod tests {
         (0..).find(|&f| miss(f) <= t).unwrap()
     }
 
+    /// Rule T3a on, fast capacity 1000 pages, cap 64 (R = 32).
+    fn t3a_cfg() -> MaxMemConfig {
+        MaxMemConfig {
+            proportional_step: true,
+            ..cfg(1000, 64)
+        }
+    }
+
+    /// A policy with rule T3a and one as §3.1 writes it (T3a off), same settings.
+    fn t3a_and_paper() -> (MaxMem, MaxMem) {
+        let paper = MaxMemConfig {
+            proportional_step: false,
+            ..t3a_cfg()
+        };
+        (MaxMem::new(t3a_cfg()), MaxMem::new(paper))
+    }
+
     /// T3a, arrival from nothing: the process needs 316 pages (kv_miss(316) <= 0.1),
     /// the cap is 64 (R = 32). It is given the whole cap from its first epoch while
     /// far from the target, then, near it, a step and an epoch's look while its
@@ -2406,18 +2423,10 @@ mod tests {
     /// never shrinks and is steady from the epoch the measured ratio met the target.
     #[test]
     fn t3a_arrival_from_zero_no_overshoot() {
-        let c = MaxMemConfig {
-            proportional_step: true,
-            ..cfg(1000, 64)
-        };
         let need = need_pages(kv_miss, 0.1);
         assert_eq!(need, 316);
-        let mut m = MaxMem::new(c.clone());
+        let (mut m, mut paper) = t3a_and_paper();
         let run = closed_loop(&mut m, 0.1, 2000, kv_miss, 30, None);
-        let mut paper = MaxMem::new(MaxMemConfig {
-            proportional_step: false,
-            ..c
-        });
         let base = closed_loop(&mut paper, 0.1, 2000, kv_miss, 30, None);
         let (met, met_base) = (
             met_after(&run, 0, 0.1).unwrap(),
@@ -2443,17 +2452,9 @@ mod tests {
     /// long as the EWMA lags and ends at 416; no oscillation.
     #[test]
     fn t3a_arrival_settling_no_overshoot() {
-        let c = MaxMemConfig {
-            proportional_step: true,
-            ..cfg(1000, 64)
-        };
         let need = need_pages(kv_miss, 0.1);
-        let mut m = MaxMem::new(c.clone());
+        let (mut m, mut paper) = t3a_and_paper();
         let run = closed_loop_settling(&mut m, 0.1, 2000, kv_miss, 40, None, true);
-        let mut paper = MaxMem::new(MaxMemConfig {
-            proportional_step: false,
-            ..c
-        });
         let base = closed_loop_settling(&mut paper, 0.1, 2000, kv_miss, 40, None, true);
         eprintln!("T3a settling: {run:?}\n§3.1 settling: {base:?}");
         let (end, end_base) = (run.last().unwrap().1, base.last().unwrap().1);
@@ -2470,10 +2471,7 @@ mod tests {
     /// the allotment creeps, never jumps by the cap, and never shrinks.
     #[test]
     fn t3a_no_oscillation_near_target() {
-        let mut m = MaxMem::new(MaxMemConfig {
-            proportional_step: true,
-            ..cfg(1000, 64)
-        });
+        let mut m = MaxMem::new(t3a_cfg());
         m.register(1, 1.0).unwrap();
         touch(&mut m, 1, 0..1000);
         m.register(2, 0.1).unwrap();
@@ -2500,11 +2498,7 @@ mod tests {
     /// oscillation).
     #[test]
     fn t3a_t_miss_change_within_10_epochs() {
-        let c = MaxMemConfig {
-            proportional_step: true,
-            ..cfg(1000, 64)
-        };
-        let mut m = MaxMem::new(c);
+        let mut m = MaxMem::new(t3a_cfg());
         let run = closed_loop(&mut m, 0.1, 2000, kv_miss, 45, Some((20, 0.07)));
         let met = met_after(&run, 20, 0.07).unwrap();
         eprintln!("met {met} epochs after the change: {run:?}");
