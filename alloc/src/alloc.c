@@ -18,12 +18,12 @@ uint64_t mc_stat_slow_calls, mc_stat_large_allocs;
 
 
 /* The thread cache's pop. Objects up to 1 KiB are the fall-through path (no taken
- * branch from the entry to the return; mc_size_to_class's order without the hint put
- * the larger classes there). */
+ * branch from the entry to the return: mc_size_to_class's mc_likely; without it the
+ * larger classes were laid out there). */
 static inline void *mc_small_fast(size_t size) {
   mc_tcache_t *tc = mc_tcache;
   if (mc_likely(tc != NULL)) {
-    unsigned cls = mc_likely(size <= 1024) ? mc_class_small_idx[(size + 15) >> 4] : mc_class_large_idx[(size + 127) >> 7];
+    unsigned cls = mc_size_to_class(size);
     mc_bin_t *b = &tc->bins[cls];
     if (mc_likely(b->count != 0)) return b->slots[--b->count];
   }

@@ -217,7 +217,8 @@ extern uint8_t mc_class_small_idx[(1024 >> 4) + 1];
 extern uint8_t mc_class_large_idx[(MC_SMALL_MAX >> 7) + 1];
 void mc_sizeclass_init(void);
 static inline unsigned mc_size_to_class(size_t size) {
-  if (size <= 1024) return mc_class_small_idx[(size + 15) >> 4];
+  /* small sizes first: malloc's fast path falls through to them (no taken branch) */
+  if (mc_likely(size <= 1024)) return mc_class_small_idx[(size + 15) >> 4];
   return mc_class_large_idx[(size + 127) >> 7];
 }
 
