@@ -784,7 +784,9 @@ impl ReclaimScheduler {
             let ahead = if !streams || backing_off || cfg.fixed_low_bytes.is_some() {
                 0.0
             } else {
-                period_alloc.min(batch_bytes as f64)
+                // One whole batch: while allocation streams, `batch_bytes` is the
+                // period's allocation (capped at `max_batch_bytes`).
+                batch_bytes as f64
             };
             (to_low.max(ahead) as u64).min(obs.reclaimable_bytes)
         };
