@@ -36,6 +36,9 @@ Configurations:
                 false``), for a paired A/B.
 - ``maxmem-v1`` ``maxmem`` with GUPS's tier threads at nice 0 (``tier.be_thread_nice =
                 0``), as before they ran at nice 19, for a paired A/B.
+- ``maxmem-nice19`` ``maxmem`` with GUPS's tier threads at nice 19 instead of
+                ``SCHED_IDLE`` (``tier.be_thread_idle = false``), as in kv-final4, for a
+                paired A/B.
 - ``maxmem-change`` ``maxmem`` with the store's t_miss changed live to ``--change-t-miss``
                 ``--change-at-s`` after it started: the epochs until its a_miss <= the new
                 target (the issue's "within 10 epochs of each change").
@@ -154,7 +157,10 @@ def one(config, rep, args, bins, cg):
                     f.write('slots_per_window = 1\nlc_fault_priority = false\nbe_thread_nice = 0\n')
                 elif config == "maxmem-v1":
                     # Before the BE tier threads' nice value.
-                    f.write('be_thread_nice = 0\n')
+                    f.write('be_thread_nice = 0\nbe_thread_idle = false\n')
+                elif config == "maxmem-nice19":
+                    # Before the BE tier threads ran SCHED_IDLE (nice 19 only).
+                    f.write('be_thread_idle = false\n')
             sock = os.path.join(tmp, "agent.sock")
             agent = subprocess.Popen(inc + [memcolo, "agent", "--config", cfg, "--socket", sock,
                                             "--state-dir", os.path.join(tmp, "state")],
@@ -209,6 +215,10 @@ def one(config, rep, args, bins, cg):
                                 row[who + "_slow_fault_ns"] = sum(r.get("slow_fault_ns", 0) for r in p["regions"])
                                 row[who + "_fault_wait_ns"] = sum(r.get("fault_thread_wait_ns", 0)
                                                                   for r in p["regions"])
+                                for k in ("fault_thread_cpu_ns", "slow_load_ns", "slow_map_ns", "slow_drop_ns",
+                                          "evict_threads_cpu_ns", "evict_threads_wait_ns", "evictions",
+                                          "zero_faults"):
+                                    row[who + "_" + k] = sum(r.get(k, 0) for r in p["regions"])
                                 row[who + "_placement_ns"] = sum(r.get("placement_ns", 0) for r in p["regions"])
                                 row[who + "_placement_max_ns"] = max([r.get("placement_max_ns", 0)
                                                                       for r in p["regions"]] or [0])
@@ -280,6 +290,23 @@ def one(config, rep, args, bins, cg):
                         rec[who + "_fault_wait_us"] = (sw[-1][who + "_fault_wait_ns"] -
                                                        sw[0][who + "_fault_wait_ns"]) / n / 1e3
                         rec[who + "_slow_faults_per_s"] = n / (sw[-1]["t"] - sw[0]["t"])
+                        # Per-step wall time of a slow fault, and the threads' CPU time
+                        # (schedstat run time) per slow fault and per eviction.
+                        if who + "_fault_thread_cpu_ns" in sw[0]:
+                            d = {k: sw[-1][who + "_" + k] - sw[0][who + "_" + k]
+                                 for k in ("fault_thread_cpu_ns", "slow_load_ns", "slow_map_ns", "slow_drop_ns",
+                                           "evict_threads_cpu_ns", "evict_threads_wait_ns", "evictions",
+                                           "zero_faults")}
+                            rec[who + "_fault_steps_us"] = {
+                                "load": d["slow_load_ns"] / n / 1e3, "map": d["slow_map_ns"] / n / 1e3,
+                                "drop": d["slow_drop_ns"] / n / 1e3,
+                                "fault_thread_cpu": d["fault_thread_cpu_ns"] / n / 1e3,
+                                "evictions_per_s": d["evictions"] / (sw[-1]["t"] - sw[0]["t"]),
+                                "evict_cpu_per_eviction": d["evict_threads_cpu_ns"] / max(1, d["evictions"]) / 1e3,
+                                "evict_wait_per_eviction": d["evict_threads_wait_ns"] / max(1, d["evictions"]) / 1e3,
+                                "fault_thread_cpu_share": d["fault_thread_cpu_ns"] / 1e9 / (sw[-1]["t"] - sw[0]["t"]),
+                                "evict_threads_cpu_share": d["evict_threads_cpu_ns"] / 1e9 / (sw[-1]["t"] - sw[0]["t"]),
+                            }
                         if "kv_placement_ns" in sw[0] or "be_placement_ns" in sw[0]:
                             # Reporting faults to the placement (its lock, the policy's answer).
                             rec[who + "_placement_us"] = (sw[-1].get(who + "_placement_ns", 0) -
@@ -439,7 +466,7 @@ def report(out, overhead=None):
     by = {}
     for r in runs:
         by.setdefault(r["config"], []).append(r)
-    order = ["maxmem", "maxmem-v0", "maxmem-v1", "maxmem-change", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
+    order = ["maxmem", "maxmem-nice19", "maxmem-v0", "maxmem-v1", "maxmem-change", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
                                                     key=lambda c: int(c.split("-")[1]))
     hot_mib = st["store_mib"] * st["hot_items_pct"] / 100
     lines = ["# KV store (LS) beside GUPS (BE), MaxMem §5.2 scaled: %s" % os.path.relpath(out, ROOT), "",
@@ -519,6 +546,16 @@ def report(out, overhead=None):
                               r["kv_fault_serve_us"], r["kv_fault_wait_us"], r["kv_slow_faults_per_s"],
                               r.get("be_fault_serve_us", float("nan")), r.get("be_fault_wait_us", float("nan")),
                               r.get("be_slow_faults_per_s", float("nan"))))
+        for who, label in (("kv", "store"), ("be", "GUPS")):
+            st = r.get(who + "_fault_steps_us")
+            if st:
+                lines[-1] += ("; %s per slow fault: load %.1f, map %.1f, drop %.1f µs wall, fault thread CPU %.1f µs "
+                              "(%.0f %% of a CPU), eviction workers %.1f µs CPU + %.1f µs waiting per eviction "
+                              "(%.0f/s, %.0f %% of a CPU)" % (
+                                  label, st["load"], st["map"], st["drop"], st["fault_thread_cpu"],
+                                  100 * st["fault_thread_cpu_share"], st["evict_cpu_per_eviction"],
+                                  st["evict_wait_per_eviction"], st["evictions_per_s"],
+                                  100 * st["evict_threads_cpu_share"]))
         if r.get("kv_placement_max_us") is not None:
             lines[-1] += ("; fault reports to the placement: store %.2f µs per slow fault (longest %.0f µs), "
                           "GUPS %.2f µs (longest %.0f µs)" % (

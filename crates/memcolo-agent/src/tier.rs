@@ -108,6 +108,17 @@ pub struct TierSection {
     /// thread (busy ~100 % at 20K+ faults/s) and eviction workers
     /// (`bench/tiering/faultpath.py`). 0 leaves them at the default. Default 19.
     pub be_thread_nice: i32,
+    /// Run the fault and eviction threads of a best-effort process's regions
+    /// (t_miss >= 1) `SCHED_IDLE` (a rule of ours, not MaxMem's): they get a CPU only
+    /// when no ordinary or real-time thread wants it, a latency-critical process's
+    /// thread waking beside them preempts them at once, and the scheduler places
+    /// wake-ups on a CPU running only such threads as on an idle one. At nice 19
+    /// (`be_thread_nice`, which still applies when this is off) GUPS's fault
+    /// thread, serving 12-17K slow faults/s beside the KV store, took most of a
+    /// vCPU: 40-52 µs of wall time per fault (`bench/tiering/results/kv-final4`;
+    /// `docs/design.md`, "A best-effort process's tier threads run idle").
+    /// Default true.
+    pub be_thread_idle: bool,
     /// Most pages per region on probation: the next victims, unmapped with their
     /// contents kept in fast memory, so that a touch gives a page a second chance
     /// instead of a trip to the slow tier (0: none). Default 128 (never more than an
@@ -141,6 +152,7 @@ impl Default for TierSection {
             evict_workers: 1,
             lc_fault_priority: true,
             be_thread_nice: 19,
+            be_thread_idle: true,
             probation_pages: 128,
             proportional_step: true,
         }
@@ -781,7 +793,8 @@ fn register(
 /// Puts the fault threads of `pid`'s regions in `SCHED_FIFO` if the process is
 /// latency-critical (t_miss < 1) and `tier.lc_fault_priority` is on, else back to
 /// ordinary scheduling; a best-effort process's (t_miss >= 1) fault and eviction
-/// threads run at `tier.be_thread_nice`, every other process's at nice 0.
+/// threads run at `tier.be_thread_nice` and, with `tier.be_thread_idle`,
+/// `SCHED_IDLE`; every other process's at nice 0, `SCHED_OTHER`.
 fn apply_fault_priority(shared: &Shared, pid: Pid) {
     let t_miss = shared
         .node
@@ -792,6 +805,7 @@ fn apply_fault_priority(shared: &Shared, pid: Pid) {
         .map(|p| p.t_miss);
     let lc = shared.cfg.lc_fault_priority && t_miss.is_some_and(|t| t < 1.0);
     let nice = thread_nice(&shared.cfg, t_miss);
+    let idle = thread_idle(&shared.cfg, t_miss);
     for (p, _, _, m) in shared.node.regions() {
         if p == pid {
             if let Err(e) = m.set_latency_critical(lc) {
@@ -799,6 +813,9 @@ fn apply_fault_priority(shared: &Shared, pid: Pid) {
             }
             if let Err(e) = m.set_nice(nice) {
                 tracing::warn!(pid, error = %e, "tiering: tier threads' nice value");
+            }
+            if let Err(e) = m.set_idle(idle) {
+                tracing::warn!(pid, error = %e, "tiering: tier threads' SCHED_IDLE");
             }
         }
     }
@@ -812,6 +829,14 @@ fn thread_nice(cfg: &TierSection, t_miss: Option<f64>) -> i32 {
     } else {
         0
     }
+}
+
+/// Whether the tier threads of a process with target `t_miss` (`None`: not
+/// registered) run `SCHED_IDLE`: a best-effort process's (t_miss >= 1) with
+/// `tier.be_thread_idle`. A latency-critical process's never do (its fault thread
+/// runs `SCHED_FIFO` with `tier.lc_fault_priority`).
+fn thread_idle(cfg: &TierSection, t_miss: Option<f64>) -> bool {
+    cfg.be_thread_idle && t_miss.is_some_and(|t| t >= 1.0)
 }
 
 fn policy_loop(shared: &Arc<Shared>) {
@@ -916,6 +941,12 @@ fn status_json(shared: &Shared) -> serde_json::Value {
                         "prefetches": st.prefetches, "freed_pages": st.freed_pages,
                         "slow_fault_ns": st.slow_fault_ns,
                         "fault_thread_wait_ns": st.fault_thread_wait_ns,
+                        "fault_thread_cpu_ns": st.fault_thread_cpu_ns,
+                        "slow_load_ns": st.slow_load_ns,
+                        "slow_map_ns": st.slow_map_ns,
+                        "slow_drop_ns": st.slow_drop_ns,
+                        "evict_threads_cpu_ns": st.evict_threads_cpu_ns,
+                        "evict_threads_wait_ns": st.evict_threads_wait_ns,
                         "placement_ns": st.placement_ns,
                         "placement_max_ns": st.placement_max_ns,
                         "latency_critical": st.latency_critical,
@@ -967,6 +998,22 @@ mod tests {
             ..TierSection::default()
         };
         assert!(bad.validate().unwrap_err().contains("be_thread_nice"));
+    }
+
+    #[test]
+    fn only_best_effort_tier_threads_run_idle() {
+        let cfg = TierSection::default();
+        assert!(thread_idle(&cfg, Some(1.0)));
+        assert!(!thread_idle(&cfg, Some(0.1)));
+        assert!(!thread_idle(&cfg, Some(0.999)));
+        assert!(!thread_idle(&cfg, None));
+        let off = TierSection {
+            be_thread_idle: false,
+            ..TierSection::default()
+        };
+        assert!(!thread_idle(&off, Some(1.0)));
+        // A target change moves a process between the two (applied live).
+        assert_ne!(thread_idle(&cfg, Some(1.0)), thread_idle(&cfg, Some(0.07)));
     }
 
     #[test]

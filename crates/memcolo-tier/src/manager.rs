@@ -276,9 +276,24 @@ pub struct ManagerStats {
     pub placement_ns: u64,
     /// The longest single report to the placement, ns.
     pub placement_max_ns: u64,
+    /// Of `slow_fault_ns`: loading the page from the slow tier and checking its
+    /// CRC-32 (for the compressed store: the shard lookup and LZ4 decompression), ns.
+    pub slow_load_ns: u64,
+    /// Of `slow_fault_ns`: mapping the page (`UFFDIO_COPY`, which wakes the faulting
+    /// thread), ns.
+    pub slow_map_ns: u64,
+    /// Of `slow_fault_ns`: dropping the slow tier's copy of the page, ns.
+    pub slow_drop_ns: u64,
     /// Time the fault thread waited for a CPU while runnable (its `schedstat`
     /// run delay), ns: what a fault waits before the thread even reads it.
     pub fault_thread_wait_ns: u64,
+    /// CPU time of the fault thread (its `schedstat` run time), ns: with
+    /// `slow_fault_ns` (wall time) it tells a fault's work from its preemption.
+    pub fault_thread_cpu_ns: u64,
+    /// CPU time of the eviction workers together (`schedstat` run time), ns.
+    pub evict_threads_cpu_ns: u64,
+    /// Time the eviction workers waited for a CPU while runnable, ns.
+    pub evict_threads_wait_ns: u64,
     /// Whether the fault thread runs as latency-critical
     /// ([`TierManager::set_latency_critical`]).
     pub latency_critical: bool,
@@ -383,6 +398,9 @@ struct Counters {
     probation_hits: AtomicU64,
     probation_evictions: AtomicU64,
     slow_fault_ns: AtomicU64,
+    slow_load_ns: AtomicU64,
+    slow_map_ns: AtomicU64,
+    slow_drop_ns: AtomicU64,
     placement_ns: AtomicU64,
     placement_max_ns: AtomicU64,
 }
@@ -449,10 +467,37 @@ struct Inner {
     /// Nice value of the fault thread (when not latency-critical) and the eviction
     /// workers (see [`TierManager::set_nice`]).
     nice: AtomicI32,
+    /// The same threads run `SCHED_IDLE` (see [`TierManager::set_idle`]).
+    idle: AtomicBool,
 }
 
-/// `setpriority(PRIO_PROCESS, tid, nice)`: one thread's nice value.
-fn set_thread_nice(tid: i32, nice: i32) -> io::Result<()> {
+/// `(run time, run delay)` in ns of thread `tid` of this process, from the first
+/// two fields of `/proc/self/task/TID/schedstat` (time on a CPU, and time runnable
+/// waiting for one); `(0, 0)` when unknown (`tid` 0, or the file unreadable).
+fn thread_schedstat(tid: i32) -> (u64, u64) {
+    if tid == 0 {
+        return (0, 0);
+    }
+    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) else {
+        return (0, 0);
+    };
+    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0));
+    (f.next().unwrap_or(0), f.next().unwrap_or(0))
+}
+
+/// Puts thread `tid` in `SCHED_IDLE` (`idle`) or `SCHED_OTHER`, at nice value `nice`
+/// (`setpriority(PRIO_PROCESS, tid, nice)`; kept but unused under `SCHED_IDLE`).
+fn set_thread_sched(tid: i32, nice: i32, idle: bool) -> io::Result<()> {
+    let policy = if idle {
+        libc::SCHED_IDLE
+    } else {
+        libc::SCHED_OTHER
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a valid sched_param for a thread id; plain syscalls.
+    if unsafe { libc::sched_setscheduler(tid, policy, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
     // SAFETY: plain syscall on a thread id; no memory is passed.
     if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } != 0 {
         return Err(io::Error::last_os_error());
@@ -635,6 +680,7 @@ impl TierManager {
             latency_critical: AtomicBool::new(false),
             worker_tids: Mutex::new(Vec::new()),
             nice: AtomicI32::new(0),
+            idle: AtomicBool::new(false),
             cfg,
         });
         let mut threads = Vec::new();
@@ -784,14 +830,29 @@ impl TierManager {
         if self.inner.nice.swap(nice, Ordering::SeqCst) == nice {
             return Ok(());
         }
-        let mut tids = lock(&self.inner.worker_tids).clone();
-        if !self.inner.latency_critical.load(Ordering::SeqCst) {
-            tids.push(self.inner.fault_tid.load(Ordering::SeqCst));
+        self.inner.apply_background()
+    }
+
+    /// Runs the region's fault thread (unless latency-critical, which takes
+    /// precedence) and its eviction workers `SCHED_IDLE` (`on`) or back in
+    /// `SCHED_OTHER` at the nice value of [`TierManager::set_nice`].
+    ///
+    /// The agent runs a best-effort process's threads `SCHED_IDLE` so that a
+    /// latency-critical process and its faults win the CPU: a thread of any other
+    /// policy waking on a CPU that runs a `SCHED_IDLE` thread preempts it at once,
+    /// and the scheduler counts such a CPU as idle when it places the wake-up
+    /// (`sched(7)`); at nice 19 the store's thread, woken by its own fault
+    /// thread, still queued behind GUPS's fault thread (`docs/design.md`,
+    /// "Tiered memory (MaxMem)", "A best-effort process's tier threads run idle").
+    ///
+    /// # Errors
+    /// `sched_setscheduler(2)` failed for a thread (`EPERM` leaving `SCHED_IDLE`
+    /// without `CAP_SYS_NICE`); the threads set so far keep the new policy.
+    pub fn set_idle(&self, on: bool) -> io::Result<()> {
+        if self.inner.idle.swap(on, Ordering::SeqCst) == on {
+            return Ok(());
         }
-        for tid in tids.into_iter().filter(|&t| t != 0) {
-            set_thread_nice(tid, nice)?;
-        }
-        Ok(())
+        self.inner.apply_background()
     }
 
     /// Whether the fault thread runs as latency-critical
@@ -853,6 +914,9 @@ impl TierManager {
 
     /// Counters since start.
     pub fn stats(&self) -> ManagerStats {
+        // (Read before the table lock: each is a file read.)
+        let fault_sched = self.inner.fault_thread_schedstat();
+        let evict_sched = self.inner.evict_threads_schedstat();
         let t = lock(&self.inner.table);
         let n = &self.inner.n;
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -876,9 +940,15 @@ impl TierManager {
             probation_hits: g(&n.probation_hits),
             probation_evictions: g(&n.probation_evictions),
             slow_fault_ns: g(&n.slow_fault_ns),
+            slow_load_ns: g(&n.slow_load_ns),
+            slow_map_ns: g(&n.slow_map_ns),
+            slow_drop_ns: g(&n.slow_drop_ns),
             placement_ns: g(&n.placement_ns),
             placement_max_ns: g(&n.placement_max_ns),
-            fault_thread_wait_ns: self.inner.fault_thread_wait_ns(),
+            fault_thread_wait_ns: fault_sched.1,
+            fault_thread_cpu_ns: fault_sched.0,
+            evict_threads_cpu_ns: evict_sched.0,
+            evict_threads_wait_ns: evict_sched.1,
             latency_critical: self.inner.latency_critical.load(Ordering::Relaxed),
         }
     }
@@ -1043,22 +1113,43 @@ impl Inner {
             return Err(io::Error::last_os_error());
         }
         if !on {
-            set_thread_nice(tid, self.nice.load(Ordering::SeqCst))?;
+            set_thread_sched(
+                tid,
+                self.nice.load(Ordering::SeqCst),
+                self.idle.load(Ordering::SeqCst),
+            )?;
         }
         Ok(())
     }
 
-    /// The fault thread's run delay from `/proc/self/task/TID/schedstat` (second
-    /// field, ns); 0 when unknown.
-    fn fault_thread_wait_ns(&self) -> u64 {
-        let tid = self.fault_tid.load(Ordering::Acquire);
-        if tid == 0 {
-            return 0;
+    /// Applies the region's nice value and `SCHED_IDLE` flag to its eviction
+    /// workers and, unless latency-critical, its fault thread.
+    fn apply_background(&self) -> io::Result<()> {
+        let (nice, idle) = (
+            self.nice.load(Ordering::SeqCst),
+            self.idle.load(Ordering::SeqCst),
+        );
+        let mut tids = lock(&self.worker_tids).clone();
+        if !self.latency_critical.load(Ordering::SeqCst) {
+            tids.push(self.fault_tid.load(Ordering::SeqCst));
         }
-        std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0)
+        for tid in tids.into_iter().filter(|&t| t != 0) {
+            set_thread_sched(tid, nice, idle)?;
+        }
+        Ok(())
+    }
+
+    /// The fault thread's `(run time, run delay)` in ns (see [`thread_schedstat`]).
+    fn fault_thread_schedstat(&self) -> (u64, u64) {
+        thread_schedstat(self.fault_tid.load(Ordering::Acquire))
+    }
+
+    /// The eviction workers' `(run time, run delay)` in ns, summed.
+    fn evict_threads_schedstat(&self) -> (u64, u64) {
+        lock(&self.worker_tids)
+            .iter()
+            .map(|&t| thread_schedstat(t))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 
     /// Records a failed step (kept as [`TierManager::last_error`]) and warns, at most
@@ -1221,8 +1312,11 @@ impl Inner {
                 let crc = t.crc[i];
                 drop(t);
                 let served_from = Instant::now();
-                match self.load_checked(i, crc, buf) {
+                let loaded = self.load_checked(i, crc, buf);
+                let load_ns = served_from.elapsed().as_nanos() as u64;
+                match loaded {
                     Ok(()) => {
+                        self.n.slow_load_ns.fetch_add(load_ns, Ordering::Relaxed);
                         let mut t = lock(&self.table);
                         if t.st[i] != St::Loading {
                             // Freed meanwhile: the retry zero-fills it.
@@ -1230,7 +1324,12 @@ impl Inner {
                             let _ = self.uffd.wake(page_addr, PAGE as u64);
                             return;
                         }
-                        if let Err(e) = self.uffd.copy(page_addr, buf, false) {
+                        let map_from = Instant::now();
+                        let copied = self.uffd.copy(page_addr, buf, false);
+                        self.n
+                            .slow_map_ns
+                            .fetch_add(map_from.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                        if let Err(e) = copied {
                             if e.raw_os_error() != Some(libc::EEXIST) {
                                 t.st[i] = St::Stored;
                                 drop(t);
@@ -1246,7 +1345,11 @@ impl Inner {
                         drop(t);
                         // The thread runs again; drop the slow-tier copy while the page
                         // is still `loading`, so no eviction can store it anew first.
+                        let drop_from = Instant::now();
                         self.drop_copy(i);
+                        self.n
+                            .slow_drop_ns
+                            .fetch_add(drop_from.elapsed().as_nanos() as u64, Ordering::Relaxed);
                         let mut t = lock(&self.table);
                         if t.st[i] == St::Loading {
                             t.st[i] = St::Resident;
@@ -1458,13 +1561,14 @@ impl Inner {
         Ok(())
     }
 
-    /// The calling thread takes the region's nice value (a thread started after
-    /// [`TierManager::set_nice`]).
+    /// The calling thread takes the region's nice value and `SCHED_IDLE` flag (a
+    /// thread started after [`TierManager::set_nice`] or [`TierManager::set_idle`]).
     fn apply_own_nice(&self) {
         let nice = self.nice.load(Ordering::SeqCst);
-        if nice != 0 {
+        let idle = self.idle.load(Ordering::SeqCst);
+        if nice != 0 || idle {
             // SAFETY: gettid has no preconditions.
-            if let Err(e) = set_thread_nice(unsafe { libc::gettid() }, nice) {
+            if let Err(e) = set_thread_sched(unsafe { libc::gettid() }, nice, idle) {
                 self.note_error(format!("thread nice: {e}"));
             }
         }

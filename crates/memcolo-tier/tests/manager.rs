@@ -438,6 +438,69 @@ fn latency_critical_fault_thread_runs_sched_fifo() {
     m.stop().unwrap();
 }
 
+/// A best-effort region's fault thread and eviction workers run `SCHED_IDLE` and
+/// still serve every fault and eviction correctly; a latency-critical fault thread
+/// stays `SCHED_FIFO` while its workers run idle; back to `SCHED_OTHER` after. The
+/// per-step times and the threads' CPU times are reported.
+#[test]
+fn best_effort_tier_threads_run_sched_idle() {
+    if !permitted() {
+        return;
+    }
+    let pages = 32;
+    let (r, m) = managed_anon(
+        pages,
+        0,
+        store(),
+        Box::new(NoPlacement),
+        TierConfig::new(78),
+    );
+    // Each tier thread's scheduling policy (field 41 of its stat: 0 SCHED_OTHER,
+    // 1 SCHED_FIFO, 5 SCHED_IDLE), by name prefix.
+    let policies = |prefix: &str| -> Vec<u32> {
+        let mut v = Vec::new();
+        for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim().starts_with(prefix) {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap();
+                let after = &stat[stat.rfind(')').unwrap() + 2..];
+                v.push(after.split_whitespace().nth(38).unwrap().parse().unwrap());
+            }
+        }
+        v
+    };
+    write_all(r.as_ptr(), pages, 1); // the fault thread has run
+    m.wait_evicted(m.evict(&[0])); // and a worker
+    check_all(r.as_ptr(), pages, 1);
+    assert_eq!(policies("tier-fault-78"), vec![0]);
+    m.set_idle(true).unwrap();
+    assert_eq!(policies("tier-fault-78"), vec![5]);
+    let workers = policies("tier-evict-78-");
+    assert!(
+        !workers.is_empty() && workers.iter().all(|&p| p == 5),
+        "{workers:?}"
+    );
+    // Evictions and slow faults are served from idle threads, contents intact.
+    let evict: Vec<usize> = (0..pages).step_by(2).collect();
+    m.wait_evicted(m.evict(&evict));
+    write_all(r.as_ptr(), pages, 2);
+    check_all(r.as_ptr(), pages, 2);
+    let s = settle(&m, |s| s.slow_faults == 1 + evict.len() as u64);
+    assert!(s.slow_load_ns > 0 && s.slow_map_ns > 0 && s.slow_drop_ns > 0);
+    assert!(s.slow_load_ns + s.slow_map_ns + s.slow_drop_ns <= s.slow_fault_ns);
+    assert!(s.fault_thread_cpu_ns > 0 && s.evict_threads_cpu_ns > 0);
+    // Latency-critical takes precedence for the fault thread only.
+    m.set_latency_critical(true).unwrap();
+    assert_eq!(policies("tier-fault-78"), vec![1]);
+    assert!(policies("tier-evict-78-").iter().all(|&p| p == 5));
+    m.set_latency_critical(false).unwrap();
+    assert_eq!(policies("tier-fault-78"), vec![5]);
+    m.set_idle(false).unwrap();
+    assert_eq!(policies("tier-fault-78"), vec![0]);
+    assert!(policies("tier-evict-78-").iter().all(|&p| p == 0));
+    m.stop().unwrap();
+}
+
 /// A slow tier that hands back damaged bytes without noticing: the manager's own
 /// CRC-32 of the page catches it.
 struct Damaging {
