@@ -226,6 +226,26 @@ def main():
         if r.get("overhead_paired_all"):
             lines.append("- `%s` per-round overheads: %s" % (
                 r["config"], ", ".join("%.1f %%" % (100 * x) for x in r["overhead_paired_all"])))
+    for r in rows:
+        pa = r.get("overhead_paired_all")
+        if pa and len(pa) >= 2:
+            se = statistics.stdev(pa) / len(pa) ** 0.5
+            lines.append("- `%s` paired overhead over %d rounds: mean %.1f %% ± %.1f %% (standard error), "
+                         "median %.1f %%, quartiles %.1f..%.1f %%" % (
+                             r["config"], len(pa), 100 * statistics.mean(pa), 100 * se,
+                             100 * statistics.median(pa), 100 * statistics.quantiles(pa, n=4)[0],
+                             100 * statistics.quantiles(pa, n=4)[2]))
+    hosted = [x for x in runs if x.get("host")]
+    if hosted:
+        lines += ["", "Every run with the machine over it (run.py's `host`: busy share of both vCPUs, kdamond's "
+                  "CPU time, MiB reported free to the host) and its per-second MUPS spread:", ""]
+        for x in sorted(hosted, key=lambda x: (int(rnd(x)), x["config"])):
+            ps = x.get("per_second_mups") or [x["mups"]]
+            h = x["host"]
+            lines.append("- `%s`: %.2f MUPS (per second %.1f..%.1f, median %.1f), busy %.0f %%, kdamond %.2f s, "
+                         "reported %.0f MiB, load %s" % (
+                             x["run"], x["mups"], min(ps), max(ps), statistics.median(ps), 100 * h["busy_share"],
+                             h["kdamond_cpu_s"], h["reported_mib"], " ".join(x.get("loadavg", []))))
     lines.append("")
     for p in made:
         lines.append("![%s](plots/%s)" % (os.path.basename(p), os.path.basename(p)))

@@ -16,6 +16,14 @@ Plans (``--plan``):
 - ``overhead-probation``  ``off`` and ``maxmem`` only, after probation (the
                 next victims tested before they go) was added: it never engages when
                 the table fits, so ``maxmem`` should cost what it did (``--reps 9``).
+- ``overhead-short``  ``off`` and ``maxmem`` in short interleaved rounds (8 s
+                warm-up, 8 s measured, ~18 s a run) for the final overhead figure: the
+                spread of overhead-final4's 9 rounds of 36 s runs (-6.9..+13.8 %) was the
+                host's speed, which holds one level for several seconds to tens of
+                seconds (per-second MUPS of one run at 28 for half its seconds and 40
+                for the rest, at 99.9 % CPU and no wait for a CPU): pairs closer in time
+                fall more often in the same level, and more rounds average the rest.
+                ``--reps 16`` and more, in locked chunks.
 - ``ablation``  which mechanism of sampling costs what (``--reps 4``): no
                 sampling, 19 pages write-protected and unprotected per window but
                 never dropped, 19 pages dropped, the sampler of the time.
@@ -102,6 +110,12 @@ def plan_runs(plan, reps):
             ("off", ["--manage", "off"]),
             ("maxmem", ["--manage", "maxmem", "--t-miss", "0.1"]),
         ]
+    elif plan == "overhead-short":
+        configs = [
+            ("off", ["--manage", "off"]),
+            ("maxmem", ["--manage", "maxmem", "--t-miss", "0.1"]),
+        ]
+        base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "8", "--measure-s", "8"]
     elif plan in ("small", "small-16hits"):
         configs = [
             ("fast-512", ["--manage", "maxmem", "--fast-mib", "512"]),
@@ -147,6 +161,38 @@ def plan_runs(plan, reps):
     return out
 
 
+def host_probe():
+    """The machine's busy and total CPU jiffies (``/proc/stat``), kdamond.0's CPU
+    jiffies (the host's DAMON pageout scheme) and the KiB reported free to the host
+    (``page_reporting``): deltas over a run attribute its speed to the machine, not to
+    the manager."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+    total = busy + v[3] + v[4]
+    kd = 0
+    try:
+        pid = subprocess.run(["pgrep", "-x", "kdamond.0"], capture_output=True, text=True).stdout.split()
+        if pid:
+            with open("/proc/%s/stat" % pid[0]) as f:
+                st = f.read().rsplit(")", 1)[1].split()
+            kd = int(st[11]) + int(st[12])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/module/page_reporting/parameters/reported_kib") as f:
+            rep_kib = int(f.read())
+    except (OSError, ValueError):
+        rep_kib = 0
+    return busy, total, kd, rep_kib
+
+
+def host_delta(a, b):
+    hz = os.sysconf("SC_CLK_TCK")
+    return {"busy_share": (b[0] - a[0]) / max(1, b[1] - a[1]), "kdamond_cpu_s": (b[2] - a[2]) / hz,
+            "reported_mib": (b[3] - a[3]) / 1024}
+
+
 def done_ids(path):
     ids = set()
     if os.path.exists(path):
@@ -161,7 +207,7 @@ def done_ids(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", default="overhead", choices=["overhead", "overhead-probation", "small", "small-16hits", "diag",
+    ap.add_argument("--plan", default="overhead", choices=["overhead", "overhead-probation", "overhead-short", "small", "small-16hits", "diag",
                                                       "ablation"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default=None)
@@ -206,13 +252,15 @@ def main():
             cmd = [args.gups] + gargs + ["--timeline", timeline, "--label", config]
             print("run %s: %s" % (run_id, " ".join(gargs)), flush=True)
             t0 = time.monotonic()
+            h0 = host_probe()
             p = subprocess.run(
                 ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg] + cmd,
                 capture_output=True, text=True)
             rec = {"run": run_id, "config": config, "args": gargs, "rc": p.returncode,
                    "wall_s": time.monotonic() - t0,
                    "cg_max_usage_bytes": cg_int(cg, "memory.max_usage_in_bytes"),
-                   "loadavg": open("/proc/loadavg").read().split()[:3], "commit": commit}
+                   "loadavg": open("/proc/loadavg").read().split()[:3], "commit": commit,
+                   "host": host_delta(h0, host_probe())}
             if p.returncode == 0:
                 rec.update(json.loads(p.stdout.strip().splitlines()[-1]))
             else:
