@@ -546,6 +546,16 @@ def report(out, overhead=None):
                               r["kv_fault_serve_us"], r["kv_fault_wait_us"], r["kv_slow_faults_per_s"],
                               r.get("be_fault_serve_us", float("nan")), r.get("be_fault_wait_us", float("nan")),
                               r.get("be_slow_faults_per_s", float("nan"))))
+        st = r.get("fault_steps_us")
+        if st:
+            # The store's own in-process manager (a static partition).
+            lines[-1] += ("; store in-process per slow fault: %.1f µs served (load %.1f, map %.1f, drop %.1f) + "
+                          "%.1f µs fault thread waiting, fault thread CPU %.1f µs (%.0f %% of a CPU), eviction "
+                          "workers %.1f µs CPU + %.1f µs waiting per eviction (%.0f/s, %.0f %% of a CPU)" % (
+                              st["serve"], st["load"], st["map"], st["drop"], st["fault_thread_wait"],
+                              st["fault_thread_cpu"], 100 * st["fault_thread_cpu_share"],
+                              st["evict_cpu_per_eviction"], st["evict_wait_per_eviction"], st["evictions_per_s"],
+                              100 * st["evict_threads_cpu_share"]))
         for who, label in (("kv", "store"), ("be", "GUPS")):
             st = r.get(who + "_fault_steps_us")
             if st:

@@ -348,6 +348,7 @@ fn main() -> Result<()> {
         })
     };
     let mut slow0 = 0;
+    let mut stats0 = None;
     loop {
         sec += 1;
         let due = start + Duration::from_secs(1) * sec;
@@ -357,6 +358,7 @@ fn main() -> Result<()> {
             measuring.store(true, Ordering::Relaxed);
             m0 = Some((Instant::now(), ops.load(Ordering::Relaxed)));
             slow0 = counters().0;
+            stats0 = managed.as_ref().map(|(_, m, _, _)| m.stats());
         }
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
         let now = Instant::now();
@@ -417,6 +419,28 @@ fn main() -> Result<()> {
             "resident_pages": s.resident_pages, "sample_hits": s.sample_hits,
             "probation_pages": s.probation_pages, "probation_hits": s.probation_hits,
             "probation_evictions": s.probation_evictions});
+        if let Some(s0) = stats0 {
+            // The measure phase's fault and eviction costs, as `memcolo tier status`
+            // gives them for the agent's regions (kv.py's per-step comparison).
+            let n = (s.slow_faults - s0.slow_faults).max(1) as f64;
+            let secs = measured.max(1e-9);
+            let ev = s.evictions - s0.evictions;
+            summary["fault_steps_us"] = json!({
+                "load": (s.slow_load_ns - s0.slow_load_ns) as f64 / n / 1e3,
+                "map": (s.slow_map_ns - s0.slow_map_ns) as f64 / n / 1e3,
+                "drop": (s.slow_drop_ns - s0.slow_drop_ns) as f64 / n / 1e3,
+                "serve": (s.slow_fault_ns - s0.slow_fault_ns) as f64 / n / 1e3,
+                "fault_thread_cpu": (s.fault_thread_cpu_ns - s0.fault_thread_cpu_ns) as f64 / n / 1e3,
+                "fault_thread_wait": (s.fault_thread_wait_ns - s0.fault_thread_wait_ns) as f64 / n / 1e3,
+                "evictions_per_s": ev as f64 / secs,
+                "evict_cpu_per_eviction": (s.evict_threads_cpu_ns - s0.evict_threads_cpu_ns) as f64
+                    / ev.max(1) as f64 / 1e3,
+                "evict_wait_per_eviction": (s.evict_threads_wait_ns - s0.evict_threads_wait_ns) as f64
+                    / ev.max(1) as f64 / 1e3,
+                "fault_thread_cpu_share": (s.fault_thread_cpu_ns - s0.fault_thread_cpu_ns) as f64 / 1e9 / secs,
+                "evict_threads_cpu_share": (s.evict_threads_cpu_ns - s0.evict_threads_cpu_ns) as f64 / 1e9 / secs,
+            });
+        }
         drop(node.detach(std::process::id() as i32, first));
         drop(node);
         if let Ok(m) = Arc::try_unwrap(m) {
