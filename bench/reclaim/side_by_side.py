@@ -61,6 +61,11 @@ def make_plan(duration_s, reps, solo_reps, batch_args, solo_levels="100,125,150"
         "redis-high": (["--levels", "125,150", "--modes", "kernel,reclaim"], 4),
         "redis-150": (["--levels", "150", "--modes", "kernel,reclaim"], 2),
         "memcached": (["--lc", "memcached", "--levels", "0,100", "--modes", "kernel,reclaim"], 4),
+        # With the reference "same BE CPU load, no memory pressure" (mode no-pressure:
+        # the 100 % row's BE jobs in a node whose limit holds them all).
+        "redis-np": (["--levels", "0,100", "--modes", "kernel,reclaim,no-pressure"], 6),
+        "memcached-np": (["--lc", "memcached", "--levels", "0,100", "--modes",
+                          "kernel,reclaim,no-pressure"], 6),
     }
     plan = [("solo", common + ["--levels", solo_levels, "--solo-only", "--solo-repeats",
                                str(solo_reps)],
@@ -89,6 +94,10 @@ PLANS = {
     # rows the change must not cost); BE solo baselines at 100 and 150 % (~20 min).
     "reclaim-change": make_plan(15, {"redis-100": 3, "redis-150": 3, "memcached": 1}, 2, [],
                                 solo_levels="100,150"),
+    # The LC 100 % rows with the CPU-share reference beside them: Redis three times,
+    # memcached twice, each with 0 % and 100 % x kernel, reclaim, no-pressure; BE solo
+    # baselines at 100 % (~17 min).
+    "lc-100-np": make_plan(15, {"redis-np": 3, "memcached-np": 2}, 2, [], solo_levels="100"),
     # A check of the machinery (minutes): every kind of chunk once, short phases.
     "smoke": make_plan(3, {"redis-100": 1, "redis-high": 0, "memcached": 0, "batch": 1}, 1,
                        ["--repeats", "1", "--batch-iters", "2", "--batch-bytes", "256MiB"]),
@@ -175,7 +184,25 @@ def is_done(out, name):
     return os.path.exists(os.path.join(chunk_dir(out, name), "DONE"))
 
 
-def run_chunk(out, name, args, binary, dry_run):
+def probe_wrap(d, inner):
+    """`inner` (a shell command) with SCHED_FIFO wake-latency probes on CPU 0 and 1
+    (`wake_probe.c`, 1 ms sleeps, overshoots over 1 ms in `d/probe-cpu<N>.csv`) and
+    `host_mm_sampler.py` (`d/host-mm.csv`) running beside it, all started once the lock
+    is held; `probe_attr.py d` matches them with the LC's slow seconds."""
+    wp = os.path.join(d, "wake_probe")
+    subprocess.run(["cc", "-O2", "-Wall", "-o", wp, os.path.join(HERE, "wake_probe.c")],
+                   check=True)
+    q = shlex.quote
+    probes = " ".join(
+        f"{q(wp)} --cpu {c} --fifo 50 --duration-s 3600 --events "
+        f"{q(os.path.join(d, f'probe-cpu{c}.csv'))} > {q(os.path.join(d, f'probe-cpu{c}.json'))} & "
+        f"P{c}=$!;" for c in (0, 1))
+    return (f"python3 {q(os.path.join(HERE, 'host_mm_sampler.py'))} "
+            f"{q(os.path.join(d, 'host-mm.csv'))} & S=$!; {probes} {inner}; rc=$?; "
+            f"kill -TERM $P0 $P1 $S; wait $P0 $P1 $S; exit $rc")
+
+
+def run_chunk(out, name, args, binary, dry_run, probe=False):
     d = chunk_dir(out, name)
     os.makedirs(d, exist_ok=True)
     cmd = ["flock", LOCK, binary, "bench", "reclaim", *args, "--out", d]
@@ -189,9 +216,9 @@ def run_chunk(out, name, args, binary, dry_run):
         warm = [binary, "bench", "reclaim", "--quick", "--duration-s", "5", *lc,
                 "--levels", "0", "--modes", "kernel", "--no-solo", "--no-plot",
                 "--out", os.path.join(d, "warmup-discarded")]
-        cmd = ["flock", LOCK, "sh", "-c",
-               f"{shlex.join(warm)} > {shlex.quote(os.path.join(d, 'warmup.log'))} 2>&1; "
-               f"exec {shlex.join(cmd[2:])}"]
+        inner = (f"{shlex.join(warm)} > {shlex.quote(os.path.join(d, 'warmup.log'))} 2>&1; "
+                 f"{'' if probe else 'exec '}{shlex.join(cmd[2:])}")
+        cmd = ["flock", LOCK, "sh", "-c", probe_wrap(d, inner) if probe else inner]
     log(f"{name}: {' '.join(cmd)}")
     if dry_run:
         return True
@@ -312,6 +339,16 @@ def summary(out, runs, batch):
                 s.append(f"| (beside it, not the verdict) LC p99 over seconds without LC-CPU "
                          f"steal | {lc} | {sf:.0f} / {sf0:.0f} µs = {sf / sf0:.1f}x (seconds with "
                          f"steal per run: {', '.join(st)}) | - | - |")
+            # Beside the verdict: the same BE jobs (the same BE CPU load) in a node that
+            # holds them all: the part of the 100 % tail that is the machine's CPU share.
+            np_ = fig(lc, 100, "no-pressure", "p99_us")
+            if mode == "reclaim" and np_ is not None:
+                each = ", ".join(fmt(num(r["p99_us"]))
+                                 for r in by.get((lc, "100", "no-pressure"), []))
+                s.append(f"| (beside it, not the verdict) LC p99 with the same BE CPU load and "
+                         f"no memory pressure | {lc} | no-pressure {np_:.0f} / {base:.0f} µs = "
+                         f"{np_ / base:.1f}x (runs: {each} µs); reclaim / no-pressure "
+                         f"{p99:.0f} / {np_:.0f} µs = {p99 / np_:.1f}x | - | - |")
         tp = fig(lc, 100, "reclaim", "throughput_rps")
         if tp is not None and base_tp:
             s.append(f"| LC throughput at 100 % within 5 % | {lc} | {tp:.0f} / {base_tp:.0f} "
@@ -473,6 +510,9 @@ def main():
     ap.add_argument("--keep-going", action="store_true",
                     help="go on with the next chunk after a failed one")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--probe", action="store_true",
+                    help="LC chunks: SCHED_FIFO wake-latency probes on both CPUs and the host "
+                         "memory sampler beside the runs (probe_attr.py PART reads them)")
     ap.add_argument("--plan", choices=sorted(PLANS), default="full",
                     help="full: the side-by-side run; smoke: a short check of the machinery")
     a = ap.parse_args()
@@ -509,7 +549,7 @@ def main():
             if name in redo and os.path.exists(os.path.join(chunk_dir(out, name), "DONE")):
                 os.remove(os.path.join(chunk_dir(out, name), "DONE"))
             ran += 1
-            if not run_chunk(out, name, args, binary, a.dry_run):
+            if not run_chunk(out, name, args, binary, a.dry_run, a.probe):
                 failed += 1
                 if not a.keep_going:
                     log("stopping at the failed chunk (--keep-going goes on with the next)")

@@ -19,12 +19,15 @@
  *   wake_probe --cpu 0 --duration-s 40 [--interval-us 1000] [--fifo 50]
  *              [--events FILE] [--threshold-us 1000]
  *
+ * SIGINT / SIGTERM end the loop early; the summary and events are still written.
+ *
  * Errors: bad arguments exit 2; a failed sched_setaffinity / sched_setscheduler /
  * open exits 1 with the cause on stderr. Build: cc -O2 -o wake_probe wake_probe.c
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +39,13 @@
 #define NBUCKETS 100001
 
 static uint64_t hist[NBUCKETS];
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
 
 static int64_t now_ns(void)
 {
@@ -116,17 +126,20 @@ int main(int argc, char **argv)
         fprintf(ev, "mono_s,overshoot_us\n");
     }
 
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     const int64_t interval_ns = interval_us * 1000LL;
     const int64_t end = now_ns() + (int64_t)(duration_s * 1e9);
     uint64_t n = 0, over[5] = {0};
     const int64_t marks_us[5] = {1000, 5000, 10000, 20000, 50000};
     int64_t max_us = 0;
     int64_t t = now_ns();
-    while (t < end) {
+    while (t < end && !stop) {
         int64_t deadline = t + interval_ns;
         struct timespec ts = {.tv_sec = deadline / 1000000000LL,
                               .tv_nsec = deadline % 1000000000LL};
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !stop)
             ;
         t = now_ns();
         int64_t late_us = (t - deadline) / 1000;

@@ -109,7 +109,10 @@ impl BatchSettings {
                 "--batch level {l} % is not a share of the working set in 10..=100"
             ));
         }
-        if s.modes.contains(&Mode::Agent) || s.modes.contains(&Mode::Watermarks) {
+        if s.modes.contains(&Mode::Agent)
+            || s.modes.contains(&Mode::Watermarks)
+            || s.modes.contains(&Mode::NoPressure)
+        {
             return bad("--batch modes are kernel, fixed and reclaim".into());
         }
         if s.points_bytes < (64 << 20) {

@@ -49,6 +49,12 @@ pub enum Mode {
     /// `memcolo agent` with Hermit's adaptive asynchronous reclaim (M3 kills and
     /// Hermes advice off, so the comparison isolates reclaim).
     Reclaim,
+    /// The kernel alone with the node's limit raised above the level's BE demand
+    /// (+ the node's own memory + 512 MiB, as the BE solo runs): the same LC service,
+    /// the same BE jobs and BE CPU load as the level's other modes, but no memory
+    /// pressure (no reclaim, no swap). The reference "p99 with the same BE CPU load and
+    /// no memory pressure": what of a level's tail is the CPU share of the machine.
+    NoPressure,
 }
 
 impl Mode {
@@ -60,6 +66,7 @@ impl Mode {
             Mode::Watermarks => "watermarks",
             Mode::Fixed => "fixed",
             Mode::Reclaim => "reclaim",
+            Mode::NoPressure => "no-pressure",
         }
     }
 
@@ -643,9 +650,11 @@ impl Drop for RemoveOnDrop {
 }
 
 /// Removes a run's `lc/` and `be/` groups (killing what is left, dropping their page
-/// cache) and drops the page cache they leave charged to the node.
+/// cache), drops the page cache they leave charged to the node and, for a run that
+/// raised the node's limit ([`Mode::NoPressure`]), puts the limit back.
 struct RunGroups<'a> {
     node: &'a mut ScratchNode,
+    restore_limit: Option<u64>,
 }
 
 impl Drop for RunGroups<'_> {
@@ -658,6 +667,23 @@ impl Drop for RunGroups<'_> {
         if let Err(e) = self.node.force_empty() {
             eprintln!("warning: {e}");
         }
+        if let Some(limit) = self.restore_limit {
+            if let Err(e) = self.node.set_limit(limit) {
+                eprintln!("warning: cannot restore the node's limit: {e}");
+            }
+        }
+    }
+}
+
+/// The node's limit for a run of `mode` at `level`: the node's memory, or for
+/// [`Mode::NoPressure`] that plus the level's BE demand and 512 MiB (room for the
+/// LC service's growth and the jobs' own overhead), so nothing is reclaimed.
+fn run_limit_bytes(mode: Mode, level: u32, s: &Settings) -> u64 {
+    match mode {
+        Mode::NoPressure => {
+            s.node_bytes + be_demand(level, s.node_bytes, s.split).total_bytes() + (512 << 20)
+        }
+        _ => s.node_bytes,
     }
 }
 
@@ -965,16 +991,40 @@ impl Sweep<'_> {
         progress(t0, &format!("{label}: start"));
         let oom_before = self.node.oom_kills().unwrap_or(0);
         let node_path = self.node.path().to_path_buf();
-        let lc = self.node.create_child("lc")?;
+        let limit = run_limit_bytes(mode, level, s);
+        if limit != s.node_bytes {
+            progress(
+                t0,
+                &format!(
+                    "{label}: node limit raised to {} (no memory pressure)",
+                    format_bytes(limit)
+                ),
+            );
+            self.node.set_limit(limit)?;
+        }
+        let restore_limit = (limit != s.node_bytes).then_some(s.node_bytes);
+        let lc = match self.node.create_child("lc") {
+            Ok(l) => l,
+            Err(e) => {
+                if let Some(l) = restore_limit {
+                    let _ = self.node.set_limit(l);
+                }
+                return Err(e);
+            }
+        };
         let be = match self.node.create_child("be") {
             Ok(b) => b,
             Err(e) => {
                 let _ = self.node.remove_child("lc");
+                if let Some(l) = restore_limit {
+                    let _ = self.node.set_limit(l);
+                }
                 return Err(e);
             }
         };
         let groups = RunGroups {
             node: &mut self.node,
+            restore_limit,
         };
 
         let event_log = s.out.join(format!("events-{tag}.jsonl"));
@@ -1719,6 +1769,32 @@ pub(crate) mod tests {
         let m = Settings::resolve(&parse(&["--modes", "kernel", "--levels", "0,100"])).unwrap();
         assert_eq!(m.modes, vec![Mode::Kernel]);
         assert_eq!(m.levels, vec![0, 100]);
+    }
+
+    #[test]
+    fn no_pressure_raises_the_limit_above_the_level_demand_only() {
+        let s = Settings::resolve(&parse(&[
+            "--quick",
+            "--modes",
+            "kernel,reclaim,no-pressure",
+        ]))
+        .unwrap();
+        assert_eq!(s.modes[2], Mode::NoPressure);
+        assert_eq!(Mode::NoPressure.as_str(), "no-pressure");
+        assert!(!Mode::NoPressure.uses_agent());
+        let node = 2u64 << 30;
+        // 100 %: BE demand ~ the node's memory (each job's share rounded down to MiB),
+        // so the limit is about 2 x node + 512 MiB.
+        let demand = be_demand(100, node, s.split).total_bytes();
+        assert!(demand > node - (2 << 20) && demand <= node);
+        assert_eq!(
+            run_limit_bytes(Mode::NoPressure, 100, &s),
+            node + demand + (512 << 20)
+        );
+        assert_eq!(run_limit_bytes(Mode::NoPressure, 0, &s), node + (512 << 20));
+        for m in [Mode::Kernel, Mode::Reclaim, Mode::Fixed, Mode::Watermarks] {
+            assert_eq!(run_limit_bytes(m, 150, &s), node);
+        }
     }
 
     #[test]
