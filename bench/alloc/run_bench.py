@@ -182,8 +182,12 @@ def hermes(out_dir, quick, conditions, picks=None, reps=3):
             for size, mode, interval in cases:
                 for rep in range(reps):
                     for name, lib, extra in ALLOCATORS:
-                        if cond == "dedicated":
-                            warm()
+                        # every condition warms (outside the scratch group): without it the
+                        # pressure runs took pages the host had been told were free (free page
+                        # reporting), ~17 us per 4 KiB page on first touch in phases for every
+                        # allocator, and no memcg reclaim at all in the file condition
+                        # (diag/file_trace.sh, results/diag-file-b2b-trace)
+                        warm()
                         cdf = os.path.join(out_dir, "cdf", f"{cond}-{size}-{mode}-{name}-r{rep}.csv")
                         cmd = [os.path.join(BIN, "hermes_bench"), str(size), str(total), bench_mode(mode), str(interval), cdf,
                                "0" if cg else "1536"]
