@@ -36,9 +36,10 @@ Configurations:
                 false``), for a paired A/B.
 - ``maxmem-v1`` ``maxmem`` with GUPS's tier threads at nice 0 (``tier.be_thread_nice =
                 0``), as before they ran at nice 19, for a paired A/B.
-- ``maxmem-nice19`` ``maxmem`` with GUPS's tier threads at nice 19 instead of
-                ``SCHED_IDLE`` (``tier.be_thread_idle = false``), as in kv-final4, for a
-                paired A/B.
+- ``maxmem-idle`` ``maxmem`` with GUPS's tier threads ``SCHED_IDLE`` instead of
+                nice 19 (``tier.be_thread_idle = true``), for a paired A/B
+                (``results/kv-idle-dev``, where ``maxmem`` had it on and
+                ``maxmem-nice19`` off).
 - ``maxmem-change`` ``maxmem`` with the store's t_miss changed live to ``--change-t-miss``
                 ``--change-at-s`` after it started: the epochs until its a_miss <= the new
                 target (the issue's "within 10 epochs of each change").
@@ -159,8 +160,10 @@ def one(config, rep, args, bins, cg):
                     # Before the BE tier threads' nice value.
                     f.write('be_thread_nice = 0\nbe_thread_idle = false\n')
                 elif config == "maxmem-nice19":
-                    # Before the BE tier threads ran SCHED_IDLE (nice 19 only).
+                    # kv-idle-dev's name for nice 19 (the default since).
                     f.write('be_thread_idle = false\n')
+                elif config == "maxmem-idle":
+                    f.write('be_thread_idle = true\n')
             sock = os.path.join(tmp, "agent.sock")
             agent = subprocess.Popen(inc + [memcolo, "agent", "--config", cfg, "--socket", sock,
                                             "--state-dir", os.path.join(tmp, "state")],
@@ -466,7 +469,7 @@ def report(out, overhead=None):
     by = {}
     for r in runs:
         by.setdefault(r["config"], []).append(r)
-    order = ["maxmem", "maxmem-nice19", "maxmem-v0", "maxmem-v1", "maxmem-change", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
+    order = ["maxmem", "maxmem-nice19", "maxmem-idle", "maxmem-v0", "maxmem-v1", "maxmem-change", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
                                                     key=lambda c: int(c.split("-")[1]))
     hot_mib = st["store_mib"] * st["hot_items_pct"] / 100
     lines = ["# KV store (LS) beside GUPS (BE), MaxMem §5.2 scaled: %s" % os.path.relpath(out, ROOT), "",

@@ -115,9 +115,12 @@ pub struct TierSection {
     /// wake-ups on a CPU running only such threads as on an idle one. At nice 19
     /// (`be_thread_nice`, which still applies when this is off) GUPS's fault
     /// thread, serving 12-17K slow faults/s beside the KV store, took most of a
-    /// vCPU: 40-52 µs of wall time per fault (`bench/tiering/results/kv-final4`;
-    /// `docs/design.md`, "A best-effort process's tier threads run idle").
-    /// Default true.
+    /// vCPU: 40-52 µs of wall time per fault (`bench/tiering/results/kv-final4`).
+    /// Measured: of that wall time 12-17 µs is the thread's CPU, the rest
+    /// preemption, and `SCHED_IDLE` took a quarter of GUPS's faults away without
+    /// the store gaining (3 paired reps, 101K against 104K ops/s at nice 19,
+    /// `bench/tiering/results/kv-idle-dev`; `docs/design.md`, "A best-effort
+    /// process's tier threads run idle: measured, off"). Default false.
     pub be_thread_idle: bool,
     /// Most pages per region on probation: the next victims, unmapped with their
     /// contents kept in fast memory, so that a touch gives a page a second chance
@@ -152,7 +155,7 @@ impl Default for TierSection {
             evict_workers: 1,
             lc_fault_priority: true,
             be_thread_nice: 19,
-            be_thread_idle: true,
+            be_thread_idle: false,
             probation_pages: 128,
             proportional_step: true,
         }
@@ -1002,7 +1005,11 @@ mod tests {
 
     #[test]
     fn only_best_effort_tier_threads_run_idle() {
-        let cfg = TierSection::default();
+        assert!(!thread_idle(&TierSection::default(), Some(1.0)));
+        let cfg = TierSection {
+            be_thread_idle: true,
+            ..TierSection::default()
+        };
         assert!(thread_idle(&cfg, Some(1.0)));
         assert!(!thread_idle(&cfg, Some(0.1)));
         assert!(!thread_idle(&cfg, Some(0.999)));

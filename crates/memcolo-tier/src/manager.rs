@@ -837,13 +837,13 @@ impl TierManager {
     /// precedence) and its eviction workers `SCHED_IDLE` (`on`) or back in
     /// `SCHED_OTHER` at the nice value of [`TierManager::set_nice`].
     ///
-    /// The agent runs a best-effort process's threads `SCHED_IDLE` so that a
-    /// latency-critical process and its faults win the CPU: a thread of any other
-    /// policy waking on a CPU that runs a `SCHED_IDLE` thread preempts it at once,
-    /// and the scheduler counts such a CPU as idle when it places the wake-up
-    /// (`sched(7)`); at nice 19 the store's thread, woken by its own fault
-    /// thread, still queued behind GUPS's fault thread (`docs/design.md`,
-    /// "Tiered memory (MaxMem)", "A best-effort process's tier threads run idle").
+    /// With `tier.be_thread_idle` the agent runs a best-effort process's threads
+    /// `SCHED_IDLE`, so that a latency-critical process and its faults win the CPU:
+    /// a thread of any other policy waking on a CPU that runs a `SCHED_IDLE` thread
+    /// preempts it at once, and the scheduler counts such a CPU as idle when it
+    /// places the wake-up (`sched(7)`). Beside a thrashing GUPS the KV store gained
+    /// nothing over nice 19 (`docs/design.md`, "Tiered memory (MaxMem)", "A
+    /// best-effort process's tier threads run idle: measured, off").
     ///
     /// # Errors
     /// `sched_setscheduler(2)` failed for a thread (`EPERM` leaving `SCHED_IDLE`
