@@ -14,7 +14,9 @@ the median CPU time and peak RSS, and for each libmemcolo build the *paired* rat
 the best peer: in every repetition, its wall time over the fastest peer's wall time in
 the same repetition (median and quartiles of these ratios), the same for CPU time (less
 disturbed than wall time by other work on the machine: a preempted thread's wait is
-not counted), and peak RSS over glibc's.
+not counted), and peak RSS over glibc's (median, quartiles, min and max: glibc's own
+peak moves by about +-170 KiB from run to run with where libc loads, so one pair says
+little).
 A gap is taken as real when the lower quartile of the paired ratios is above 1.10 (or
 the upper one below 1.0 for a lead).
 
@@ -219,8 +221,8 @@ def main():
     if peer_names:
         lines += ["", "Paired per repetition: wall / fastest peer's wall in the same repetition, "
                   "peak RSS / glibc's.", "",
-                  "| benchmark | allocator | best peer (median) | wall ratio median | q1 | q3 | verdict | CPU ratio median | RSS ratio median |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| benchmark | allocator | best peer (median) | wall ratio median | q1 | q3 | verdict | CPU ratio median | RSS ratio median | q1 | q3 | min | max |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for mode in modes:
             med = {}
             for p in peer_names:
@@ -234,7 +236,8 @@ def main():
                     continue
                 q1, q3 = quartiles(ratios)
                 med_r = statistics.median(ratios)
-                rss_s = f"{statistics.median(rss):.3f}" if rss else "-"
+                rss_s = (f"{statistics.median(rss):.3f} | {quartiles(rss)[0]:.3f} | {quartiles(rss)[1]:.3f} | "
+                         f"{min(rss):.3f} | {max(rss):.3f}") if rss else "- | - | - | - | -"
                 lines.append(f"| {mode} | {name} | {best} ({med.get(best, 0):.1f}) | {med_r:.3f} | {q1:.3f} | {q3:.3f} | "
                              f"{verdict(ratios)} | {statistics.median(cpus):.3f} | {rss_s} |")
     text = "\n".join(lines) + "\n"
