@@ -40,6 +40,10 @@ Configurations:
                 nice 19 (``tier.be_thread_idle = true``), for a paired A/B
                 (``results/kv-idle-dev``, where ``maxmem`` had it on and
                 ``maxmem-nice19`` off).
+- ``maxmem-refault`` ``maxmem`` with short-distance refaults counted as hotness samples
+                (``tier.refault_samples = true``), for a paired A/B (in
+                ``results/kv-refault-dev`` it was the default: its ``maxmem`` had it
+                on and ``maxmem-norefault`` off).
 - ``maxmem-change`` ``maxmem`` with the store's t_miss changed live to ``--change-t-miss``
                 ``--change-at-s`` after it started: the epochs until its a_miss <= the new
                 target (the issue's "within 10 epochs of each change").
@@ -164,6 +168,9 @@ def one(config, rep, args, bins, cg):
                     f.write('be_thread_idle = false\n')
                 elif config == "maxmem-idle":
                     f.write('be_thread_idle = true\n')
+                elif config == "maxmem-refault":
+                    # Short-distance refaults counted as hotness samples.
+                    f.write('refault_samples = true\n')
             sock = os.path.join(tmp, "agent.sock")
             agent = subprocess.Popen(inc + [memcolo, "agent", "--config", cfg, "--socket", sock,
                                             "--state-dir", os.path.join(tmp, "state")],
@@ -469,7 +476,7 @@ def report(out, overhead=None):
     by = {}
     for r in runs:
         by.setdefault(r["config"], []).append(r)
-    order = ["maxmem", "maxmem-nice19", "maxmem-idle", "maxmem-v0", "maxmem-v1", "maxmem-change", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
+    order = ["maxmem", "maxmem-refault", "maxmem-norefault", "maxmem-nice19", "maxmem-idle", "maxmem-v0", "maxmem-v1", "maxmem-change", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
                                                     key=lambda c: int(c.split("-")[1]))
     hot_mib = st["store_mib"] * st["hot_items_pct"] / 100
     lines = ["# KV store (LS) beside GUPS (BE), MaxMem §5.2 scaled: %s" % os.path.relpath(out, ROOT), "",

@@ -84,6 +84,11 @@ struct Args {
     /// agent's `tier.probation_pages`.
     #[arg(long, default_value_t = 128)]
     probation_pages: usize,
+    /// Count short-distance refaults as hotness samples for sure in an in-process
+    /// managed store (default: sample them at k/R), as the agent's
+    /// `tier.refault_samples`.
+    #[arg(long)]
+    refault_samples: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long)]
@@ -216,6 +221,7 @@ fn main() -> Result<()> {
                 zero_fill_ahead: 64,
                 sample_fmmr_error: a.sample_fmmr_error,
                 probation_pages: a.probation_pages,
+                refault_samples: a.refault_samples,
                 ..TierConfig::new(1)
             },
         )?);
@@ -418,7 +424,7 @@ fn main() -> Result<()> {
         summary["manager"] = json!({"slow_faults": s.slow_faults, "evictions": s.evictions,
             "resident_pages": s.resident_pages, "sample_hits": s.sample_hits,
             "probation_pages": s.probation_pages, "probation_hits": s.probation_hits,
-            "probation_evictions": s.probation_evictions});
+            "probation_evictions": s.probation_evictions, "refault_samples": s.refault_samples});
         if let Some(s0) = stats0 {
             // The measure phase's fault and eviction costs, as `memcolo tier status`
             // gives them for the agent's regions (kv.py's per-step comparison).

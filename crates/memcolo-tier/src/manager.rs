@@ -85,6 +85,34 @@
 //! probation are outside the sampler's frame (its `R`): their touches are counted
 //! exactly, as hits.
 //!
+//! # Refaults: hot pages found by their eviction
+//!
+//! The sampler sees at most [`TierConfig::sample_pages`] resident pages a window,
+//! about 1,300 a second, so a process that has just been given fast memory (on
+//! arrival, or after its target was lowered) fills it on demand with hot and cold
+//! pages alike, and its hot pages reach a bin above the coldest only as the sampler
+//! happens on them: the KV store of `bench/tiering`, given ~10,000 pages, took 5–8
+//! epochs for its measured miss ratio to settle after its allotment stopped
+//! growing, evicting hot pages first in first out all the while. An evicted page
+//! that faults back soon says more: with [`TierConfig::refault_samples`] every
+//! page stored is stamped with the region's running count of evictions, and a slow
+//! fault on a page evicted fewer evictions ago than the region has resident pages
+//! (its *refault distance*: it would still be resident in twice the fast memory;
+//! Linux's `mm/workingset.c` activates a refaulting page by the same test) counts
+//! as a hotness sample for sure, not at the sampler's `k/R`. A hot page then leaves
+//! the coldest bin at its first refault, and demand victims come from the pages
+//! touched once. A page that is cold (touched less often than the region's
+//! evictions cycle through its resident pages) refaults at a long distance and is
+//! sampled at `k/R` as before. The exact count of slow accesses (`a_slow`) is
+//! unchanged: only the per-page hotness samples (MaxMem §3.2's bins) differ.
+//!
+//! Measured (`bench/tiering/results/kv-refault-dev`, 2 paired runs at the KV
+//! bench's 4 MiB cap): the store met its target on arrival in 14 and 14 epochs
+//! against 16 and 18, and held 31.5–31.9 MiB against 34.7–37.0, but served 12 %
+//! fewer requests (0.081–0.089 slow faults per request against 0.072–0.074): its
+//! placement settles sooner, so at the same t_miss MaxMem stops giving it memory
+//! sooner. Off by default, so the trade is the operator's.
+//!
 //! # Application frees
 //!
 //! With [`TierConfig::track_remove`] (needs the `EVENT_REMOVE` feature on the
@@ -205,6 +233,15 @@ pub struct TierConfig {
     /// so the faults this costs are bounded by the eviction rate; a region that fits
     /// its fast memory never evicts and has none. See the module documentation.
     pub probation_pages: usize,
+    /// Count a slow fault as a hotness sample for sure when it is a *refault* at a
+    /// short distance (true): the page was evicted fewer evictions ago than the
+    /// region has resident pages, so it would still be resident had the region's
+    /// fast memory been twice as large (the refault distance of Linux's
+    /// `mm/workingset.c`, which Hermit also steers by). Other slow faults enter the
+    /// samples with the sampler's `k/R` as before. See the module documentation,
+    /// "Refaults: hot pages found by their eviction". False (the default): every
+    /// slow fault is sampled at `k/R`.
+    pub refault_samples: bool,
 }
 
 impl TierConfig {
@@ -224,6 +261,7 @@ impl TierConfig {
             sample_drop: true,
             track_remove: false,
             probation_pages: 128,
+            refault_samples: false,
         }
     }
 }
@@ -269,6 +307,9 @@ pub struct ManagerStats {
     /// Pages evicted from their copies: on probation (untouched until evicted), or
     /// sampled when named as victims (counted in `evictions`).
     pub probation_evictions: u64,
+    /// Slow faults that were refaults at a short distance and so counted as hotness
+    /// samples for sure ([`TierConfig::refault_samples`]).
+    pub refault_samples: u64,
     /// Time the fault thread spent serving slow faults (load, check, map), ns.
     pub slow_fault_ns: u64,
     /// Time the fault thread spent reporting faults to the placement (taking its lock
@@ -371,6 +412,27 @@ struct Table {
     expiring_waiters: Vec<usize>,
     stash: HashMap<usize, Box<[u8]>>,
     window: Option<Window>,
+    /// Per page, the region's eviction count (`evict_seq`) when the page was last
+    /// stored; 0: never evicted. Wraps, as `evict_seq` does (skipping 0).
+    evicted_at: Vec<u32>,
+    /// Pages evicted so far, wrapping, never 0.
+    evict_seq: u32,
+}
+
+impl Table {
+    /// Records that page `p` was just stored (evicted).
+    fn stamp_eviction(&mut self, p: usize) {
+        self.evict_seq = self.evict_seq.wrapping_add(1).max(1);
+        self.evicted_at[p] = self.evict_seq;
+    }
+
+    /// The refault distance of page `p`, faulting in from the slow tier now: the
+    /// pages evicted since `p` was (`None`: never evicted, e.g. stored by a
+    /// shutdown's restore).
+    fn refault_distance(&self, p: usize) -> Option<u32> {
+        let at = self.evicted_at[p];
+        (at != 0).then(|| self.evict_seq.wrapping_sub(at))
+    }
 }
 
 #[derive(Default)]
@@ -397,6 +459,7 @@ struct Counters {
     probation_entries: AtomicU64,
     probation_hits: AtomicU64,
     probation_evictions: AtomicU64,
+    refault_samples: AtomicU64,
     slow_fault_ns: AtomicU64,
     slow_load_ns: AtomicU64,
     slow_map_ns: AtomicU64,
@@ -646,6 +709,8 @@ impl TierManager {
             table: Mutex::new(Table {
                 st: vec![St::Untouched; pages],
                 crc: vec![0; pages],
+                evicted_at: vec![0; pages],
+                evict_seq: 0,
                 resident: 0,
                 stored: 0,
                 probation: 0,
@@ -924,7 +989,7 @@ impl TierManager {
             resident_pages: t.resident,
             stored_pages: t.stored,
             zero_faults: g(&n.zero_faults),
-            slow_faults: g(&n.slow_faults),
+            slow_faults: n.slow_faults.load(Ordering::Acquire),
             sample_hits: g(&n.sample_hits),
             wp_faults: g(&n.wp_faults),
             spurious_faults: g(&n.spurious),
@@ -938,6 +1003,7 @@ impl TierManager {
             probation_pages: t.probation,
             probation_entries: g(&n.probation_entries),
             probation_hits: g(&n.probation_hits),
+            refault_samples: g(&n.refault_samples),
             probation_evictions: g(&n.probation_evictions),
             slow_fault_ns: g(&n.slow_fault_ns),
             slow_load_ns: g(&n.slow_load_ns),
@@ -1161,13 +1227,16 @@ impl Inner {
         *lock(&self.last_error) = Some(why);
     }
 
-    fn record_sample(&self, page: usize, slow: bool) {
+    fn record_sample(&self, page: usize, slow: bool, refault: bool) {
         // A slow fault is a page touched in this window, known for sure; a resident
         // page's touch is only seen if the page was among the window's k of R
         // sampled. Slow faults enter the per-page samples with the same probability
         // k/R, so the hotness bins weigh both tiers alike (the count of slow
-        // touches, `slow`, stays exact).
-        let keep = !slow || {
+        // touches, `slow`, stays exact). A refault at a short distance is counted
+        // for sure: it says the page belongs in fast memory, which a resident hot
+        // page's rare samples take seconds to say (see "Refaults" in the module
+        // documentation).
+        let keep = !slow || refault || {
             let p = f64::from_bits(self.slow_sample_p.load(Ordering::Relaxed));
             p >= 1.0 || (lock(&self.rng).next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < p
         };
@@ -1351,17 +1420,26 @@ impl Inner {
                             .slow_drop_ns
                             .fetch_add(drop_from.elapsed().as_nanos() as u64, Ordering::Relaxed);
                         let mut t = lock(&self.table);
+                        let distance = t.refault_distance(i);
+                        // Short: `i` would still be resident in twice the fast memory.
+                        let refault = self.cfg.refault_samples
+                            && distance.is_some_and(|d| u64::from(d) <= t.resident);
                         if t.st[i] == St::Loading {
                             t.st[i] = St::Resident;
                             t.resident += 1;
                             t.stored -= 1;
                         }
                         drop(t);
-                        self.n.slow_faults.fetch_add(1, Ordering::Relaxed);
+                        // The sample first: a reader that sees the fault counted
+                        // finds it in the epoch too.
+                        if refault {
+                            self.n.refault_samples.fetch_add(1, Ordering::Relaxed);
+                        }
+                        self.record_sample(i, true, refault);
                         self.n
                             .slow_fault_ns
                             .fetch_add(served_from.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                        self.record_sample(i, true);
+                        self.n.slow_faults.fetch_add(1, Ordering::Release);
                         self.placed(i..i + 1);
                     }
                     Err(e) => {
@@ -1389,7 +1467,7 @@ impl Inner {
                 }
                 drop(t);
                 self.n.sample_hits.fetch_add(1, Ordering::Relaxed);
-                self.record_sample(i, false);
+                self.record_sample(i, false, false);
             }
             St::Probation => {
                 // A probation hit: the next victim was touched, so it is not cold. Put
@@ -1794,6 +1872,7 @@ impl Inner {
                 for p in first..first + count {
                     if t.st[p] == St::Dropping {
                         t.st[p] = St::Stored;
+                        t.stamp_eviction(p);
                         evicted += 1;
                     }
                 }
@@ -1856,6 +1935,7 @@ impl Inner {
                 if stored.is_ok() {
                     t.crc[p] = checksum(&data);
                     t.st[p] = St::Stored;
+                    t.stamp_eviction(p);
                     t.resident -= 1;
                     t.probation -= 1;
                     t.stored += 1;

@@ -882,3 +882,72 @@ fn sample_size_follows_the_fmmr_precision_needed() {
     check_all(r.as_ptr(), pages, 3);
     m.stop().unwrap();
 }
+
+/// Waits until the fault thread has finished serving `n` slow faults (the faulting
+/// thread runs again as soon as its page is mapped, before the fault is counted).
+fn served(m: &TierManager, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.stats().slow_faults < n {
+        assert!(Instant::now() < deadline, "slow fault {n} never counted");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Refault samples on real memory: a page evicted 100 evictions before it faults
+/// back, in a region holding ~900 resident pages, is a refault at a short distance
+/// and enters the epoch's per-page samples for sure (the sampler's k/R is 1/1024
+/// here); a page evicted 900 evictions before, with 23 resident, is not counted
+/// as one; with `refault_samples` off neither is. The slow-access count is exact in
+/// every case, and contents come back intact.
+#[test]
+fn short_refaults_are_hotness_samples() {
+    if !permitted() {
+        return;
+    }
+    for on in [true, false] {
+        let pages = 1024;
+        let cfg = TierConfig {
+            sample_pages: 1,
+            sample_target_hits: 0,
+            refault_samples: on,
+            ..TierConfig::new(11)
+        };
+        let (r, m) = managed_anon(pages, 0, store(), Box::new(NoPlacement), cfg);
+        write_all(r.as_ptr(), pages, 4);
+        m.wait_evicted(m.evict(&[5]));
+        m.wait_evicted(m.evict(&(200..300).collect::<Vec<_>>()));
+        m.take_epoch();
+        // The window sets the slow faults' sampling probability to 1/1024.
+        assert_eq!(m.sample_begin().len(), 1);
+        // SAFETY: reading page 5 of the live region.
+        unsafe { std::ptr::read_volatile(r.as_ptr().add(5 * PAGE)) };
+        served(&m, 1);
+        m.sample_end();
+        let e = m.take_epoch();
+        assert_eq!(e.slow, 1, "refault_samples {on}");
+        let counted = e.pages.iter().any(|&(p, c)| p == 5 && c >= 1);
+        assert_eq!(counted, on, "refault_samples {on}: {:?}", e.pages);
+        assert_eq!(m.stats().refault_samples, u64::from(on));
+
+        // A far refault: 900 evictions since page 7's, 23 pages resident.
+        m.wait_evicted(m.evict(&[7]));
+        let far: Vec<usize> = (0..pages)
+            .filter(|p| ![5, 7].contains(p) && !(200..300).contains(p))
+            .collect();
+        m.wait_evicted(m.evict(&far[..900]));
+        m.take_epoch();
+        assert_eq!(m.sample_begin().len(), 1);
+        // SAFETY: reading page 7 of the live region.
+        unsafe { std::ptr::read_volatile(r.as_ptr().add(7 * PAGE)) };
+        served(&m, 2);
+        m.sample_end();
+        assert_eq!(m.take_epoch().slow, 1);
+        assert_eq!(
+            m.stats().refault_samples,
+            u64::from(on),
+            "far refault counted"
+        );
+        check_all(r.as_ptr(), pages, 4);
+        m.stop().unwrap();
+    }
+}
