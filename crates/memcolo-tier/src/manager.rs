@@ -426,12 +426,12 @@ impl Table {
         self.evicted_at[p] = self.evict_seq;
     }
 
-    /// The refault distance of page `p`, faulting in from the slow tier now: the
-    /// pages evicted since `p` was (`None`: never evicted, e.g. stored by a
-    /// shutdown's restore).
-    fn refault_distance(&self, p: usize) -> Option<u32> {
+    /// Whether page `p`, faulting in from the slow tier now, is a refault at a
+    /// short distance: fewer pages were evicted since `p` was than the region now
+    /// holds resident, so `p` would still be resident in twice the fast memory.
+    fn short_refault(&self, p: usize) -> bool {
         let at = self.evicted_at[p];
-        (at != 0).then(|| self.evict_seq.wrapping_sub(at))
+        at != 0 && u64::from(self.evict_seq.wrapping_sub(at)) <= self.resident
     }
 }
 
@@ -1003,8 +1003,8 @@ impl TierManager {
             probation_pages: t.probation,
             probation_entries: g(&n.probation_entries),
             probation_hits: g(&n.probation_hits),
-            refault_samples: g(&n.refault_samples),
             probation_evictions: g(&n.probation_evictions),
+            refault_samples: g(&n.refault_samples),
             slow_fault_ns: g(&n.slow_fault_ns),
             slow_load_ns: g(&n.slow_load_ns),
             slow_map_ns: g(&n.slow_map_ns),
@@ -1420,10 +1420,7 @@ impl Inner {
                             .slow_drop_ns
                             .fetch_add(drop_from.elapsed().as_nanos() as u64, Ordering::Relaxed);
                         let mut t = lock(&self.table);
-                        let distance = t.refault_distance(i);
-                        // Short: `i` would still be resident in twice the fast memory.
-                        let refault = self.cfg.refault_samples
-                            && distance.is_some_and(|d| u64::from(d) <= t.resident);
+                        let refault = self.cfg.refault_samples && t.short_refault(i);
                         if t.st[i] == St::Loading {
                             t.st[i] = St::Resident;
                             t.resident += 1;

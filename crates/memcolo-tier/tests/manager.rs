@@ -883,16 +883,6 @@ fn sample_size_follows_the_fmmr_precision_needed() {
     m.stop().unwrap();
 }
 
-/// Waits until the fault thread has finished serving `n` slow faults (the faulting
-/// thread runs again as soon as its page is mapped, before the fault is counted).
-fn served(m: &TierManager, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while m.stats().slow_faults < n {
-        assert!(Instant::now() < deadline, "slow fault {n} never counted");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// Refault samples on real memory: a page evicted 100 evictions before it faults
 /// back, in a region holding ~900 resident pages, is a refault at a short distance
 /// and enters the epoch's per-page samples for sure (the sampler's k/R is 1/1024
@@ -921,7 +911,7 @@ fn short_refaults_are_hotness_samples() {
         assert_eq!(m.sample_begin().len(), 1);
         // SAFETY: reading page 5 of the live region.
         unsafe { std::ptr::read_volatile(r.as_ptr().add(5 * PAGE)) };
-        served(&m, 1);
+        settle(&m, |s| s.slow_faults == 1);
         m.sample_end();
         let e = m.take_epoch();
         assert_eq!(e.slow, 1, "refault_samples {on}");
@@ -939,7 +929,7 @@ fn short_refaults_are_hotness_samples() {
         assert_eq!(m.sample_begin().len(), 1);
         // SAFETY: reading page 7 of the live region.
         unsafe { std::ptr::read_volatile(r.as_ptr().add(7 * PAGE)) };
-        served(&m, 2);
+        settle(&m, |s| s.slow_faults == 2);
         m.sample_end();
         assert_eq!(m.take_epoch().slow, 1);
         assert_eq!(
