@@ -136,8 +136,9 @@ type Deferred = (Vec<(Arc<TierManager>, u64)>, Vec<Promotion>);
 /// A region's queue and feed between [`TierNode::placement`] and [`TierNode::attach`].
 type Pending = HashMap<(Pid, PageId), (Receiver<Record>, Arc<Feed>)>;
 
-/// Smallest and largest victim list a region is given (pages); in between, 256 plus
-/// four drains' worth of the victims it took.
+/// Smallest and largest victim list a region is given (pages); in between, what its
+/// probation reads ([`Feed::wanted`]) plus 256 plus four drains' worth of the victims
+/// it took.
 const FEED_MIN: usize = 256;
 const FEED_MAX: usize = 4096;
 
@@ -348,8 +349,12 @@ impl TierNode {
                         }
                     }
                 }
-                let want = (FEED_MIN + 4 * taken).min(FEED_MAX);
-                if refill_all || taken > 0 && e.feed.len() < want / 2 || e.feed.is_empty() {
+                // The faults' share of the list on top of what probation holds: refill
+                // once half of the faults' share is gone.
+                let probe = e.feed.wanted();
+                let want = (probe + FEED_MIN + 4 * taken).min(FEED_MAX);
+                let low = (probe + (FEED_MIN + 4 * taken) / 2).min(want);
+                if refill_all || taken > 0 && e.feed.len() < low || e.feed.is_empty() {
                     let (first, pages) = (e.first_page, e.pages as u64);
                     e.feed.publish(
                         policy

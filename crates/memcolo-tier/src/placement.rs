@@ -31,7 +31,7 @@ use crossbeam_channel::Sender;
 use memcolo_policy::maxmem::{MaxMem, PageId, Tier};
 use memcolo_policy::Pid;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Routes a victim page (policy page id) outside this region.
@@ -166,6 +166,10 @@ pub fn take_credit(credit: &AtomicI64) -> bool {
 #[derive(Debug, Default)]
 pub struct Feed {
     victims: Mutex<VecDeque<usize>>,
+    /// The most pages the region's probation last asked to see
+    /// ([`Placement::next_victims`]): the list is kept at least this long, besides
+    /// what the faults take.
+    wanted: AtomicUsize,
 }
 
 impl Feed {
@@ -209,6 +213,12 @@ impl Feed {
     /// The first `n` pages of the list.
     pub fn peek(&self, n: usize) -> Vec<usize> {
         self.lock().iter().copied().take(n).collect()
+    }
+
+    /// Pages the region's probation last asked to see (0 before it asked): the
+    /// policy thread keeps the list longer than this by what the faults take.
+    pub fn wanted(&self) -> usize {
+        self.wanted.load(Ordering::Relaxed)
     }
 
     /// Takes `page` off the list (it was just seen used).
@@ -277,8 +287,11 @@ impl Placement for QueuedPlacement {
         self.send(Record::Freed(page));
     }
 
-    /// The front of the feed: the victims the next faults will take.
+    /// The front of the feed: the victims the next faults will take. `n` is also
+    /// remembered as the length the feed must keep ([`Feed::wanted`]), so that a
+    /// probation longer than the faults' share of the list can fill.
     fn next_victims(&mut self, n: usize) -> Vec<usize> {
+        self.feed.wanted.store(n, Ordering::Relaxed);
         self.feed.peek(n)
     }
 
