@@ -26,7 +26,11 @@
  * If the agent's connection closes without "tier_released" (the agent died holding
  * pages of the process's regions), the process is stopped (SIGKILL) with the reason
  * on stderr: its evicted pages are gone with the agent and it must never read zeros
- * in their place. After "tier_released" the regions are plain shared memory.
+ * in their place. After "tier_released" (a clean stop: the agent brought every page
+ * back first) the regions are plain shared memory, and the library hands each one to
+ * the next agent that listens (retrying 100 ms doubling to 5 s): a new userfaultfd,
+ * the same memfd, and the new agent takes the pages it finds there as resident. A
+ * region partly unmapped meanwhile, or refused by the new agent, stays plain.
  *
  * Options (environment): MEMCOLO_TIER (0), MEMCOLO_TIER_THRESHOLD (1g; suffix k/m/g),
  * MEMCOLO_T_MISS (target fast-memory miss ratio sent with each region; the agent's
@@ -53,6 +57,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef MADV_REMOVE
@@ -74,7 +79,9 @@ typedef struct {
   size_t len;
   size_t unmapped;  /* bytes unmapped piecewise */
   int uffd;         /* kept open: faults wait, never see zeros, if the agent dies */
+  int memfd;        /* kept open: handed to the next agent after a clean stop */
   int managed;      /* 0 once the agent released it: plain shared memory */
+  int stay_plain;   /* not handed over again (an agent refused it, or part was unmapped) */
   int used;
 } mc_tier_region_t;
 
@@ -162,8 +169,11 @@ static void stop_process(const char *why) {
   kill(getpid(), SIGKILL);
 }
 
+static void hand_over_again(void);
+
 /* Reads the agent's lines: replies go to the waiting request, "tier_released" marks
- * every region plain memory, end of stream without it stops the process. */
+ * every region plain memory (then handed to the next agent), end of stream without
+ * it stops the process. */
 static void *reader(void *arg) {
   int fd = (int)(intptr_t)arg;
   char buf[1024];
@@ -211,6 +221,7 @@ static void *reader(void *arg) {
   pthread_cond_broadcast(&T.reply_cv);
   pthread_mutex_unlock(&T.lock);
   if (managed && !released) stop_process("the agent managing this process's tiered memory is gone");
+  if (released) hand_over_again();
   return NULL;
 }
 
@@ -286,6 +297,52 @@ static mc_tier_region_t *find(uintptr_t a, size_t len) {
   return NULL;
 }
 
+/* Registers [p, p + len) with a new userfaultfd (MISSING + WP) and sends it with the
+ * memfd to the agent (tier_register). Returns 0 with *uffd_out set once the agent
+ * took the region; otherwise the registration is undone (faults that came meanwhile
+ * are woken and retried as plain memory) and it returns -1 if userfaultfd failed or
+ * the agent refused the region, -2 if no agent answered. */
+static int hand_over(uintptr_t p, size_t len, int memfd, int *uffd_out) {
+  int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+  struct uffdio_api api = {.api = UFFD_API,
+                           .features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_MISSING_SHMEM |
+                                       UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_EVENT_REMOVE};
+  struct uffdio_register reg = {.range = {.start = p, .len = len},
+                                .mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP};
+  char line[200], reply[512];
+  if (uffd < 0) {
+    say("memcolo: no userfaultfd (%s); a %zu-byte mapping stays plain\n", strerror(errno), len);
+    return -1;
+  }
+  if (ioctl(uffd, UFFDIO_API, &api) != 0 || ioctl(uffd, UFFDIO_REGISTER, &reg) != 0) {
+    say("memcolo: userfaultfd setup failed (%s); a %zu-byte mapping stays plain\n", strerror(errno), len);
+    close(uffd);
+    return -1;
+  }
+  if (T.t_miss[0])
+    snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_register\",\"start\":%lu,\"length\":%zu,\"t_miss\":%s}\n",
+             (unsigned long)p, len, T.t_miss);
+  else
+    snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_register\",\"start\":%lu,\"length\":%zu}\n",
+             (unsigned long)p, len);
+  int fds[2] = {uffd, memfd};
+  int rc = 0;
+  if (request(line, fds, 2, reply, sizeof reply) != 0) {
+    rc = -2;
+  } else if (strstr(reply, "\"tier_registered\"") == NULL) {
+    say("memcolo: the agent refused a tiered region: %s\n", reply);
+    rc = -1;
+  }
+  if (rc != 0) {
+    struct uffdio_range range = {.start = p, .len = len};
+    ioctl(uffd, UFFDIO_UNREGISTER, &range);
+    close(uffd);
+    return rc;
+  }
+  *uffd_out = uffd;
+  return 0;
+}
+
 static void *tier_map(size_t len, int flags) {
   len = (len + MC_TIER_PAGE - 1) & ~(MC_TIER_PAGE - 1);
   int memfd = (int)syscall(SYS_memfd_create, "memcolo-tier", MFD_CLOEXEC);
@@ -293,54 +350,85 @@ static void *tier_map(size_t len, int flags) {
   if (ftruncate(memfd, (off_t)len) != 0) { close(memfd); return NULL; }
   void *p = raw_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | (flags & MAP_NORESERVE), memfd, 0);
   if (p == MAP_FAILED) { close(memfd); return NULL; }
-  int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-  struct uffdio_api api = {.api = UFFD_API,
-                           .features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_MISSING_SHMEM |
-                                       UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_EVENT_REMOVE};
-  struct uffdio_register reg = {.range = {.start = (uintptr_t)p, .len = len},
-                                .mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP};
-  char line[200], reply[512];
-  if (uffd < 0) {
-    say("memcolo: no userfaultfd (%s); a %zu-byte mapping stays plain\n", strerror(errno), len);
-    goto fail;
-  }
-  if (ioctl(uffd, UFFDIO_API, &api) != 0 || ioctl(uffd, UFFDIO_REGISTER, &reg) != 0) {
-    say("memcolo: userfaultfd setup failed (%s); a %zu-byte mapping stays plain\n", strerror(errno), len);
-    goto fail;
-  }
   raw_madvise(p, len, MADV_DONTFORK);
-  if (T.t_miss[0])
-    snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_register\",\"start\":%lu,\"length\":%zu,\"t_miss\":%s}\n",
-             (unsigned long)(uintptr_t)p, len, T.t_miss);
-  else
-    snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_register\",\"start\":%lu,\"length\":%zu}\n",
-             (unsigned long)(uintptr_t)p, len);
-  int fds[2] = {uffd, memfd};
-  if (request(line, fds, 2, reply, sizeof reply) != 0) goto fail;
-  if (strstr(reply, "\"tier_registered\"") == NULL) {
-    say("memcolo: the agent refused a tiered region: %s\n", reply);
-    goto fail;
+  int uffd = -1;
+  if (hand_over((uintptr_t)p, len, memfd, &uffd) != 0) {
+    raw_munmap(p, len);
+    close(memfd);
+    return NULL;
   }
-  close(memfd); /* the mapping and the agent hold the file */
   pthread_mutex_lock(&T.lock);
   mc_tier_region_t *slot = NULL;
   for (int i = 0; i < MC_TIER_MAX_REGIONS && !slot; i++)
     if (!T.regions[i].used) slot = &T.regions[i];
   if (slot) {
-    *slot = (mc_tier_region_t){.start = (uintptr_t)p, .len = len, .uffd = uffd, .managed = 1, .used = 1};
+    *slot = (mc_tier_region_t){.start = (uintptr_t)p, .len = len, .uffd = uffd, .memfd = memfd, .managed = 1,
+                               .used = 1};
     T.nregions++;
   }
   pthread_mutex_unlock(&T.lock);
   if (slot) return p;
   /* No slot: hand it back (the agent forgets it) and map plainly. */
+  char line[120], reply[512];
   snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_unregister\",\"start\":%lu}\n", (unsigned long)(uintptr_t)p);
   request(line, NULL, 0, reply, sizeof reply);
-  memfd = -1;
-fail:
-  if (uffd >= 0) close(uffd);
+  close(uffd);
   raw_munmap(p, len);
-  if (memfd >= 0) close(memfd);
+  close(memfd);
   return NULL;
+}
+
+/* After a clean stop of the agent: hands every region released to plain memory to
+ * the next agent that listens, retrying 100 ms doubling to 5 s while any is left.
+ * Runs on the reader thread of the connection that ended. */
+static void hand_over_again(void) {
+  unsigned delay_ms = 100;
+  for (;;) {
+    struct timespec ts = {delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    int left = 0;
+    for (int i = 0; i < MC_TIER_MAX_REGIONS; i++) {
+      pthread_mutex_lock(&T.lock);
+      mc_tier_region_t r = T.regions[i];
+      int want = r.used && !r.managed && !r.stay_plain && r.memfd >= 0;
+      if (want && r.unmapped > 0) {
+        /* Registering the whole range would fail on the unmapped part. */
+        T.regions[i].stay_plain = 1;
+        want = 0;
+      }
+      pthread_mutex_unlock(&T.lock);
+      if (!want) continue;
+      int uffd = -1;
+      int rc = hand_over(r.start, r.len, r.memfd, &uffd);
+      if (rc == -2) {
+        left++;
+        break; /* no agent yet: all of them later */
+      }
+      pthread_mutex_lock(&T.lock);
+      mc_tier_region_t *now = &T.regions[i];
+      int same = now->used && now->start == r.start && !now->managed;
+      if (rc == 0 && same) {
+        now->uffd = uffd;
+        now->managed = 1;
+      } else if (rc != 0 && same) {
+        now->stay_plain = 1;
+      }
+      pthread_mutex_unlock(&T.lock);
+      if (rc == 0 && !same) {
+        /* Unmapped while it was being handed over: the agent lets it go. */
+        char line[120], reply[512];
+        snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_unregister\",\"start\":%lu}\n",
+                 (unsigned long)r.start);
+        request(line, NULL, 0, reply, sizeof reply);
+        close(uffd);
+      } else if (rc == 0) {
+        say("memcolo: a tiered region of %zu bytes handed to the agent again\n", r.len);
+      }
+    }
+    if (left == 0) return;
+    if (delay_ms < 5000) delay_ms = delay_ms * 2 > 5000 ? 5000 : delay_ms * 2;
+  }
 }
 
 /* ---------------------------------------------------------------- interposers */
@@ -399,6 +487,7 @@ MC_TIER_API int munmap(void *addr, size_t len) {
       request(line, NULL, 0, reply, sizeof reply);
       close(copy.uffd);
     }
+    if (copy.memfd >= 0) close(copy.memfd);
   } else if (copy.managed) {
     /* The agent frees that part (a remove event) before it is unmapped. */
     raw_madvise((void *)lo, hi - lo, MADV_REMOVE);
@@ -462,6 +551,7 @@ static void tier_atfork_child(void) {
     if (!T.regions[i].used) continue;
     had++;
     if (T.regions[i].uffd >= 0) close(T.regions[i].uffd);
+    if (T.regions[i].memfd >= 0) close(T.regions[i].memfd);
     T.regions[i].used = 0;
   }
   T.nregions = 0;

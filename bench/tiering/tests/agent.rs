@@ -7,8 +7,9 @@
 //! MADV_DONTNEED → zeros, mremap refused, fork not inheriting it, munmap in parts),
 //! the agent's status while the region lives and after it leaves, t_miss changed
 //! live through `memcolo tier target`, GUPS updates verified after a run under the
-//! agent, and a process stopped with the reason when the agent dies holding its
-//! pages. Needs root (userfaultfd for kernel-mode faults), cc, and the `memcolo`
+//! agent, a region handed to a new agent after a clean restart (the program's pages
+//! and semantics checked again under it), and a process stopped with the reason when
+//! the agent dies holding its pages. Needs root (userfaultfd for kernel-mode faults), cc, and the `memcolo`
 //! binary built next to `gups` (as `cargo test --workspace` does).
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -224,7 +225,67 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     let s: serde_json::Value = serde_json::from_slice(o.stdout.trim_ascii()).unwrap();
     assert_eq!(s["verify_errors"], 0, "{s}");
 
-    // 3. The agent dies holding pages: the process is stopped with the reason.
+    // 3. The agent restarts cleanly (SIGTERM, then a new one): it hands the C
+    //    program's region back as plain memory, the library hands it to the new
+    //    agent, which takes the pages it finds as resident and evicts down to its fast
+    //    memory; the program then checks every page and its semantics as in 1.
+    let mut c = Command::new(&prog);
+    env(&mut c);
+    let mut survivor = Kill(
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let spid = survivor.0.id();
+    let mut out = BufReader::new(survivor.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("MAPPED"), "{line:?}");
+    assert!(proc_of(&status(&memcolo, &sock), spid)
+        .is_some_and(|p| { p["slow_bytes"].as_u64().unwrap_or(0) > 0 }));
+    // SAFETY: signalling our own child.
+    assert_eq!(
+        unsafe { libc::kill(agent.0.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    assert!(agent.0.wait().unwrap().success());
+    agent = start_agent();
+    wait_until("the new tiering socket", Duration::from_secs(30), || {
+        tier_sock.exists()
+    });
+    wait_until(
+        "the region handed to the new agent",
+        Duration::from_secs(20),
+        || {
+            proc_of(&status(&memcolo, &sock), spid).is_some_and(|p| {
+                p["regions"][0]["adopted_pages"].as_u64().unwrap_or(0) > 0
+                    && p["slow_bytes"].as_u64().unwrap_or(0) >= 16 << 20
+            })
+        },
+    );
+    writeln!(survivor.0.stdin.as_mut().unwrap(), "go").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let st_survivor = survivor.0.wait().unwrap();
+    let mut err = String::new();
+    survivor
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(st_survivor.success() && rest.contains("OK"), "{rest} {err}");
+    assert!(err.contains("handed to the agent again"), "{err}");
+    wait_until(
+        "the region to leave the new agent",
+        Duration::from_secs(10),
+        || proc_of(&status(&memcolo, &sock), spid).is_none(),
+    );
+
+    // 4. The agent dies holding pages: the process is stopped with the reason.
     let mut g = Command::new(&gups);
     env(&mut g);
     let mut victim = Kill(

@@ -953,6 +953,7 @@ fn status_json(shared: &Shared) -> serde_json::Value {
                         "probation_evictions": st.probation_evictions,
                         "refault_samples": st.refault_samples,
                         "prefetches": st.prefetches, "freed_pages": st.freed_pages,
+                        "adopted_pages": st.adopted_pages,
                         "slow_fault_ns": st.slow_fault_ns,
                         "fault_thread_wait_ns": st.fault_thread_wait_ns,
                         "fault_thread_cpu_ns": st.fault_thread_cpu_ns,

@@ -297,6 +297,10 @@ pub struct ManagerStats {
     pub lost_pages: u64,
     /// Pages the application freed (`MADV_DONTNEED`).
     pub freed_pages: u64,
+    /// Pages that already held data when management began (a region handed over
+    /// again, e.g. to an agent that restarted), taken as resident and placed as if
+    /// each had just faulted in.
+    pub adopted_pages: u64,
     /// Pages on probation now (unmapped next victims kept in local memory; counted
     /// in `resident_pages`).
     pub probation_pages: u64,
@@ -456,6 +460,7 @@ struct Counters {
     sample_windows: AtomicU64,
     lost: AtomicU64,
     freed: AtomicU64,
+    adopted: AtomicU64,
     probation_entries: AtomicU64,
     probation_hits: AtomicU64,
     probation_evictions: AtomicU64,
@@ -748,6 +753,7 @@ impl TierManager {
             idle: AtomicBool::new(false),
             cfg,
         });
+        inner.adopt()?;
         let mut threads = Vec::new();
         let i = inner.clone();
         threads.push(
@@ -1000,6 +1006,7 @@ impl TierManager {
             sample_windows: g(&n.sample_windows),
             lost_pages: g(&n.lost),
             freed_pages: g(&n.freed),
+            adopted_pages: g(&n.adopted),
             probation_pages: t.probation,
             probation_entries: g(&n.probation_entries),
             probation_hits: g(&n.probation_hits),
@@ -1108,6 +1115,52 @@ impl Inner {
 
     fn key(&self, page: usize) -> PageKey {
         PageKey::new(self.cfg.region_id, page as u64)
+    }
+
+    /// Takes the pages that already hold data ([`RegionMemory::present_runs`]) as
+    /// resident, before any thread of the manager runs: each is placed as if it had
+    /// just faulted in, and the victims the placement names for them are queued for
+    /// eviction (the workers start next). A region created for the manager has none;
+    /// one handed over again (the agent restarted, and the process gave its region to
+    /// the new agent) has every page it held, the previous agent having brought the
+    /// slow ones back before it let go. Untouched pages (holes) still fault as
+    /// missing and read as zeros.
+    ///
+    /// # Errors
+    /// The backing's error while looking (the region is not taken).
+    fn adopt(&self) -> io::Result<()> {
+        let runs = self.mem.present_runs()?;
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let mut victims = Vec::new();
+        let mut adopted = 0u64;
+        {
+            let mut t = lock(&self.table);
+            let mut pl = lock(&self.placement);
+            for (first, count) in runs {
+                for p in first..(first + count).min(self.pages) {
+                    if t.st[p] != St::Untouched {
+                        continue;
+                    }
+                    t.st[p] = St::Resident;
+                    t.resident += 1;
+                    adopted += 1;
+                    if let Some(v) = pl.fault_in(p) {
+                        victims.push(v);
+                    }
+                }
+            }
+        }
+        self.n.adopted.fetch_add(adopted, Ordering::Relaxed);
+        tracing::info!(
+            region = self.cfg.region_id,
+            pages = adopted,
+            victims = victims.len(),
+            "tier: region taken over with pages in local memory"
+        );
+        self.enqueue(&victims);
+        Ok(())
     }
 
     fn enqueue(&self, pages: &[usize]) -> u64 {

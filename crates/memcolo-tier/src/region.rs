@@ -72,6 +72,17 @@ pub trait RegionMemory: Send + Sync {
     fn drop_clears_write_protect(&self) -> bool {
         false
     }
+    /// The runs `(first, count)` of pages that hold data now, in order: what a
+    /// manager starting on a region that was handed over before (the agent
+    /// restarted, and the process handed its region to the new one) finds resident.
+    /// The default finds none, which is right for a region created for the manager
+    /// (all of it still to be touched).
+    ///
+    /// # Errors
+    /// The system call's error for backings that look.
+    fn present_runs(&self) -> io::Result<Vec<(usize, usize)>> {
+        Ok(Vec::new())
+    }
 }
 
 fn mmap(len: usize, prot: i32, flags: i32, fd: i32) -> io::Result<usize> {
@@ -306,6 +317,47 @@ impl RegionMemory for SharedFile {
     }
     fn drop_raises_remove_event(&self) -> bool {
         false
+    }
+    /// The memfd's data runs (`lseek(2)` with `SEEK_DATA` and `SEEK_HOLE`): pages
+    /// that were written and not punched out. A hole reads as zeros, and the next
+    /// access to it faults as missing.
+    fn present_runs(&self) -> io::Result<Vec<(usize, usize)>> {
+        let end = (self.pages * PAGE) as libc::off_t;
+        let seek = |from: libc::off_t, whence: libc::c_int| -> io::Result<Option<libc::off_t>> {
+            // SAFETY: lseek on our own descriptor.
+            let r = unsafe { libc::lseek(self.fd.as_raw_fd(), from, whence) };
+            if r >= 0 {
+                return Ok(Some(r));
+            }
+            let e = io::Error::last_os_error();
+            // ENXIO: no data at or after `from`.
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                Ok(None)
+            } else {
+                Err(e)
+            }
+        };
+        let mut runs = Vec::new();
+        let mut at: libc::off_t = 0;
+        while at < end {
+            let Some(data) = seek(at, libc::SEEK_DATA)? else {
+                break;
+            };
+            if data >= end {
+                break;
+            }
+            let hole = seek(data, libc::SEEK_HOLE)?.unwrap_or(end).min(end);
+            // Whole pages: a run starts at the page holding its first byte and ends
+            // with the page holding its last.
+            let first = data as usize / PAGE;
+            let last = (hole as usize).div_ceil(PAGE);
+            match runs.last_mut() {
+                Some((f, n)) if *f + *n >= first => *n = last.max(*f + *n) - *f,
+                _ => runs.push((first, last - first)),
+            }
+            at = hole.max(data + 1);
+        }
+        Ok(runs)
     }
 }
 

@@ -284,6 +284,76 @@ fn maxmem_placement_keeps_resident_pages_within_the_allocation() {
     m.stop().unwrap();
 }
 
+/// A region handed over again (a process giving its memfd region to an agent that
+/// restarted): the manager takes the pages the memfd holds as resident, places each
+/// as if it had just faulted in, and evicts what the allocation cannot hold; holes
+/// still read as zeros, and every byte survives, through eviction and a stop.
+#[test]
+fn memfd_region_holding_data_is_taken_over() {
+    if !permitted() {
+        return;
+    }
+    let pages = 256;
+    let r = MemfdRegion::new(pages).unwrap();
+    // Written before any manager: pages 0..100 and 150..200; 100..150 and 200..256
+    // are holes.
+    let written: Vec<usize> = (0..100).chain(150..200).collect();
+    for &p in &written {
+        fill(page_slice(r.as_ptr(), p), p, 5);
+    }
+    let mem = SharedFile::new(r.dup_fd().unwrap(), r.as_ptr() as u64, pages).unwrap();
+    assert_eq!(mem.present_runs().unwrap(), vec![(0, 100), (150, 50)]);
+    let u = Uffd::open(
+        features::PAGEFAULT_FLAG_WP | features::MISSING_SHMEM | features::WP_HUGETLBFS_SHMEM,
+    )
+    .unwrap();
+    u.register(r.as_ptr() as u64, r.len() as u64, mode::MISSING | mode::WP)
+        .unwrap();
+    let policy = Arc::new(Mutex::new(MaxMem::new(MaxMemConfig::with_capacity(
+        64,
+        PAGE as u64,
+    ))));
+    policy.lock().unwrap().register(42, 1.0).unwrap();
+    let placement = MaxMemPlacement::new(policy.clone(), 42, 0, pages);
+    let m = TierManager::start(
+        u,
+        Box::new(mem),
+        store(),
+        Box::new(placement),
+        TierConfig::new(6),
+    )
+    .unwrap();
+    m.wait_evictions();
+    let s = settle(&m, |s| s.resident_pages == 64 && s.stored_pages == 86);
+    assert_eq!(s.adopted_pages, 150, "{s:?}");
+    assert_eq!((s.zero_faults, s.slow_faults), (0, 0), "{s:?}");
+    let st = policy.lock().unwrap().status(42).unwrap();
+    assert_eq!((st.fast_pages, st.slow_pages), (64, 86));
+    let mut want = vec![0u8; PAGE];
+    for p in 0..pages {
+        if written.contains(&p) {
+            fill(&mut want, p, 5);
+        } else {
+            want.fill(0);
+        }
+        assert!(
+            page_slice(r.as_ptr(), p) == want.as_slice(),
+            "page {p} differs"
+        );
+    }
+    let s = m.stats();
+    assert_eq!(s.zero_faults, 106, "{s:?}");
+    assert!(s.slow_faults >= 86, "{s:?}");
+    m.stop().unwrap();
+    for &p in &written {
+        fill(&mut want, p, 5);
+        assert!(
+            page_slice(r.as_ptr(), p) == want.as_slice(),
+            "page {p} after stop"
+        );
+    }
+}
+
 /// The estimator against a known access pattern on real memory: 1024 resident
 /// pages, pages 0..300 touched in every window. Hits are exactly the sampled pages of
 /// the touched set, and over 60 windows the estimate comes close to 300.
