@@ -116,6 +116,24 @@ def static_mib(config, args):
     return int(config.split("-", 1)[1]) if "-" in config else args.static_kv_mib
 
 
+def parse_variants(specs, ap):
+    """``--variant NAME:KEY=VALUE[,KEY=VALUE]`` options as ``{NAME: [(KEY, VALUE)]}``;
+    a malformed one ends the program with a usage error (nothing has run yet)."""
+    out = {}
+    for spec in specs:
+        name, sep, rest = spec.partition(":")
+        if not sep or not name.startswith("maxmem-") or name in ("maxmem-change",):
+            ap.error("--variant %r: want NAME:KEY=VALUE[,KEY=VALUE] with NAME maxmem-<something>" % spec)
+        pairs = []
+        for kv in rest.split(","):
+            key, eq, value = kv.partition("=")
+            if not eq or not key.strip() or not value.strip():
+                ap.error("--variant %r: %r is not KEY=VALUE" % (spec, kv))
+            pairs.append((key.strip(), value.strip()))
+        out[name] = pairs
+    return out
+
+
 def read_csv(p):
     try:
         with open(p) as f:
@@ -171,6 +189,8 @@ def one(config, rep, args, bins, cg):
                 elif config == "maxmem-refault":
                     # Short-distance refaults counted as hotness samples.
                     f.write('refault_samples = true\n')
+                for key, value in args.variants.get(config, []):
+                    f.write('%s = %s\n' % (key, value))
             sock = os.path.join(tmp, "agent.sock")
             agent = subprocess.Popen(inc + [memcolo, "agent", "--config", cfg, "--socket", sock,
                                             "--state-dir", os.path.join(tmp, "state")],
@@ -267,6 +287,8 @@ def one(config, rep, args, bins, cg):
                          "hot_items_pct": args.hot_items_pct, "hot_pct": args.hot_pct, "t_miss": args.t_miss,
                          "cap_kib": args.cap_kib, "warmup_s": args.warmup_s, "measure_s": args.measure_s,
                          "sample_fmmr_error": args.sample_fmmr_error}}
+        if config in args.variants:
+            rec["variant"] = dict(args.variants[config])
         if change:
             rec["t_miss_change"] = change
         if kv.returncode == 0:
@@ -393,6 +415,47 @@ def epochs_to_target(samples, t0, t_miss, first_epoch_after=0):
     return None
 
 
+def arrival_lower_bound(store_pages, hot_items_pct, hot_pct, cap_pages, t_miss, hold=True, most=80):
+    """The fewest policy epochs in which a store arriving with no fast memory can reach
+    a_miss <= t_miss under MaxMem, whatever the placement: an oracle that always has
+    the store's hottest pages in fast memory. Its allotment grows by at most the
+    migration cap per epoch (T3a gives at most the whole cap, §3.1 half of it), the
+    allotment of epoch k is what the k - 1 epochs before it granted, and a_miss is the
+    EWMA of T1 (λ = 0.5, the first epoch's ratio taken as is). The measured ratio of an
+    epoch is at least the store's miss ratio of *accesses* with its hottest pages
+    resident (the page-touch estimator only reads higher):
+    ``x(A) = hot_pct·(H − A)⁺/H + (1 − hot_pct)·(N − H − (A − H)⁺)/(N − H)``.
+    ``hold``: growth stops at the first epoch whose x meets t_miss (T3a's hold, the
+    least memory); otherwise it goes on at the cap (the fewest epochs). Returns
+    ``(epochs, allotment pages)``, or ``(None, pages)`` after ``most`` epochs.
+
+    The KV bench's store (32768 pages, 23 % hot taking 90 %, t_miss 0.1) at the cap
+    of 1024 pages (4 MiB): 12 epochs growing on (to 44 MiB), 15 holding at 32 MiB;
+    the target is 10.
+
+    >>> arrival_lower_bound(32768, 23, 90, 1024, 0.1, hold=False)
+    (12, 11264)
+    >>> arrival_lower_bound(32768, 23, 90, 1024, 0.1)
+    (15, 8192)
+    """
+    n, h = store_pages, round(store_pages * hot_items_pct / 100)
+    share = hot_pct / 100
+
+    def x(a):
+        return share * max(0, h - a) / h + (1 - share) * (n - h - min(max(0, a - h), n - h)) / (n - h)
+
+    a_miss, alloc, held = None, 0, False
+    for k in range(1, most + 1):
+        r = x(alloc)
+        a_miss = r if a_miss is None else (a_miss + r) / 2
+        if a_miss <= t_miss:
+            return k, alloc
+        held = held or (hold and r <= t_miss)
+        if not held:
+            alloc = min(n, alloc + cap_pages)
+    return None, alloc
+
+
 def agent_rates(rec):
     """The store's slow faults and probation hits per request over the measure phase,
     from the agent's once-a-second counters (not the sample after the store exited:
@@ -420,6 +483,15 @@ def convergence_rows(by):
         rows.append("| store's a_miss <= t_miss within 10 epochs of its arrival | %s (worst) | %s | %s |" % (
             "never" if worst is None else "%d epochs" % worst, ", ".join("never" if a is None else str(a) for a in arr),
             "missed" if worst is None else "met" if worst <= 10 else "missed by %d epochs" % (worst - 10)))
+        st = (by.get("maxmem") or by.get("maxmem-change"))[0]["setup"]
+        pages, cap = st["store_mib"] * 256, st["cap_kib"] // 4
+        fast, grown = arrival_lower_bound(pages, st["hot_items_pct"], st["hot_pct"], cap, st["t_miss"], hold=False)
+        held, at = arrival_lower_bound(pages, st["hot_items_pct"], st["hot_pct"], cap, st["t_miss"])
+        rows.append("| ... the least any placement allows at this cap (an oracle with the hot set always "
+                    "placed, `arrival_lower_bound`) | %s epochs growing at the cap (to %.0f MiB); %s holding "
+                    "once the measured ratio meets t_miss (at %.0f MiB) | — | %s |" % (
+                        fast, grown / 256, held, at / 256,
+                        "the target is out of reach at this cap" if (fast or 99) > 10 else "within reach"))
     chg = [r["t_miss_change"] for r in by.get("maxmem-change", []) if r.get("t_miss_change")]
     if chg:
         ep = [c.get("epochs_to_target") for c in chg]
@@ -476,8 +548,9 @@ def report(out, overhead=None):
     by = {}
     for r in runs:
         by.setdefault(r["config"], []).append(r)
-    order = ["maxmem", "maxmem-refault", "maxmem-norefault", "maxmem-nice19", "maxmem-idle", "maxmem-v0", "maxmem-v1", "maxmem-change", "static", "kernel"] + sorted((c for c in by if c.startswith("static-")),
-                                                    key=lambda c: int(c.split("-")[1]))
+    order = ["maxmem", "maxmem-refault", "maxmem-norefault", "maxmem-nice19", "maxmem-idle", "maxmem-v0", "maxmem-v1", "maxmem-change", "static", "kernel"]
+    order += sorted(c for c in by if c.startswith("maxmem-") and c not in order)
+    order += sorted((c for c in by if c.startswith("static-")), key=lambda c: int(c.split("-")[1]))
     hot_mib = st["store_mib"] * st["hot_items_pct"] / 100
     lines = ["# KV store (LS) beside GUPS (BE), MaxMem §5.2 scaled: %s" % os.path.relpath(out, ROOT), "",
              "TARGETS", "",
@@ -673,10 +746,14 @@ def main():
     ap.add_argument("--change-t-miss", type=float, default=0.07,
                     help="maxmem-change runs: set the store's t_miss to this, live, --change-at-s after it started")
     ap.add_argument("--change-at-s", type=float, default=60)
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                    help="a further maxmem configuration NAME (it must start with 'maxmem-') with these "
+                         "agent [tier] settings, e.g. maxmem-p1024:probation_pages=1024; list NAME in --configs")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--overhead", default=None,
                     help="a run.py GUPS overhead result directory: its target joins the report's first table")
     args = ap.parse_args()
+    args.variants = parse_variants(args.variant, ap)
     out = args.out
     if args.report_only:
         report(out, args.overhead)

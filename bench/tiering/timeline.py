@@ -187,7 +187,10 @@ def report(out):
     for r in status:
         by.setdefault(int(r["proc"]), []).append(r)
     # Each change: arrivals, the growth, the target change. For every latency-sensitive
-    # process alive then (t_miss = 0.1 at the time), seconds until a_miss <= t_miss.
+    # process alive then (t_miss = 0.1 at the time): epochs until a_miss <= t_miss, and
+    # how the phase (to the next change) settles: the median a_miss over its second
+    # half, and the share of that half the policy flagged the process infeasible (T4:
+    # the fast tier cannot meet every target, the latest arrivals go short).
     changes = [(float(e["t_s"]), e["event"], int(e["proc"])) for e in events]
     rows = []
     for i, (t, kind, k) in enumerate(changes):
@@ -204,11 +207,24 @@ def report(out):
                 continue
             met = next((r for r in window if float(r["a_miss"]) <= float(r["t_miss"]) + 1e-9), None)
             e0 = int(window[0]["epoch"])
+            late = window[len(window) // 2:]
+            settled = sorted(float(r["a_miss"]) for r in late)[len(late) // 2]
+            infeasible = sum(int(r["infeasible"]) for r in late) / len(late)
+            epochs = (int(met["epoch"]) - e0) if met else None
+            t_miss = float(window[0]["t_miss"])
+            if epochs is not None and epochs <= 10 and settled <= t_miss + 1e-9:
+                verdict = "met"
+            elif infeasible >= 0.5:
+                verdict = "infeasible (T4)"
+            else:
+                verdict = "missed"
             rows.append({"change": "%s p%d @%.0fs" % (kind, k, t), "proc": p,
-                         "epochs_to_target": (int(met["epoch"]) - e0) if met else None,
-                         "met": met is not None})
-    met = [r for r in rows if r["epochs_to_target"] is not None and r["epochs_to_target"] <= 10]
-    summary = {"checks": len(rows), "within_10_epochs": len(met), "rows": rows}
+                         "epochs_to_target": epochs, "met": met is not None,
+                         "settled_a_miss": settled, "infeasible_share": infeasible,
+                         "verdict": verdict})
+    met = [r for r in rows if r["verdict"] == "met"]
+    short = [r for r in rows if r["verdict"] == "infeasible (T4)"]
+    summary = {"checks": len(rows), "within_10_epochs": len(met), "infeasible": len(short), "rows": rows}
     # Steady-state means per phase of every process: a_miss and MUPS.
     gups = {}
     for k in range(1, 7):
@@ -247,12 +263,17 @@ def report(out):
     lines = ["# Six-process timeline (MaxMem §5.1.2 scaled): %s" % out, "",
              "fast %d MiB, tables %d MiB (hot half, 90 %% of updates), migration cap %d MiB/epoch; "
              "gups exit codes %s" % (cfg["fast_mib"], cfg["ws_mib"], cfg["cap_mib"], cfg["gups_rc"]), "",
-             "Target: every latency-sensitive process reaches a_miss <= t_miss within 10 epochs of each change: "
-             "**%d of %d** checks." % (len(met), len(rows)), "",
-             "| change | process | epochs to a_miss <= t_miss |", "|---|---|---|"]
+             "Target: every latency-sensitive process reaches a_miss <= t_miss within 10 epochs of each change "
+             "(and the phase settles there: the median a_miss over the second half of the time to the next "
+             "change): **%d of %d** checks met, %d flagged infeasible by the policy (T4: the targets of all "
+             "cannot fit the fast tier, first come first served), %d missed." % (
+                 len(met), len(rows), len(short), len(rows) - len(met) - len(short)), "",
+             "| change | process | epochs to a_miss <= t_miss | settled a_miss | flagged infeasible | verdict |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append("| %s | p%d | %s |" % (r["change"], r["proc"],
-                                            r["epochs_to_target"] if r["met"] else "not before the next change"))
+        lines.append("| %s | p%d | %s | %.3f | %.0f %% | %s |" % (
+            r["change"], r["proc"], r["epochs_to_target"] if r["met"] else "not before the next change",
+            r["settled_a_miss"], 100 * r["infeasible_share"], r["verdict"]))
     lines += ["", "Mean MUPS per process over its run: " +
               ", ".join("p%d %.3f" % (k, v) for k, v in sorted(summary["mups_mean"].items())), "",
               "![timeline](plots/timeline.png)"]
@@ -265,7 +286,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "timeline"))
     ap.add_argument("--fast-mib", type=int, default=144)
     ap.add_argument("--ws-mib", type=int, default=32)
-    ap.add_argument("--cap-mib", type=int, default=16, help="migrations per epoch (MaxMem's 1 GB/s, scaled)")
+    ap.add_argument("--cap-mib", type=int, default=10,
+                    help="migrations per epoch, MiB (MaxMem's 10 GB/s of §5 at 1/1024 size)")
     ap.add_argument("--scale", type=float, default=1.0, help="time scale of the schedule (0.25 for a quick look)")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
