@@ -629,26 +629,26 @@ def report(out, overhead=None):
                               r["kv_fault_serve_us"], r["kv_fault_wait_us"], r["kv_slow_faults_per_s"],
                               r.get("be_fault_serve_us", float("nan")), r.get("be_fault_wait_us", float("nan")),
                               r.get("be_slow_faults_per_s", float("nan"))))
-        st = r.get("fault_steps_us")
-        if st:
+        steps = r.get("fault_steps_us")
+        if steps:
             # The store's own in-process manager (a static partition).
             lines[-1] += ("; store in-process per slow fault: %.1f µs served (load %.1f, map %.1f, drop %.1f) + "
                           "%.1f µs fault thread waiting, fault thread CPU %.1f µs (%.0f %% of a CPU), eviction "
                           "workers %.1f µs CPU + %.1f µs waiting per eviction (%.0f/s, %.0f %% of a CPU)" % (
-                              st["serve"], st["load"], st["map"], st["drop"], st["fault_thread_wait"],
-                              st["fault_thread_cpu"], 100 * st["fault_thread_cpu_share"],
-                              st["evict_cpu_per_eviction"], st["evict_wait_per_eviction"], st["evictions_per_s"],
-                              100 * st["evict_threads_cpu_share"]))
+                              steps["serve"], steps["load"], steps["map"], steps["drop"], steps["fault_thread_wait"],
+                              steps["fault_thread_cpu"], 100 * steps["fault_thread_cpu_share"],
+                              steps["evict_cpu_per_eviction"], steps["evict_wait_per_eviction"], steps["evictions_per_s"],
+                              100 * steps["evict_threads_cpu_share"]))
         for who, label in (("kv", "store"), ("be", "GUPS")):
-            st = r.get(who + "_fault_steps_us")
-            if st:
+            steps = r.get(who + "_fault_steps_us")
+            if steps:
                 lines[-1] += ("; %s per slow fault: load %.1f, map %.1f, drop %.1f µs wall, fault thread CPU %.1f µs "
                               "(%.0f %% of a CPU), eviction workers %.1f µs CPU + %.1f µs waiting per eviction "
                               "(%.0f/s, %.0f %% of a CPU)" % (
-                                  label, st["load"], st["map"], st["drop"], st["fault_thread_cpu"],
-                                  100 * st["fault_thread_cpu_share"], st["evict_cpu_per_eviction"],
-                                  st["evict_wait_per_eviction"], st["evictions_per_s"],
-                                  100 * st["evict_threads_cpu_share"]))
+                                  label, steps["load"], steps["map"], steps["drop"], steps["fault_thread_cpu"],
+                                  100 * steps["fault_thread_cpu_share"], steps["evict_cpu_per_eviction"],
+                                  steps["evict_wait_per_eviction"], steps["evictions_per_s"],
+                                  100 * steps["evict_threads_cpu_share"]))
         if r.get("kv_placement_max_us") is not None:
             lines[-1] += ("; fault reports to the placement: store %.2f µs per slow fault (longest %.0f µs), "
                           "GUPS %.2f µs (longest %.0f µs)" % (
