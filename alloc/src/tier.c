@@ -93,6 +93,7 @@ static struct {
   uintptr_t self_lo, self_hi;
   pthread_mutex_t lock;     /* the region table, the connection */
   pthread_mutex_t req_lock; /* one request at a time */
+  pthread_mutex_t handover_lock; /* a region handed over again vs. its munmap (taken first) */
   pthread_cond_t reply_cv;
   int fd;                   /* the tiering socket, -1 when not connected */
   unsigned long gen;        /* connection generation */
@@ -103,7 +104,7 @@ static struct {
   int warned_mremap, warned_connect;
   mc_tier_region_t regions[MC_TIER_MAX_REGIONS];
 } T = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .req_lock = PTHREAD_MUTEX_INITIALIZER,
-       .reply_cv = PTHREAD_COND_INITIALIZER};
+       .handover_lock = PTHREAD_MUTEX_INITIALIZER, .reply_cv = PTHREAD_COND_INITIALIZER};
 
 /* ---------------------------------------------------------------- system calls */
 
@@ -380,7 +381,10 @@ static void *tier_map(size_t len, int flags) {
 
 /* After a clean stop of the agent: hands every region released to plain memory to
  * the next agent that listens, retrying 100 ms doubling to 5 s while any is left.
- * Runs on the reader thread of the connection that ended. */
+ * Runs on the reader thread of the connection that ended. Each region is handed over
+ * under handover_lock, which munmap takes first: the range cannot be unmapped (and
+ * something else mapped there, or its memfd closed and the number reused) between
+ * the look at the table and the agent's answer. */
 static void hand_over_again(void) {
   unsigned delay_ms = 100;
   for (;;) {
@@ -399,9 +403,19 @@ static void hand_over_again(void) {
       }
       pthread_mutex_unlock(&T.lock);
       if (!want) continue;
+      pthread_mutex_lock(&T.handover_lock);
+      pthread_mutex_lock(&T.lock);
+      r = T.regions[i];
+      want = r.used && !r.managed && !r.stay_plain && r.memfd >= 0 && r.unmapped == 0;
+      pthread_mutex_unlock(&T.lock);
+      if (!want) {
+        pthread_mutex_unlock(&T.handover_lock);
+        continue;
+      }
       int uffd = -1;
       int rc = hand_over(r.start, r.len, r.memfd, &uffd);
       if (rc == -2) {
+        pthread_mutex_unlock(&T.handover_lock);
         left++;
         break; /* no agent yet: all of them later */
       }
@@ -415,6 +429,7 @@ static void hand_over_again(void) {
         now->stay_plain = 1;
       }
       pthread_mutex_unlock(&T.lock);
+      pthread_mutex_unlock(&T.handover_lock);
       if (rc == 0 && !same) {
         /* Unmapped while it was being handed over: the agent lets it go. */
         char line[120], reply[512];
@@ -463,8 +478,16 @@ MC_TIER_API int munmap(void *addr, size_t len) {
   uintptr_t a = (uintptr_t)addr;
   pthread_mutex_lock(&T.lock);
   mc_tier_region_t *r = find(a, len);
+  pthread_mutex_unlock(&T.lock);
+  if (r == NULL) return raw_munmap(addr, len);
+  /* A tiered region: not while one is being handed to a new agent (see
+   * hand_over_again; that lock comes first), then look again. */
+  pthread_mutex_lock(&T.handover_lock);
+  pthread_mutex_lock(&T.lock);
+  r = find(a, len);
   if (r == NULL) {
     pthread_mutex_unlock(&T.lock);
+    pthread_mutex_unlock(&T.handover_lock);
     return raw_munmap(addr, len);
   }
   uintptr_t lo = a > r->start ? a : r->start;
@@ -492,7 +515,9 @@ MC_TIER_API int munmap(void *addr, size_t len) {
     /* The agent frees that part (a remove event) before it is unmapped. */
     raw_madvise((void *)lo, hi - lo, MADV_REMOVE);
   }
-  return raw_munmap(addr, len);
+  int rc = raw_munmap(addr, len);
+  pthread_mutex_unlock(&T.handover_lock);
+  return rc;
 }
 
 MC_TIER_API int madvise(void *addr, size_t len, int advice) {
@@ -543,6 +568,7 @@ static void tier_atfork_child(void) {
   int had = 0;
   pthread_mutex_init(&T.lock, NULL);
   pthread_mutex_init(&T.req_lock, NULL);
+  pthread_mutex_init(&T.handover_lock, NULL);
   pthread_cond_init(&T.reply_cv, NULL);
   if (T.fd >= 0) close(T.fd);
   T.fd = -1;
