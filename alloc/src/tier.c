@@ -29,8 +29,9 @@
  * in their place. After "tier_released" (a clean stop: the agent brought every page
  * back first) the regions are plain shared memory, and the library hands each one to
  * the next agent that listens (retrying 100 ms doubling to 5 s): a new userfaultfd,
- * the same memfd, and the new agent takes the pages it finds there as resident. A
- * region partly unmapped meanwhile, or refused by the new agent, stays plain.
+ * the same memfd, the target the old agent last had (tier_released carries it), and
+ * the new agent takes the pages it finds there as resident. A region partly unmapped
+ * meanwhile, or refused by the new agent, stays plain.
  *
  * Options (environment): MEMCOLO_TIER (0), MEMCOLO_TIER_THRESHOLD (1g; suffix k/m/g),
  * MEMCOLO_T_MISS (target fast-memory miss ratio sent with each region; the agent's
@@ -172,6 +173,20 @@ static void stop_process(const char *why) {
 
 static void hand_over_again(void);
 
+/* tier_released may carry the process's target as the agent last had it (changed live
+ * with `memcolo tier target`, perhaps): the regions are handed to the next agent with
+ * it. Only a plain number is taken; T.lock held. */
+static void keep_target(const char *line, size_t len) {
+  const char *k = memmem(line, len, "\"t_miss\":", 9);
+  if (k == NULL) return;
+  const char *v = k + 9, *end = line + len;
+  size_t n = 0;
+  while (v + n < end && n < sizeof T.t_miss - 1 && strchr("0123456789.eE-+", v[n]) != NULL && v[n]) n++;
+  if (n == 0 || (v + n < end && v[n] != ',' && v[n] != '}')) return;
+  memcpy(T.t_miss, v, n);
+  T.t_miss[n] = 0;
+}
+
 /* Reads the agent's lines: replies go to the waiting request, "tier_released" marks
  * every region plain memory (then handed to the next agent), end of stream without
  * it stops the process. */
@@ -190,6 +205,7 @@ static void *reader(void *arg) {
       pthread_mutex_lock(&T.lock);
       if (memmem(buf, len, "\"tier_released\"", 15) != NULL) {
         T.released = 1;
+        keep_target(buf, len);
         for (int i = 0; i < MC_TIER_MAX_REGIONS; i++)
           if (T.regions[i].used && T.regions[i].managed) {
             T.regions[i].managed = 0;
@@ -320,9 +336,13 @@ static int hand_over(uintptr_t p, size_t len, int memfd, int *uffd_out) {
     close(uffd);
     return -1;
   }
-  if (T.t_miss[0])
+  char t_miss[sizeof T.t_miss];
+  pthread_mutex_lock(&T.lock); /* tier_released may set it */
+  memcpy(t_miss, T.t_miss, sizeof t_miss);
+  pthread_mutex_unlock(&T.lock);
+  if (t_miss[0])
     snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_register\",\"start\":%lu,\"length\":%zu,\"t_miss\":%s}\n",
-             (unsigned long)p, len, T.t_miss);
+             (unsigned long)p, len, t_miss);
   else
     snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_register\",\"start\":%lu,\"length\":%zu}\n",
              (unsigned long)p, len);

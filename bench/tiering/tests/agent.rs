@@ -227,8 +227,9 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
 
     // 3. The agent restarts cleanly (SIGTERM, then a new one): it hands the C
     //    program's region back as plain memory, the library hands it to the new
-    //    agent, which takes the pages it finds as resident and evicts down to its fast
-    //    memory; the program then checks every page and its semantics as in 1.
+    //    agent (with the target last set), which takes the pages it finds as resident
+    //    and evicts down to its fast memory; the program then checks every page and
+    //    its semantics as in 1.
     let mut c = Command::new(&prog);
     env(&mut c);
     let mut survivor = Kill(
@@ -245,6 +246,21 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     assert!(line.starts_with("MAPPED"), "{line:?}");
     assert!(proc_of(&status(&memcolo, &sock), spid)
         .is_some_and(|p| { p["slow_bytes"].as_u64().unwrap_or(0) > 0 }));
+    // A target changed live goes with the region to the new agent.
+    let o = Command::new(&memcolo)
+        .args([
+            "tier",
+            "target",
+            "--pid",
+            &spid.to_string(),
+            "--t-miss",
+            "0.4",
+            "--socket",
+        ])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // SAFETY: signalling our own child.
     assert_eq!(
         unsafe { libc::kill(agent.0.id() as libc::pid_t, libc::SIGTERM) },
@@ -264,6 +280,10 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
                     && p["slow_bytes"].as_u64().unwrap_or(0) >= 16 << 20
             })
         },
+    );
+    assert_eq!(
+        proc_of(&status(&memcolo, &sock), spid).unwrap()["t_miss"],
+        0.4
     );
     writeln!(survivor.0.stdin.as_mut().unwrap(), "go").unwrap();
     let mut rest = String::new();

@@ -435,14 +435,27 @@ impl TierService {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // Each process's target as it stands (it may have been changed live), told to
+        // it with tier_released so that it hands its regions to the next agent with it.
+        let targets: HashMap<Pid, f64> = self
+            .shared
+            .node
+            .lock_policy()
+            .statuses()
+            .into_iter()
+            .map(|p| (p.pid, p.t_miss))
+            .collect();
         let regions: Vec<Region> = std::mem::take(&mut *lock(&self.shared.regions));
         for r in regions {
             release(&self.shared, &r, true);
         }
         let conns: Vec<(Pid, UnixStream)> =
             lock(&self.shared.conns).drain().map(|(_, c)| c).collect();
-        for (_, mut c) in conns {
-            let _ = c.write_all(encode(&TierReply::TierReleased).as_bytes());
+        for (pid, mut c) in conns {
+            let released = TierReply::TierReleased {
+                t_miss: targets.get(&pid).copied(),
+            };
+            let _ = c.write_all(encode(&released).as_bytes());
             let _ = c.shutdown(std::net::Shutdown::Both);
         }
         let _ = std::fs::remove_file(&self.socket);

@@ -58,8 +58,13 @@ pub enum TierReply {
     /// **Not an answer**: pushed before the agent closes the connection on a clean
     /// stop, once every page of every region of the peer is back in its memfd and the
     /// regions are unregistered from their userfaultfds. A connection that closes
-    /// without it means the agent died holding pages (§11).
-    TierReleased,
+    /// without it means the agent died holding pages (§11). `t_miss`: the peer's
+    /// target when the agent stopped (it may have been changed live with
+    /// `tier_target`), for the client to hand its regions to the next agent with.
+    TierReleased {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        t_miss: Option<f64>,
+    },
     /// A request that failed.
     Error { code: ErrorCode, message: String },
 }
@@ -109,7 +114,11 @@ mod tests {
         );
         assert_eq!(
             decode_tier_reply("{\"v\":1,\"type\":\"tier_released\"}").unwrap(),
-            TierReply::TierReleased
+            TierReply::TierReleased { t_miss: None }
+        );
+        assert_eq!(
+            encode(&TierReply::TierReleased { t_miss: Some(0.5) }),
+            "{\"v\":1,\"type\":\"tier_released\",\"t_miss\":0.5}\n"
         );
         assert!(decode_tier_request("{\"v\":2,\"type\":\"tier_status\"}").is_err());
         assert!(decode_tier_request("{\"v\":1,\"type\":\"tier_register\",\"start\":1}").is_err());
