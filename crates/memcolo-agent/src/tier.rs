@@ -469,16 +469,25 @@ fn release(shared: &Shared, r: &Region, restore: bool) {
     let Some(m) = shared.node.detach(r.pid, r.first_page) else {
         return;
     };
-    let m = match Arc::try_unwrap(m) {
-        Ok(m) => m,
+    match Arc::try_unwrap(m) {
+        Ok(m) => stop_or_discard(r, m, restore),
         Err(m) => {
-            // Still referenced by a running epoch: it stops when the last reference goes
-            // (and its Drop brings the pages back).
-            tracing::warn!(region = r.id, "tiering: region still in use while released");
-            drop(m);
-            return;
+            // Still referenced by a running epoch: it stops when the last reference
+            // goes, bringing its pages back or discarding them as asked here.
+            tracing::info!(region = r.id, "tiering: region still in use while released");
+            if !restore {
+                m.discard_when_dropped();
+            }
         }
-    };
+    }
+    // A process with no region left leaves the policy: its fast memory returns to
+    // the free pool (§3.1 "Process exit").
+    if !lock(&shared.regions).iter().any(|x| x.pid == r.pid) {
+        shared.node.unregister(r.pid);
+    }
+}
+
+fn stop_or_discard(r: &Region, m: TierManager, restore: bool) {
     if restore {
         if let Err(why) = m.stop() {
             if alive(r.pid) {
@@ -494,11 +503,6 @@ fn release(shared: &Shared, r: &Region, restore: bool) {
         }
     } else {
         m.discard();
-    }
-    // A process with no region left leaves the policy: its fast memory returns to
-    // the free pool (§3.1 "Process exit").
-    if !lock(&shared.regions).iter().any(|x| x.pid == r.pid) {
-        shared.node.unregister(r.pid);
     }
 }
 

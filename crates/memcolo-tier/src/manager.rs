@@ -537,6 +537,9 @@ struct Inner {
     nice: AtomicI32,
     /// The same threads run `SCHED_IDLE` (see [`TierManager::set_idle`]).
     idle: AtomicBool,
+    /// Set by [`TierManager::discard_when_dropped`]: the last reference discards the
+    /// region instead of bringing its pages back.
+    discard_on_drop: AtomicBool,
 }
 
 /// `(run time, run delay)` in ns of thread `tid` of this process, from the first
@@ -680,8 +683,9 @@ pub struct TierManager {
 
 impl TierManager {
     /// Starts managing the region reached through `mem`, registered with `uffd` in
-    /// MISSING and WP modes, with `tier` as its slow tier. Every page starts
-    /// untouched: the region must not have been populated.
+    /// MISSING and WP modes, with `tier` as its slow tier. The pages the backing
+    /// already holds ([`RegionMemory::present_runs`]) start resident, placed as if
+    /// each had just faulted in; the others start untouched.
     ///
     /// # Errors
     /// Creating the wake-up eventfd or a thread.
@@ -751,6 +755,7 @@ impl TierManager {
             worker_tids: Mutex::new(Vec::new()),
             nice: AtomicI32::new(0),
             idle: AtomicBool::new(false),
+            discard_on_drop: AtomicBool::new(false),
             cfg,
         });
         inner.adopt()?;
@@ -1042,6 +1047,20 @@ impl TierManager {
     /// the process may be gone). Only for a region that is being unmapped, or whose
     /// process exited: its stored contents are lost.
     pub fn discard(mut self) {
+        self.discard_inner();
+    }
+
+    /// Makes the drop of this manager (the last reference to it, where it is shared)
+    /// [`TierManager::discard`] the region rather than bring its pages back: for a
+    /// region released while something else still held the manager.
+    pub fn discard_when_dropped(&self) {
+        self.inner.discard_on_drop.store(true, Ordering::Release);
+    }
+
+    fn discard_inner(&mut self) {
+        if self.stopped {
+            return;
+        }
         self.stopped = true;
         self.halt_threads();
         let _ = self.inner.tier.remove_region(self.inner.cfg.region_id);
@@ -1104,7 +1123,11 @@ impl TierManager {
 
 impl Drop for TierManager {
     fn drop(&mut self) {
-        let _ = self.stop_inner();
+        if self.inner.discard_on_drop.load(Ordering::Acquire) {
+            self.discard_inner();
+        } else {
+            let _ = self.stop_inner();
+        }
     }
 }
 

@@ -284,6 +284,57 @@ fn maxmem_placement_keeps_resident_pages_within_the_allocation() {
     m.stop().unwrap();
 }
 
+/// A manager released while something else still holds it (the agent's epoch, in
+/// flight), told to discard: the last reference drops the region's slow-tier pages
+/// and unregisters it, and does not bring them back (the region is being unmapped or
+/// its process exited). Without the flag the last reference brings them back.
+#[test]
+fn manager_dropped_last_discards_when_told() {
+    if !permitted() {
+        return;
+    }
+    for discard in [true, false] {
+        let pages = 64;
+        let r = MemfdRegion::new(pages).unwrap();
+        let u = Uffd::open(
+            features::PAGEFAULT_FLAG_WP | features::MISSING_SHMEM | features::WP_HUGETLBFS_SHMEM,
+        )
+        .unwrap();
+        u.register(r.as_ptr() as u64, r.len() as u64, mode::MISSING | mode::WP)
+            .unwrap();
+        let mem = SharedFile::new(r.dup_fd().unwrap(), r.as_ptr() as u64, pages).unwrap();
+        let tier = store();
+        let m = Arc::new(
+            TierManager::start(
+                u,
+                Box::new(mem),
+                tier.clone(),
+                Box::new(NoPlacement),
+                TierConfig::new(7),
+            )
+            .unwrap(),
+        );
+        write_all(r.as_ptr(), pages, 9);
+        m.evict(&(0..pages).collect::<Vec<_>>());
+        m.wait_evictions();
+        assert_eq!(tier.stats().pages, pages as u64);
+        let other = m.clone();
+        if discard {
+            m.discard_when_dropped();
+        }
+        drop(m);
+        assert_eq!(tier.stats().pages, pages as u64, "dropped while still held");
+        drop(other);
+        assert_eq!(tier.stats().pages, 0);
+        if discard {
+            // Unregistered and not brought back: the holes read as zeros.
+            assert!(page_slice(r.as_ptr(), 5).iter().all(|&b| b == 0));
+        } else {
+            check_all(r.as_ptr(), pages, 9);
+        }
+    }
+}
+
 /// A region handed over again (a process giving its memfd region to an agent that
 /// restarted): the manager takes the pages the memfd holds as resident, places each
 /// as if it had just faulted in, and evicts what the allocation cannot hold; holes
