@@ -12,7 +12,7 @@ use memcolo_tier::compressed::CompressedStore;
 use memcolo_tier::manager::{NoPlacement, Placement, TierConfig, TierManager};
 use memcolo_tier::memserver::MemServer;
 use memcolo_tier::placement::MaxMemPlacement;
-use memcolo_tier::region::{AnonRegion, MemfdRegion, RegionMemory, SharedFile, PAGE};
+use memcolo_tier::region::{AnonRegion, MemfdRegion, RegionMemory, PAGE};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
 use memcolo_tier::uffd::{features, mode, Uffd};
 use memcolo_tier::{PageKey, SlowTier, TierError, TierStats};
@@ -170,15 +170,9 @@ fn memfd_pages_evicted_and_faulted_back_byte_identical() {
     }
     let pages = 256;
     let r = MemfdRegion::new(pages).unwrap();
-    let u = Uffd::open(
-        features::PAGEFAULT_FLAG_WP | features::MISSING_SHMEM | features::WP_HUGETLBFS_SHMEM,
-    )
-    .unwrap();
-    u.register(r.as_ptr() as u64, r.len() as u64, mode::MISSING | mode::WP)
-        .unwrap();
     // The manager reaches the pages through its own mapping of the memfd, as the
     // agent does for another process.
-    let mem = SharedFile::new(r.dup_fd().unwrap(), r.as_ptr() as u64, pages).unwrap();
+    let (u, mem) = memfd_under_uffd(&r);
     let m = TierManager::start(
         u,
         Box::new(mem),
@@ -296,13 +290,7 @@ fn manager_dropped_last_discards_when_told() {
     for discard in [true, false] {
         let pages = 64;
         let r = MemfdRegion::new(pages).unwrap();
-        let u = Uffd::open(
-            features::PAGEFAULT_FLAG_WP | features::MISSING_SHMEM | features::WP_HUGETLBFS_SHMEM,
-        )
-        .unwrap();
-        u.register(r.as_ptr() as u64, r.len() as u64, mode::MISSING | mode::WP)
-            .unwrap();
-        let mem = SharedFile::new(r.dup_fd().unwrap(), r.as_ptr() as u64, pages).unwrap();
+        let (u, mem) = memfd_under_uffd(&r);
         let tier = store();
         let m = Arc::new(
             TierManager::start(
@@ -352,14 +340,8 @@ fn memfd_region_holding_data_is_taken_over() {
     for &p in &written {
         fill(page_slice(r.as_ptr(), p), p, 5);
     }
-    let mem = SharedFile::new(r.dup_fd().unwrap(), r.as_ptr() as u64, pages).unwrap();
+    let (u, mem) = memfd_under_uffd(&r);
     assert_eq!(mem.present_runs().unwrap(), vec![(0, 100), (150, 50)]);
-    let u = Uffd::open(
-        features::PAGEFAULT_FLAG_WP | features::MISSING_SHMEM | features::WP_HUGETLBFS_SHMEM,
-    )
-    .unwrap();
-    u.register(r.as_ptr() as u64, r.len() as u64, mode::MISSING | mode::WP)
-        .unwrap();
     let policy = Arc::new(Mutex::new(MaxMem::new(MaxMemConfig::with_capacity(
         64,
         PAGE as u64,
@@ -900,13 +882,7 @@ fn production_mix_memfd() {
         return;
     }
     let r = MemfdRegion::new(256).unwrap();
-    let u = Uffd::open(
-        features::PAGEFAULT_FLAG_WP | features::MISSING_SHMEM | features::WP_HUGETLBFS_SHMEM,
-    )
-    .unwrap();
-    u.register(r.as_ptr() as u64, r.len() as u64, mode::MISSING | mode::WP)
-        .unwrap();
-    let mem = SharedFile::new(r.dup_fd().unwrap(), r.as_ptr() as u64, 256).unwrap();
+    let (u, mem) = memfd_under_uffd(&r);
     production_mix(Box::new(mem), u, r.as_ptr(), false);
 }
 

@@ -13,7 +13,7 @@ use memcolo_policy::maxmem::{MaxMem, MaxMemConfig, Tier};
 use memcolo_tier::compressed::CompressedStore;
 use memcolo_tier::manager::{ManagerStats, Placement, TierConfig, TierManager};
 use memcolo_tier::placement::MaxMemPlacement;
-use memcolo_tier::region::{AnonRegion, MemfdRegion, RegionMemory, SharedFile, PAGE};
+use memcolo_tier::region::{AnonRegion, MemfdRegion, RegionMemory, PAGE};
 use memcolo_tier::uffd::{features, mode, Uffd};
 use memcolo_tier::SlowTier;
 use std::sync::{Arc, Mutex};
@@ -34,15 +34,7 @@ impl Region {
     fn new(memfd: bool, pages: usize) -> (Region, Uffd, Box<dyn RegionMemory>) {
         if memfd {
             let r = MemfdRegion::new(pages).unwrap();
-            let u = Uffd::open(
-                features::PAGEFAULT_FLAG_WP
-                    | features::MISSING_SHMEM
-                    | features::WP_HUGETLBFS_SHMEM,
-            )
-            .unwrap();
-            u.register(r.as_ptr() as u64, r.len() as u64, mode::MISSING | mode::WP)
-                .unwrap();
-            let mem = SharedFile::new(r.dup_fd().unwrap(), r.as_ptr() as u64, pages).unwrap();
+            let (u, mem) = memfd_under_uffd(&r);
             (Region::Memfd(r), u, Box::new(mem))
         } else {
             let r = AnonRegion::new(pages).unwrap();

@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use memcolo_tier::manager::{ManagerStats, TierManager};
-use memcolo_tier::uffd;
+use memcolo_tier::region::{MemfdRegion, SharedFile};
+use memcolo_tier::uffd::{self, features, mode, Uffd};
 use std::time::{Duration, Instant};
 
 /// Whether this process may use userfaultfd (root, or vm.unprivileged_userfaultfd =
@@ -35,4 +36,18 @@ pub fn settle(m: &TierManager, ok: impl Fn(&ManagerStats) -> bool) -> ManagerSta
         );
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// A memfd region registered with a fresh userfaultfd (MISSING and WP, with the
+/// shmem features), and the manager's way to its pages: its own descriptor of the
+/// memfd, as the agent reaches another process's region.
+pub fn memfd_under_uffd(r: &MemfdRegion) -> (Uffd, SharedFile) {
+    let u = Uffd::open(
+        features::PAGEFAULT_FLAG_WP | features::MISSING_SHMEM | features::WP_HUGETLBFS_SHMEM,
+    )
+    .unwrap();
+    u.register(r.as_ptr() as u64, r.len() as u64, mode::MISSING | mode::WP)
+        .unwrap();
+    let mem = SharedFile::new(r.dup_fd().unwrap(), r.as_ptr() as u64, r.pages()).unwrap();
+    (u, mem)
 }
