@@ -62,6 +62,71 @@ fn proc_of(st: &serde_json::Value, pid: u32) -> Option<serde_json::Value> {
         .cloned()
 }
 
+/// Sets `pid`'s target through `memcolo tier target`.
+fn set_target(memcolo: &Path, sock: &Path, pid: u32, t_miss: &str) {
+    let o = Command::new(memcolo)
+        .args([
+            "tier",
+            "target",
+            "--pid",
+            &pid.to_string(),
+            "--t-miss",
+            t_miss,
+            "--socket",
+        ])
+        .arg(sock)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `tier_semantics` started, paused after "MAPPED" (its region written and handed to
+/// the agent).
+struct Program {
+    child: Kill,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Program {
+    fn start(mut c: Command) -> Self {
+        let mut child = Kill(
+            c.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut out = BufReader::new(child.0.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with("MAPPED"), "{line:?}");
+        Program { child, out }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    /// Lets it check every page and the region's semantics, waits for it, asserts
+    /// it passed ("OK"), and returns its stderr.
+    fn finish(mut self) -> String {
+        writeln!(self.child.0.stdin.as_mut().unwrap(), "go").unwrap();
+        let mut rest = String::new();
+        self.out.read_to_string(&mut rest).unwrap();
+        let st = self.child.0.wait().unwrap();
+        let mut err = String::new();
+        self.child
+            .0
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(st.success() && rest.contains("OK"), "{rest} {err}");
+        err
+    }
+}
+
 fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ok() {
@@ -147,18 +212,8 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     // 1. A C program's region: semantics, status, t_miss changed live.
     let mut c = Command::new(&prog);
     env(&mut c);
-    let mut child = Kill(
-        c.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let pid = child.0.id();
-    let mut out = BufReader::new(child.0.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("MAPPED"), "{line:?}");
+    let child = Program::start(c);
+    let pid = child.pid();
     let st = status(&memcolo, &sock);
     let p = proc_of(&st, pid).expect("the program's region is managed");
     assert_eq!(p["t_miss"], 0.2);
@@ -169,37 +224,12 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     // (Fast memory may pass the allotment for a while: a victim being sampled when
     // its eviction comes is kept, and demoted at a later epoch.)
     assert!(p["fast_bytes"].as_u64().unwrap() <= 12 << 20, "{p}");
-    let o = Command::new(&memcolo)
-        .args([
-            "tier",
-            "target",
-            "--pid",
-            &pid.to_string(),
-            "--t-miss",
-            "0.5",
-            "--socket",
-        ])
-        .arg(&sock)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    set_target(&memcolo, &sock, pid, "0.5");
     assert_eq!(
         proc_of(&status(&memcolo, &sock), pid).unwrap()["t_miss"],
         0.5
     );
-    writeln!(child.0.stdin.as_mut().unwrap(), "go").unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    let st_child = child.0.wait().unwrap();
-    let mut err = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(st_child.success() && rest.contains("OK"), "{rest} {err}");
+    let err = child.finish();
     assert!(err.contains("mremap of a tiered region refused"), "{err}");
     wait_until("the region to leave", Duration::from_secs(10), || {
         proc_of(&status(&memcolo, &sock), pid).is_none()
@@ -232,35 +262,12 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     //    its semantics as in 1.
     let mut c = Command::new(&prog);
     env(&mut c);
-    let mut survivor = Kill(
-        c.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let spid = survivor.0.id();
-    let mut out = BufReader::new(survivor.0.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("MAPPED"), "{line:?}");
+    let survivor = Program::start(c);
+    let spid = survivor.pid();
     assert!(proc_of(&status(&memcolo, &sock), spid)
         .is_some_and(|p| { p["slow_bytes"].as_u64().unwrap_or(0) > 0 }));
     // A target changed live goes with the region to the new agent.
-    let o = Command::new(&memcolo)
-        .args([
-            "tier",
-            "target",
-            "--pid",
-            &spid.to_string(),
-            "--t-miss",
-            "0.4",
-            "--socket",
-        ])
-        .arg(&sock)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    set_target(&memcolo, &sock, spid, "0.4");
     // SAFETY: signalling our own child.
     assert_eq!(
         unsafe { libc::kill(agent.0.id() as libc::pid_t, libc::SIGTERM) },
@@ -285,19 +292,7 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
         proc_of(&status(&memcolo, &sock), spid).unwrap()["t_miss"],
         0.4
     );
-    writeln!(survivor.0.stdin.as_mut().unwrap(), "go").unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    let st_survivor = survivor.0.wait().unwrap();
-    let mut err = String::new();
-    survivor
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(st_survivor.success() && rest.contains("OK"), "{rest} {err}");
+    let err = survivor.finish();
     assert!(err.contains("handed to the agent again"), "{err}");
     wait_until(
         "the region to leave the new agent",
