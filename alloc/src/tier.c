@@ -364,6 +364,14 @@ static int hand_over(uintptr_t p, size_t len, int memfd, int *uffd_out) {
   return 0;
 }
 
+/* tier_unregister of the region at start, answered once the agent no longer touches
+ * it (its pages are not brought back). */
+static void unregister_at(uintptr_t start) {
+  char line[120], reply[512];
+  snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_unregister\",\"start\":%lu}\n", (unsigned long)start);
+  request(line, NULL, 0, reply, sizeof reply);
+}
+
 static void *tier_map(size_t len, int flags) {
   len = (len + MC_TIER_PAGE - 1) & ~(MC_TIER_PAGE - 1);
   int memfd = (int)syscall(SYS_memfd_create, "memcolo-tier", MFD_CLOEXEC);
@@ -390,9 +398,7 @@ static void *tier_map(size_t len, int flags) {
   pthread_mutex_unlock(&T.lock);
   if (slot) return p;
   /* No slot: hand it back (the agent forgets it) and map plainly. */
-  char line[120], reply[512];
-  snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_unregister\",\"start\":%lu}\n", (unsigned long)(uintptr_t)p);
-  request(line, NULL, 0, reply, sizeof reply);
+  unregister_at((uintptr_t)p);
   close(uffd);
   raw_munmap(p, len);
   close(memfd);
@@ -402,9 +408,10 @@ static void *tier_map(size_t len, int flags) {
 /* After a clean stop of the agent: hands every region released to plain memory to
  * the next agent that listens, retrying 100 ms doubling to 5 s while any is left.
  * Runs on the reader thread of the connection that ended. Each region is handed over
- * under handover_lock, which munmap takes first: the range cannot be unmapped (and
- * something else mapped there, or its memfd closed and the number reused) between
- * the look at the table and the agent's answer. */
+ * under handover_lock, which munmap of a tiered range takes first: the range cannot
+ * be unmapped (and something else mapped there, or its memfd closed and the number
+ * reused) between the look at the table and the agent's answer, so the slot read is
+ * still the region when the answer comes. */
 static void hand_over_again(void) {
   unsigned delay_ms = 100;
   for (;;) {
@@ -412,7 +419,8 @@ static void hand_over_again(void) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
     int left = 0;
-    for (int i = 0; i < MC_TIER_MAX_REGIONS; i++) {
+    for (int i = 0; i < MC_TIER_MAX_REGIONS && left == 0; i++) {
+      pthread_mutex_lock(&T.handover_lock);
       pthread_mutex_lock(&T.lock);
       mc_tier_region_t r = T.regions[i];
       int want = r.used && !r.managed && !r.stay_plain && r.memfd >= 0;
@@ -422,44 +430,21 @@ static void hand_over_again(void) {
         want = 0;
       }
       pthread_mutex_unlock(&T.lock);
-      if (!want) continue;
-      pthread_mutex_lock(&T.handover_lock);
-      pthread_mutex_lock(&T.lock);
-      r = T.regions[i];
-      want = r.used && !r.managed && !r.stay_plain && r.memfd >= 0 && r.unmapped == 0;
-      pthread_mutex_unlock(&T.lock);
-      if (!want) {
-        pthread_mutex_unlock(&T.handover_lock);
-        continue;
+      int uffd = -1, rc = want ? hand_over(r.start, r.len, r.memfd, &uffd) : -1;
+      if (want && rc == -2) {
+        left++; /* no agent yet: all of them later */
+      } else if (want) {
+        pthread_mutex_lock(&T.lock);
+        if (rc == 0) {
+          T.regions[i].uffd = uffd;
+          T.regions[i].managed = 1;
+        } else {
+          T.regions[i].stay_plain = 1;
+        }
+        pthread_mutex_unlock(&T.lock);
+        if (rc == 0) say("memcolo: a tiered region of %zu bytes handed to the agent again\n", r.len);
       }
-      int uffd = -1;
-      int rc = hand_over(r.start, r.len, r.memfd, &uffd);
-      if (rc == -2) {
-        pthread_mutex_unlock(&T.handover_lock);
-        left++;
-        break; /* no agent yet: all of them later */
-      }
-      pthread_mutex_lock(&T.lock);
-      mc_tier_region_t *now = &T.regions[i];
-      int same = now->used && now->start == r.start && !now->managed;
-      if (rc == 0 && same) {
-        now->uffd = uffd;
-        now->managed = 1;
-      } else if (rc != 0 && same) {
-        now->stay_plain = 1;
-      }
-      pthread_mutex_unlock(&T.lock);
       pthread_mutex_unlock(&T.handover_lock);
-      if (rc == 0 && !same) {
-        /* Unmapped while it was being handed over: the agent lets it go. */
-        char line[120], reply[512];
-        snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_unregister\",\"start\":%lu}\n",
-                 (unsigned long)r.start);
-        request(line, NULL, 0, reply, sizeof reply);
-        close(uffd);
-      } else if (rc == 0) {
-        say("memcolo: a tiered region of %zu bytes handed to the agent again\n", r.len);
-      }
     }
     if (left == 0) return;
     if (delay_ms < 5000) delay_ms = delay_ms * 2 > 5000 ? 5000 : delay_ms * 2;
@@ -524,10 +509,7 @@ MC_TIER_API int munmap(void *addr, size_t len) {
   pthread_mutex_unlock(&T.lock);
   if (whole) {
     if (copy.managed) {
-      char line[120], reply[512];
-      snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_unregister\",\"start\":%lu}\n",
-               (unsigned long)copy.start);
-      request(line, NULL, 0, reply, sizeof reply);
+      unregister_at(copy.start);
       close(copy.uffd);
     }
     if (copy.memfd >= 0) close(copy.memfd);
