@@ -122,7 +122,7 @@ def parse_variants(specs, ap):
     out = {}
     for spec in specs:
         name, sep, rest = spec.partition(":")
-        if not sep or not name.startswith("maxmem-") or name in ("maxmem-change",):
+        if not sep or not name.startswith("maxmem-") or name == "maxmem-change":
             ap.error("--variant %r: want NAME:KEY=VALUE[,KEY=VALUE] with NAME maxmem-<something>" % spec)
         pairs = []
         for kv in rest.split(","):
@@ -491,7 +491,7 @@ def convergence_rows(by):
                     "placed, `arrival_lower_bound`) | %s epochs growing at the cap (to %.0f MiB); %s holding "
                     "once the measured ratio meets t_miss (at %.0f MiB) | — | %s |" % (
                         fast, grown / 256, held, at / 256,
-                        "the target is out of reach at this cap" if (fast or 99) > 10 else "within reach"))
+                        "the target is out of reach at this cap" if fast is None or fast > 10 else "within reach"))
     chg = [r["t_miss_change"] for r in by.get("maxmem-change", []) if r.get("t_miss_change")]
     if chg:
         ep = [c.get("epochs_to_target") for c in chg]
