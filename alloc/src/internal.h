@@ -350,6 +350,7 @@ size_t mc_pool_drain(void);
 void mc_reserve_suspend(uint64_t hold_ms);  /* off now, back on after hold_ms (top) */
 void mc_reserve_yield_point(void);          /* between pre-fault steps: sleeps while the app waits for our CPU */
 void mc_mgmt_maybe_start(void);             /* management thread without reservation */
+void mc_mgmt_autostart_off(void);            /* tests that drive the release clock themselves */
 #define MC_MGMT_AUTOSTART_HP 4
 bool mc_reserve_suspended(void);
 

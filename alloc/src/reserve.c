@@ -780,6 +780,11 @@ void mc_mgmt_maybe_start(void) {
   if (!mc_mgmt_start()) mc_mgmt_no_autostart = 1;
 }
 
+/* Unit tests that move the release clock by hand (mc_fake_now_ms) and tick the
+ * release themselves: a management thread started behind them would run the periodic
+ * release on the same fake clock and change the free memory they count. */
+void mc_mgmt_autostart_off(void) { mc_mgmt_no_autostart = 1; }
+
 void mc_reserve_start(void) {
   mc_ensure_init();
   mc_reserve_on = 1;
