@@ -285,6 +285,17 @@ impl SlowTier for CompressedStore {
         Ok(n)
     }
 
+    /// Scans the shards one at a time, each under its lock.
+    fn list_region(&self, region: u64) -> Result<Vec<u64>, TierError> {
+        let mut pages = Vec::new();
+        for shard in self.shards.iter() {
+            let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            pages.extend(map.keys().filter(|k| k.region == region).map(|k| k.page));
+        }
+        pages.sort_unstable();
+        Ok(pages)
+    }
+
     fn stats(&self) -> TierStats {
         TierStats {
             pages: self.pages.load(Ordering::Relaxed),
@@ -369,6 +380,36 @@ mod tests {
         s.remove_region(8).unwrap();
         assert_eq!(s.stats().stored_bytes, 0);
         assert_eq!(s.zero_and_raw_pages(), (0, 0));
+    }
+
+    #[test]
+    fn list_region_is_sorted_and_per_region() {
+        let s = CompressedStore::new(PAGE, 1 << 20);
+        assert!(!s.durable());
+        assert_eq!(s.list_region(5).unwrap(), Vec::<u64>::new());
+        // Indices spread over the shards, stored out of order, of every encoding.
+        let indices = [40u64, 3, u64::MAX, 0, 17, 1 << 33, 4, 1000];
+        for (i, &p) in indices.iter().enumerate() {
+            let data = match i % 3 {
+                0 => vec![0u8; PAGE],
+                1 => text_page(i as u8),
+                _ => random_page(i as u64 + 1),
+            };
+            s.store(PageKey::new(5, p), &data).unwrap();
+            s.store(PageKey::new(6, p ^ 1), &text_page(0)).unwrap();
+        }
+        // Overwriting a page lists it once.
+        s.store(PageKey::new(5, 17), &text_page(9)).unwrap();
+        let mut want = indices.to_vec();
+        want.sort_unstable();
+        assert_eq!(s.list_region(5).unwrap(), want);
+        assert_eq!(s.list_region(6).unwrap().len(), indices.len());
+        assert!(s.remove(PageKey::new(5, 17)).unwrap());
+        want.retain(|&p| p != 17);
+        assert_eq!(s.list_region(5).unwrap(), want);
+        s.remove_region(5).unwrap();
+        assert_eq!(s.list_region(5).unwrap(), Vec::<u64>::new());
+        assert_eq!(s.list_region(6).unwrap().len(), indices.len());
     }
 
     #[test]

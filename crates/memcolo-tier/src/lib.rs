@@ -35,6 +35,8 @@
 //! - [`region`]: managed regions and how a manager reads and drops their pages.
 //! - [`manager`]: the tier manager of one region.
 //! - [`sampler`]: the fast-tier access estimator.
+//! - [`shadow`]: what a region keeps outside the agent so that a new agent can take it
+//!   over after a crash.
 //! - [`placement`]: the MaxMem policy as a manager's placement.
 //! - [`node`]: regions of several processes sharing one fast tier; the epoch loop.
 //! - [`numa`]: the NUMA backend (CPU-less memory nodes, `move_pages`), tested with fakes.
@@ -49,6 +51,7 @@ pub mod placement;
 pub mod region;
 pub mod remote;
 pub mod sampler;
+pub mod shadow;
 pub mod uffd;
 pub mod wire;
 
@@ -150,6 +153,36 @@ pub trait SlowTier: Send + Sync {
     /// # Errors
     /// Network errors of remote backends.
     fn remove_region(&self, region: u64) -> Result<u64, TierError>;
+
+    /// The indices of the pages stored for `region`, ascending, each once; empty if
+    /// the tier holds nothing of `region`. This is how a restarted tier manager finds
+    /// the pages its predecessor left in a [durable](SlowTier::durable) tier. Pages
+    /// stored or removed while the listing runs may or may not be in it; every other
+    /// page is.
+    ///
+    /// Cost: the compressed store scans every shard under its lock, one shard at a
+    /// time (O(pages held) for any region); the remote tier sends one request per
+    /// [`wire::LIST_MAX_PAGES`] indices (one for regions up to 2 GiB of 4 KiB pages),
+    /// each retried within [`remote::RemoteConfig::retry_bound`].
+    ///
+    /// # Errors
+    /// For remote backends the network errors of [`SlowTier::store`], and
+    /// [`TierError::Protocol`] if the server's listing is not ascending or longer
+    /// than asked.
+    fn list_region(&self, region: u64) -> Result<Vec<u64>, TierError>;
+
+    /// Whether the pages stored survive the death of the process holding this
+    /// `SlowTier` (a crash of the agent), so that a process started after it can find
+    /// them with [`SlowTier::list_region`] and load them. `false` for the compressed
+    /// store (its pages live in this process's memory), `true` for the remote tier
+    /// (they live in the memory server's process, which keeps a region's pages when
+    /// the connections that stored them close; see [`memserver`]). Not durable
+    /// against the death of the memory server itself.
+    ///
+    /// Default: `false`.
+    fn durable(&self) -> bool {
+        false
+    }
 
     /// Counters since creation.
     fn stats(&self) -> TierStats;

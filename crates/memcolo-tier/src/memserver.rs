@@ -10,10 +10,18 @@
 //! corruption in transit by the client.
 //!
 //! One thread per connection; a connection serves pipelined requests in order and
-//! flushes its answers whenever no request is waiting in its buffer. The server keeps
-//! its pages in memory only: if it is killed, its pages are gone, and clients get
-//! [`TierError::Unreachable`] (while it is down) or [`TierError::NotFound`] (from a
-//! restarted, empty server), never zeros.
+//! flushes its answers whenever no request is waiting in its buffer.
+//!
+//! **Pages belong to regions, not to connections.** Nothing is dropped when a
+//! connection closes, cleanly or not: the pages a client stored stay in the backend
+//! until some client removes them (remove, remove region), so an agent that crashed
+//! can be restarted, connect again, list its regions' pages (op 7, list region, paged
+//! by [`wire::LIST_MAX_PAGES`] indices) and load them. A client that will not come
+//! back leaves its pages behind until they are removed.
+//!
+//! The server keeps its pages in memory only: if it is killed, its pages are gone,
+//! and clients get [`TierError::Unreachable`] (while it is down) or
+//! [`TierError::NotFound`] (from a restarted, empty server), never zeros.
 
 use crate::wire::{self, Op, Request, Response, Status};
 use crate::{checksum, SlowTier, TierError};
@@ -135,6 +143,11 @@ impl MemServerHandle {
     /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Connections open now (accepted and not yet closed by either side).
+    pub fn open_connections(&self) -> usize {
+        lock(&self.shared.conns).len()
     }
 
     /// Stops the server as if it had been killed: stops accepting, and shuts every
@@ -261,6 +274,39 @@ fn handle(req: &Request, backend: &dyn SlowTier, page: &mut [u8]) -> Response {
             Ok(n) => reply(id, Status::Ok, n.to_le_bytes().to_vec()),
             Err(e) => error_reply(id, &e),
         },
+        Op::ListRegion => {
+            let asked = match req.payload.len() {
+                0 => wire::LIST_MAX_PAGES,
+                4 => u32::from_le_bytes(req.payload[..4].try_into().expect("4 bytes")),
+                n => {
+                    return reply(
+                        id,
+                        Status::BadRequest,
+                        format!("list region: payload of {n} bytes, expected 0 or 4").into_bytes(),
+                    )
+                }
+            };
+            if asked == 0 {
+                return reply(
+                    id,
+                    Status::BadRequest,
+                    b"list region: asked for 0 indices".to_vec(),
+                );
+            }
+            let n = asked.min(wire::LIST_MAX_PAGES) as usize;
+            match backend.list_region(req.key.region) {
+                Ok(pages) => {
+                    let from = pages.partition_point(|&p| p < req.key.page);
+                    let p: Vec<u8> = pages[from..]
+                        .iter()
+                        .take(n)
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect();
+                    reply(id, Status::Ok, p)
+                }
+                Err(e) => error_reply(id, &e),
+            }
+        }
         Op::Stats => {
             let s = backend.stats();
             let p: Vec<u8> = [
@@ -276,5 +322,84 @@ fn handle(req: &Request, backend: &dyn SlowTier, page: &mut [u8]) -> Response {
             .collect();
             reply(id, Status::Ok, p)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compressed::CompressedStore;
+    use crate::PageKey;
+
+    const PAGE: usize = 64;
+
+    /// Sends `req` on a raw connection and reads the answer.
+    fn ask(stream: &TcpStream, req: &Request) -> Response {
+        let mut w = stream;
+        wire::write_request(&mut w, req).unwrap();
+        let mut r = stream;
+        wire::read_response(&mut r).unwrap()
+    }
+
+    fn list(region: u64, from: u64, payload: Vec<u8>) -> Request {
+        Request {
+            op: Op::ListRegion,
+            id: from + 1,
+            key: PageKey::new(region, from),
+            crc: checksum(&payload),
+            payload,
+        }
+    }
+
+    fn indices(resp: &Response) -> Vec<u64> {
+        assert_eq!(resp.status, Status::Ok, "{resp:?}");
+        assert_eq!(resp.crc, checksum(&resp.payload));
+        resp.payload
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn list_region_answers_pages_from_the_first_index_asked() {
+        let store = Arc::new(CompressedStore::new(PAGE, 1 << 20));
+        for p in [9u64, 2, 5, 7, 1 << 40] {
+            store.store(PageKey::new(3, p), &[p as u8; PAGE]).unwrap();
+        }
+        store.store(PageKey::new(4, 6), &[1u8; PAGE]).unwrap();
+        let h = MemServer::bind("127.0.0.1:0", store)
+            .unwrap()
+            .spawn()
+            .unwrap();
+        let c = TcpStream::connect(h.addr()).unwrap();
+        // No payload: up to LIST_MAX_PAGES indices.
+        assert_eq!(
+            indices(&ask(&c, &list(3, 0, Vec::new()))),
+            [2, 5, 7, 9, 1 << 40]
+        );
+        // A first index and a count: a page of the listing.
+        assert_eq!(
+            indices(&ask(&c, &list(3, 3, 2u32.to_le_bytes().to_vec()))),
+            [5, 7]
+        );
+        assert_eq!(
+            indices(&ask(&c, &list(3, 8, 9u32.to_le_bytes().to_vec()))),
+            [9, 1 << 40]
+        );
+        assert_eq!(
+            indices(&ask(&c, &list(3, (1 << 40) + 1, Vec::new()))),
+            Vec::<u64>::new()
+        );
+        // A region the server holds nothing of: no indices, not "not found".
+        assert_eq!(
+            indices(&ask(&c, &list(77, 0, Vec::new()))),
+            Vec::<u64>::new()
+        );
+        // Bad requests are refused and the connection stays usable.
+        let zero = ask(&c, &list(3, 0, 0u32.to_le_bytes().to_vec()));
+        assert_eq!(zero.status, Status::BadRequest);
+        let odd = ask(&c, &list(3, 0, vec![1, 2, 3]));
+        assert_eq!(odd.status, Status::BadRequest);
+        assert_eq!(indices(&ask(&c, &list(4, 0, Vec::new()))), [6]);
     }
 }

@@ -258,6 +258,16 @@ impl SharedFile {
         }
         Ok(SharedFile { fd, base, pages })
     }
+
+    /// The memfd.
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// The memfd, giving the region up.
+    pub(crate) fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
 }
 
 impl RegionMemory for SharedFile {

@@ -20,6 +20,12 @@
 //!
 //! Connections are pooled ([`RemoteConfig::max_idle_conns`] kept idle), so a fault
 //! thread and eviction workers can talk to the server at the same time.
+//!
+//! **Durability.** The pages belong to their region on the server, not to this
+//! client or its connections: they stay when the client is dropped or its process
+//! dies ([`SlowTier::durable`] is `true`), and a new `RemoteTier` finds them with
+//! [`SlowTier::list_region`] (paged by [`RemoteConfig::list_batch`] indices per
+//! request) and loads them.
 
 use crate::wire::{self, Op, Request, Response, Status};
 use crate::{checksum, PageKey, SlowTier, TierError, TierStats};
@@ -48,6 +54,10 @@ pub struct RemoteConfig {
     pub max_backoff: Duration,
     /// Idle connections kept for reuse (8).
     pub max_idle_conns: usize,
+    /// Page indices asked for per list-region request ([`wire::LIST_MAX_PAGES`],
+    /// 524 288); larger values are asked as that, 0 as 1. A region of more pages is
+    /// listed in several requests.
+    pub list_batch: u32,
 }
 
 impl RemoteConfig {
@@ -62,6 +72,7 @@ impl RemoteConfig {
             backoff: Duration::from_millis(50),
             max_backoff: Duration::from_millis(800),
             max_idle_conns: 8,
+            list_batch: wire::LIST_MAX_PAGES,
         }
     }
 
@@ -468,6 +479,65 @@ impl SlowTier for RemoteTier {
         Ok(u64::from_le_bytes(b))
     }
 
+    /// Asks [`RemoteConfig::list_batch`] indices at a time, from index 0, until an
+    /// answer is shorter than asked; each request is retried within the bound.
+    fn list_region(&self, region: u64) -> Result<Vec<u64>, TierError> {
+        let batch = self.cfg.list_batch.clamp(1, wire::LIST_MAX_PAGES);
+        let mut pages: Vec<u64> = Vec::new();
+        let mut from = 0u64;
+        loop {
+            let key = PageKey::new(region, from);
+            let resp = self.call(|c| {
+                let resp = self.round_trip(c, Op::ListRegion, key, batch.to_le_bytes().to_vec())?;
+                let actual = checksum(&resp.payload);
+                if actual != resp.crc {
+                    // Damaged in transit: ask again on a fresh connection.
+                    return Err(Failed::Retry(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "listing of region {region} from page {from} damaged in transit (CRC-32 {:#010x}, read {actual:#010x})",
+                            resp.crc
+                        ),
+                    )));
+                }
+                Ok(resp)
+            })?;
+            let p = &resp.payload;
+            if p.len() % 8 != 0 || p.len() / 8 > batch as usize {
+                return Err(self.protocol(format!(
+                    "listing of region {region} of {} bytes, asked for at most {batch} indices",
+                    p.len()
+                )));
+            }
+            let got = p.len() / 8;
+            for b in p.chunks_exact(8) {
+                let page = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                let ascending = match pages.last() {
+                    Some(&last) => page > last,
+                    None => true,
+                };
+                if page < from || !ascending {
+                    return Err(self.protocol(format!(
+                        "listing of region {region} from page {from} holds page {page} out of order"
+                    )));
+                }
+                pages.push(page);
+            }
+            if got < batch as usize {
+                return Ok(pages);
+            }
+            match pages.last().and_then(|l| l.checked_add(1)) {
+                Some(next) => from = next,
+                None => return Ok(pages), // Listed up to page u64::MAX.
+            }
+        }
+    }
+
+    /// `true`: the pages live in the memory server's process (module docs).
+    fn durable(&self) -> bool {
+        true
+    }
+
     /// Client-side counters; `pages` and `stored_bytes` are the server's business
     /// and read 0 here: see [`RemoteTier::server_stats`].
     fn stats(&self) -> TierStats {
@@ -644,6 +714,92 @@ mod tests {
         );
         assert_eq!(t.stats().retries, 2);
         assert_eq!(t.stats().corrupt, 3);
+    }
+
+    /// A server that answers hellos properly and every list-region request with
+    /// `listing` as its payload, under a CRC-32 flipped if `damaged`.
+    fn listing_server(listing: Vec<u8>, damaged: bool) -> std::net::SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { return };
+                let listing = listing.clone();
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(s.try_clone().unwrap());
+                    let mut w = s;
+                    while let Ok(Some(req)) = wire::read_request(&mut r) {
+                        let payload = match req.op {
+                            Op::ListRegion => listing.clone(),
+                            _ => req.payload.clone(),
+                        };
+                        let resp = Response {
+                            status: Status::Ok,
+                            id: req.id,
+                            crc: checksum(&payload) ^ u32::from(damaged),
+                            payload,
+                        };
+                        if wire::write_response(&mut w, &resp).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn le(indices: &[u64]) -> Vec<u8> {
+        indices.iter().flat_map(|p| p.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn malformed_listings_are_protocol_errors() {
+        let cases = [
+            ("descending", le(&[4, 3])),
+            ("repeated", le(&[4, 4])),
+            ("more than asked", le(&[1, 2, 3, 4, 5])),
+            ("not whole u64s", vec![1u8; 7]),
+        ];
+        for (what, listing) in cases {
+            let t = RemoteTier::connect(RemoteConfig {
+                list_batch: 4,
+                ..quick(listing_server(listing, false))
+            })
+            .unwrap();
+            match t.list_region(1) {
+                Err(TierError::Protocol { reason, .. }) => {
+                    assert!(reason.contains("listing of region 1"), "{what}: {reason}")
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+            assert_eq!(t.stats().retries, 0, "{what}");
+        }
+        // A well-formed short listing from a fake server is taken as it is.
+        let t = RemoteTier::connect(RemoteConfig {
+            list_batch: 4,
+            ..quick(listing_server(le(&[2, 9]), false))
+        })
+        .unwrap();
+        assert_eq!(t.list_region(1).unwrap(), [2, 9]);
+    }
+
+    #[test]
+    fn damaged_listing_is_retried_then_given_up() {
+        let t = RemoteTier::connect(quick(listing_server(le(&[1, 2]), true))).unwrap();
+        match t.list_region(3) {
+            Err(TierError::Unreachable {
+                attempts, source, ..
+            }) => {
+                assert_eq!(attempts, 3);
+                assert!(
+                    source.to_string().contains("damaged in transit"),
+                    "{source}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t.stats().retries, 2);
     }
 
     #[test]

@@ -6,11 +6,11 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0..4 | magic `MCM1` |
-//! | 4 | op: 1 hello, 2 store, 3 load, 4 remove, 5 remove region, 6 stats |
+//! | 4 | op: 1 hello, 2 store, 3 load, 4 remove, 5 remove region, 6 stats, 7 list region |
 //! | 5..8 | zero |
 //! | 8..16 | request id (echoed in the response) |
 //! | 16..24 | region |
-//! | 24..32 | page |
+//! | 24..32 | page (list region: the first page index to list) |
 //! | 32..36 | payload length |
 //! | 36..40 | CRC-32 of the payload (store: of the page) |
 //!
@@ -29,6 +29,18 @@
 //! store sends the page; load gets the page; remove gets one byte (1 if a page was
 //! removed); remove region gets the count (u64); stats gets six u64 counters (pages,
 //! stored bytes, stores, loads, corrupt, retries); errors get a UTF-8 message.
+//!
+//! List region (op 7) names the region in the header's region field and the first
+//! page index wanted in its page field (0 to start), and sends either no payload or
+//! the most indices wanted (u32, at least 1). The answer's payload is the indices of
+//! the pages the server holds for the region that are ≥ the first index asked,
+//! ascending, as u64 each: at most the number asked and never more than
+//! [`LIST_MAX_PAGES`] (524 288, which fill [`MAX_PAYLOAD`]); no payload in the
+//! request means [`LIST_MAX_PAGES`]. An answer shorter than the number asked is the
+//! end of the listing; a full answer may be followed by more: the client asks again
+//! from its last index + 1. The answer's CRC-32 covers the payload, as for every
+//! answer. Listing a region the server holds nothing of answers no indices, not
+//! "not found".
 
 use crate::PageKey;
 use std::io::{self, Read, Write};
@@ -36,7 +48,10 @@ use std::io::{self, Read, Write};
 /// Frame magic and protocol version.
 pub(crate) const MAGIC: [u8; 4] = *b"MCM1";
 /// Largest payload accepted, bytes (a 2 MiB huge page with room to spare).
-pub(crate) const MAX_PAYLOAD: u32 = 4 << 20;
+pub const MAX_PAYLOAD: u32 = 4 << 20;
+/// Most page indices one list-region answer carries: as many u64 as fill
+/// [`MAX_PAYLOAD`] (524 288, i.e. 2 GiB of 4 KiB pages).
+pub const LIST_MAX_PAGES: u32 = MAX_PAYLOAD / 8;
 
 /// Request operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +62,7 @@ pub(crate) enum Op {
     Remove = 4,
     RemoveRegion = 5,
     Stats = 6,
+    ListRegion = 7,
 }
 
 impl Op {
@@ -58,6 +74,7 @@ impl Op {
             4 => Op::Remove,
             5 => Op::RemoveRegion,
             6 => Op::Stats,
+            7 => Op::ListRegion,
             _ => return None,
         })
     }
@@ -186,6 +203,7 @@ pub(crate) fn read_response(r: &mut impl Read) -> io::Result<Response> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checksum;
 
     #[test]
     fn frames_round_trip() {
@@ -203,11 +221,40 @@ mod tests {
         assert_eq!(read_request(&mut rd).unwrap(), Some(req));
         assert_eq!(read_request(&mut rd).unwrap(), None);
 
+        let list = Request {
+            op: Op::ListRegion,
+            id: 78,
+            key: PageKey::new(3, 1 << 40),
+            crc: checksum(&[]),
+            payload: Vec::new(),
+        };
+        let mut buf = Vec::new();
+        write_request(&mut buf, &list).unwrap();
+        assert_eq!(buf.len(), 40);
+        assert_eq!(buf[4], 7);
+        assert_eq!(read_request(&mut &buf[..]).unwrap(), Some(list));
+
         let resp = Response {
             status: Status::Full,
             id: 77,
             crc: 5,
             payload: b"full".to_vec(),
+        };
+        let mut buf = Vec::new();
+        write_response(&mut buf, &resp).unwrap();
+        assert_eq!(read_response(&mut &buf[..]).unwrap(), resp);
+    }
+
+    #[test]
+    fn a_full_listing_fits_the_largest_payload() {
+        let indices: Vec<u8> = (0..u64::from(LIST_MAX_PAGES))
+            .flat_map(|p| p.to_le_bytes())
+            .collect();
+        let resp = Response {
+            status: Status::Ok,
+            id: 1,
+            crc: checksum(&indices),
+            payload: indices,
         };
         let mut buf = Vec::new();
         write_response(&mut buf, &resp).unwrap();

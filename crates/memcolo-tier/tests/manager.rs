@@ -634,6 +634,9 @@ impl SlowTier for Damaging {
     fn remove_region(&self, region: u64) -> Result<u64, TierError> {
         self.inner.remove_region(region)
     }
+    fn list_region(&self, region: u64) -> Result<Vec<u64>, TierError> {
+        self.inner.list_region(region)
+    }
     fn stats(&self) -> TierStats {
         self.inner.stats()
     }
