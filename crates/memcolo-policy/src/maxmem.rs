@@ -1208,6 +1208,23 @@ impl MaxMem {
         Ok(tier)
     }
 
+    /// `page` was found in the slow tier without a fault or an eviction this policy
+    /// saw (a region taken over after the process that managed it died): recorded
+    /// there, in the coldest bin. A page already known keeps its tier.
+    ///
+    /// # Errors
+    /// [`PolicyError::UnknownProcess`].
+    pub fn insert_slow(&mut self, pid: Pid, page: PageId) -> Result<(), PolicyError> {
+        let p = self
+            .procs
+            .get_mut(&pid)
+            .ok_or(PolicyError::UnknownProcess { pid })?;
+        if !p.pages.contains_key(&page) {
+            p.insert(page, Tier::Slow);
+        }
+        Ok(())
+    }
+
     /// The caller says where `page` really is (e.g. a migration it could not carry
     /// out). A page that lands in fast memory above the process's allocation takes a
     /// page from the free pool if there is one, and is otherwise demoted in a later

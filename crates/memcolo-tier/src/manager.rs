@@ -128,6 +128,7 @@
 
 use crate::region::{RegionMemory, PAGE};
 use crate::sampler::{choose, choose_by_rejection, pages_for_fmmr_error, Rng, WindowEstimate};
+use crate::shadow::Shadow;
 use crate::uffd::{Event, Uffd};
 use crate::{checksum, PageKey, SlowTier, TierError};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -157,6 +158,10 @@ pub trait Placement: Send {
     /// `page` was touched while on probation: a second chance (the policy moves it
     /// behind every other page of its bin). The default does nothing.
     fn second_chance(&mut self, _page: usize) {}
+    /// `page` was found in the slow tier when the region was recovered after its
+    /// manager died ([`TierManager::recover`]): the policy counts it as slow. The
+    /// default does nothing.
+    fn found_slow(&mut self, _page: usize) {}
 }
 
 /// A placement that never asks for evictions (the owner evicts explicitly).
@@ -301,6 +306,9 @@ pub struct ManagerStats {
     /// again, e.g. to an agent that restarted), taken as resident and placed as if
     /// each had just faulted in.
     pub adopted_pages: u64,
+    /// Pages found in the slow tier when the region was recovered after its agent
+    /// died ([`TierManager::recover`]).
+    pub recovered_stored_pages: u64,
     /// Pages on probation now (unmapped next victims kept in local memory; counted
     /// in `resident_pages`).
     pub probation_pages: u64,
@@ -405,7 +413,10 @@ struct Window {
 
 struct Table {
     st: Vec<St>,
-    crc: Vec<u32>,
+    /// The CRC-32 of each stored page, taken when it was stored; `None` for a page
+    /// recovered from the slow tier after an agent died (its backend's checksum
+    /// still guards it).
+    crc: Vec<Option<u32>>,
     /// Pages held in local memory (mapped, sampled, or on probation).
     resident: u64,
     stored: u64,
@@ -461,6 +472,7 @@ struct Counters {
     lost: AtomicU64,
     freed: AtomicU64,
     adopted: AtomicU64,
+    recovered_stored: AtomicU64,
     probation_entries: AtomicU64,
     probation_hits: AtomicU64,
     probation_evictions: AtomicU64,
@@ -540,6 +552,13 @@ struct Inner {
     /// Set by [`TierManager::discard_when_dropped`]: the last reference discards the
     /// region instead of bringing its pages back.
     discard_on_drop: AtomicBool,
+    /// The region's shadow, when the process gave one: stash copies written through,
+    /// the remove journal (see [`crate::shadow`]).
+    shadow: Option<Shadow>,
+    /// Pages brought back whose slow-tier copy could not be dropped then: an
+    /// application free of such a page drops the copy again, so that no agent taking
+    /// the region over can mistake it for the page.
+    stale_copies: Mutex<HashSet<usize>>,
 }
 
 /// `(run time, run delay)` in ns of thread `tid` of this process, from the first
@@ -696,6 +715,77 @@ impl TierManager {
         placement: Box<dyn Placement>,
         cfg: TierConfig,
     ) -> io::Result<Self> {
+        Self::start_inner(uffd, mem, tier, placement, cfg, None, false)
+    }
+
+    /// As [`TierManager::start`], keeping the region's `shadow` up to date (stash
+    /// copies written through, remove events cleared from its journal), so that a new
+    /// agent can [`TierManager::recover`] the region if this one dies.
+    ///
+    /// # Errors
+    /// As [`TierManager::start`].
+    pub fn start_shadowed(
+        uffd: Uffd,
+        mem: Box<dyn RegionMemory>,
+        tier: Arc<dyn SlowTier>,
+        placement: Box<dyn Placement>,
+        cfg: TierConfig,
+        shadow: Shadow,
+    ) -> io::Result<Self> {
+        Self::start_inner(uffd, mem, tier, placement, cfg, Some(shadow), false)
+    }
+
+    /// Takes over a region whose manager died (the agent crashed) from what
+    /// outlives it: the pages its backing holds (resident), the stash copies in its
+    /// `shadow` (back on probation), the pages the durable slow tier `tier` lists for
+    /// [`TierConfig::region_id`] (stored), and the shadow's pending remove journal
+    /// (those pages are freed, their copies dropped). Where several hold a page, the
+    /// backing's copy wins over the shadow's, and the shadow's over the slow tier's
+    /// (the order a page's copies are dropped in). Then every thread that waits on
+    /// the region's userfaultfd (its fault read by the dead manager and never
+    /// served) is woken, to fault again.
+    ///
+    /// # Errors
+    /// `InvalidInput` if `tier` is not durable ([`SlowTier::durable`]: the dead
+    /// manager's pages died with it); the slow tier's listing error; the backing's
+    /// or shadow's errors while looking; the errors of [`TierManager::start`].
+    pub fn recover(
+        uffd: Uffd,
+        mem: Box<dyn RegionMemory>,
+        tier: Arc<dyn SlowTier>,
+        placement: Box<dyn Placement>,
+        cfg: TierConfig,
+        shadow: Shadow,
+    ) -> io::Result<Self> {
+        if !tier.durable() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the {} tier does not outlive its agent: nothing to recover",
+                    tier.name()
+                ),
+            ));
+        }
+        Self::start_inner(uffd, mem, tier, placement, cfg, Some(shadow), true)
+    }
+
+    /// Stops the threads and leaves everything as it is, as if the agent had died:
+    /// pages stay stored, stashed, write-protected or waiting, the range stays
+    /// registered. For tests of [`TierManager::recover`].
+    pub fn abandon(mut self) {
+        self.stopped = true;
+        self.halt_threads();
+    }
+
+    fn start_inner(
+        uffd: Uffd,
+        mem: Box<dyn RegionMemory>,
+        tier: Arc<dyn SlowTier>,
+        placement: Box<dyn Placement>,
+        cfg: TierConfig,
+        shadow: Option<Shadow>,
+        recover: bool,
+    ) -> io::Result<Self> {
         assert_eq!(
             tier.page_bytes(),
             PAGE,
@@ -717,7 +807,7 @@ impl TierManager {
             tier,
             table: Mutex::new(Table {
                 st: vec![St::Untouched; pages],
-                crc: vec![0; pages],
+                crc: vec![None; pages],
                 evicted_at: vec![0; pages],
                 evict_seq: 0,
                 resident: 0,
@@ -756,9 +846,15 @@ impl TierManager {
             nice: AtomicI32::new(0),
             idle: AtomicBool::new(false),
             discard_on_drop: AtomicBool::new(false),
+            shadow,
+            stale_copies: Mutex::new(HashSet::new()),
             cfg,
         });
-        inner.adopt()?;
+        if recover {
+            inner.recover()?;
+        } else {
+            inner.adopt()?;
+        }
         let mut threads = Vec::new();
         let i = inner.clone();
         threads.push(
@@ -773,6 +869,13 @@ impl TierManager {
                     .name(format!("tier-evict-{}-{w}", inner.cfg.region_id))
                     .spawn(move || i.evict_loop())?,
             );
+        }
+        if recover {
+            // Threads whose fault the dead manager read and never served wait on the
+            // userfaultfd still; woken, they fault again and this manager serves them.
+            if let Err(e) = inner.uffd.wake(inner.base, (inner.pages * PAGE) as u64) {
+                tracing::warn!(error = %e, "tier: waking the recovered region's waiters");
+            }
         }
         Ok(TierManager {
             inner,
@@ -1012,6 +1115,7 @@ impl TierManager {
             lost_pages: g(&n.lost),
             freed_pages: g(&n.freed),
             adopted_pages: g(&n.adopted),
+            recovered_stored_pages: g(&n.recovered_stored),
             probation_pages: t.probation,
             probation_entries: g(&n.probation_entries),
             probation_hits: g(&n.probation_hits),
@@ -1186,6 +1290,130 @@ impl Inner {
         Ok(())
     }
 
+    /// Takes over a region whose manager died (see [`TierManager::recover`]),
+    /// before any thread of this manager runs. Per page, the first that holds it:
+    /// a pending remove journal slot over a page the backing no longer holds
+    /// (freed: its other copies are dropped); the backing (resident); the shadow
+    /// (on probation, from the shadow's copy); the slow tier's listing (stored,
+    /// checked by the backend's own checksum); else untouched. Copies a winner makes
+    /// stale are dropped, and the journal's pending slots cleared.
+    ///
+    /// # Errors
+    /// The backing's, the shadow's or the slow tier's error while looking.
+    fn recover(&self) -> io::Result<()> {
+        let shadow = self
+            .shadow
+            .as_ref()
+            .expect("recover is only called with a shadow");
+        let n = self.pages;
+        let mut in_mem = vec![false; n];
+        for (first, count) in self.mem.present_runs()? {
+            in_mem[first.min(n)..(first + count).min(n)].fill(true);
+        }
+        let mut in_shadow = vec![false; n];
+        for (first, count) in shadow.present_runs()? {
+            in_shadow[first.min(n)..(first + count).min(n)].fill(true);
+        }
+        let mut in_tier = vec![false; n];
+        for p in self
+            .tier
+            .list_region(self.cfg.region_id)
+            .map_err(|e| io::Error::other(format!("listing the slow tier: {e}")))?
+        {
+            if let Some(x) = in_tier.get_mut(p as usize) {
+                *x = true;
+            }
+        }
+        let pending = shadow.pending_removes();
+        let mut removed = vec![false; n];
+        for &(_, s, e) in &pending {
+            let first = (s as usize / PAGE).min(n);
+            let last = (e as usize).div_ceil(PAGE).min(n);
+            removed[first..last].fill(true);
+        }
+        let mut victims = Vec::new();
+        let (mut resident, mut probation, mut stored, mut freed) = (0u64, 0u64, 0u64, 0u64);
+        let mut drop_tier = Vec::new();
+        let mut drop_shadow = Vec::new();
+        {
+            let mut t = lock(&self.table);
+            let mut pl = lock(&self.placement);
+            let mut page = vec![0u8; PAGE];
+            for p in 0..n {
+                if in_mem[p] {
+                    // The process's own copy is the newest (other copies are dropped
+                    // only after it is made, and made only while it is protected).
+                    t.st[p] = St::Resident;
+                    resident += 1;
+                    if let Some(v) = pl.fault_in(p) {
+                        victims.push(v);
+                    }
+                    if in_shadow[p] {
+                        drop_shadow.push(p);
+                    }
+                    if in_tier[p] {
+                        drop_tier.push(p);
+                    }
+                } else if removed[p] {
+                    if in_shadow[p] {
+                        drop_shadow.push(p);
+                    }
+                    if in_tier[p] {
+                        drop_tier.push(p);
+                        freed += 1;
+                    }
+                } else if in_shadow[p] {
+                    // Sampled or on probation when the agent died; a slow-tier copy
+                    // beside it is older (a stash copy is dropped only after the
+                    // page is mapped or stored again).
+                    shadow.read_page(p, &mut page)?;
+                    t.stash.insert(p, page.clone().into_boxed_slice());
+                    t.st[p] = St::Probation;
+                    t.probation += 1;
+                    probation += 1;
+                    if let Some(v) = pl.fault_in(p) {
+                        victims.push(v);
+                    }
+                    if in_tier[p] {
+                        drop_tier.push(p);
+                    }
+                } else if in_tier[p] {
+                    t.st[p] = St::Stored;
+                    t.crc[p] = None;
+                    stored += 1;
+                    pl.found_slow(p);
+                }
+            }
+            t.resident = resident + probation;
+            t.stored = stored;
+        }
+        for p in drop_tier {
+            self.drop_copy(p);
+        }
+        for p in drop_shadow {
+            self.shadow_forget(p);
+        }
+        for (k, _, _) in pending.iter().copied() {
+            shadow.clear_slot(k);
+        }
+        self.n
+            .adopted
+            .fetch_add(resident + probation, Ordering::Relaxed);
+        self.n.recovered_stored.fetch_add(stored, Ordering::Relaxed);
+        tracing::info!(
+            region = self.cfg.region_id,
+            resident,
+            probation,
+            stored,
+            freed,
+            journal = pending.len(),
+            victims = victims.len(),
+            "tier: region recovered after its agent died"
+        );
+        self.enqueue(&victims);
+        Ok(())
+    }
+
     fn enqueue(&self, pages: &[usize]) -> u64 {
         let mut q = lock(&self.queue);
         let before = q.pages.len();
@@ -1220,8 +1448,14 @@ impl Inner {
     ) -> Option<MutexGuard<'a, Table>> {
         let data = t.stash.remove(&i).expect("a stashed page has its copy");
         match self.uffd.copy(page_addr, &data, false) {
-            Ok(_) => Some(t),
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Some(t),
+            Ok(_) => {
+                self.shadow_forget(i);
+                Some(t)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                self.shadow_forget(i);
+                Some(t)
+            }
             Err(e) => {
                 t.stash.insert(i, data);
                 drop(t);
@@ -1593,13 +1827,55 @@ impl Inner {
     /// Drops the slow-tier copy of a page just mapped (still `loading`).
     fn drop_copy(&self, i: usize) {
         if let Err(e) = self.tier.remove(self.key(i)) {
-            // A stale copy costs slow-tier space only: the next eviction overwrites it.
+            // While the page is mapped a stale copy costs slow-tier space only (the
+            // next eviction overwrites it); it is dropped again if the application
+            // frees the page.
             tracing::debug!(page = i, error = %e, "tier: dropping a slow-tier copy");
+            self.note_stale(&[i]);
         }
     }
 
-    fn load_checked(&self, i: usize, crc: u32, buf: &mut [u8]) -> Result<(), TierError> {
+    /// Pages `pages`, mapped, may have a copy in the slow tier.
+    fn note_stale(&self, pages: &[usize]) {
+        if !pages.is_empty() && self.tier.durable() {
+            lock(&self.stale_copies).extend(pages.iter().copied());
+        }
+    }
+
+    /// Pages `pages` were just stored: whatever copy they had is replaced.
+    fn forget_stale(&self, pages: &[usize]) {
+        let mut st = lock(&self.stale_copies);
+        if !st.is_empty() {
+            for p in pages {
+                st.remove(p);
+            }
+        }
+    }
+
+    /// Writes the stash copy of page `p` to the shadow, if the region has one.
+    fn shadow_write(&self, p: usize, data: &[u8]) -> io::Result<()> {
+        match &self.shadow {
+            Some(sh) => sh.write_page(p, data),
+            None => Ok(()),
+        }
+    }
+
+    /// Punches the shadow's copy of page `p` (held elsewhere now, or freed).
+    fn shadow_forget(&self, p: usize) {
+        if let Some(sh) = &self.shadow {
+            if let Err(e) = sh.forget(p) {
+                // A stale copy there would be taken for the page by an agent that
+                // recovers the region: say so loudly.
+                self.note_error(format!("dropping the shadow copy of page {p}: {e}"));
+            }
+        }
+    }
+
+    fn load_checked(&self, i: usize, crc: Option<u32>, buf: &mut [u8]) -> Result<(), TierError> {
         self.tier.load(self.key(i), buf)?;
+        let Some(crc) = crc else {
+            return Ok(());
+        };
         let actual = checksum(buf);
         if actual != crc {
             return Err(TierError::Corrupt {
@@ -1630,6 +1906,7 @@ impl Inner {
         let last = ((hi - self.base) as usize).div_ceil(PAGE);
         let mut dropped_stored = Vec::new();
         let mut freed = Vec::new();
+        let mut unshadow = Vec::new();
         {
             let mut t = lock(&self.table);
             for i in first..last {
@@ -1642,6 +1919,7 @@ impl Inner {
                     St::Sampled | St::SampleDropping => {
                         t.stash.remove(&i);
                         t.resident -= 1;
+                        unshadow.push(i);
                     }
                     St::Probation | St::ProbeDropping | St::ProbeDrop | St::Expiring => {
                         // (An expiring page's copy is the worker's; it drops the
@@ -1649,6 +1927,7 @@ impl Inner {
                         t.stash.remove(&i);
                         t.resident -= 1;
                         t.probation -= 1;
+                        unshadow.push(i);
                     }
                     St::Resident | St::Evicting | St::SampleDrop => t.resident -= 1,
                     St::Loading => t.stored -= 1,
@@ -1657,8 +1936,31 @@ impl Inner {
                 freed.push(i);
             }
         }
+        {
+            // Mapped pages with a copy left in the slow tier lose it too.
+            let mut st = lock(&self.stale_copies);
+            if !st.is_empty() {
+                for &i in &freed {
+                    if st.remove(&i) {
+                        dropped_stored.push(i);
+                    }
+                }
+            }
+        }
         for i in dropped_stored {
             let _ = self.tier.remove(self.key(i));
+        }
+        for i in unshadow {
+            self.shadow_forget(i);
+        }
+        // Every copy of the range is gone: its journal slot is done (see
+        // `crate::shadow`). The fault thread handles faults and remove events in
+        // order, so no copy of these pages was made since.
+        if let Some(sh) = &self.shadow {
+            sh.clear_remove(
+                start.saturating_sub(self.base),
+                end.saturating_sub(self.base),
+            );
         }
         self.n
             .freed
@@ -1913,20 +2215,31 @@ impl Inner {
             .map(|(k, &p)| (self.key(p), &data[k * PAGE..(k + 1) * PAGE]))
             .collect();
         if let Err(e) = self.tier.store_batch(&batch) {
+            // Some may be held all the same (a remote batch cut short).
+            self.note_stale(&claimed);
             fail(format!("storing {} pages: {e}", claimed.len()), true);
             return;
         }
         // 5. Confirmed: the slow tier holds them.
+        let mut freed_meanwhile = Vec::new();
         {
             let mut t = lock(&self.table);
             for (k, &p) in claimed.iter().enumerate() {
                 if t.st[p] == St::Evicting {
-                    t.crc[p] = checksum(&data[k * PAGE..(k + 1) * PAGE]);
+                    t.crc[p] = Some(checksum(&data[k * PAGE..(k + 1) * PAGE]));
                     t.st[p] = St::Dropping;
                     t.resident -= 1;
                     t.stored += 1;
+                } else if t.st[p] == St::Untouched {
+                    freed_meanwhile.push(p);
                 }
             }
+        }
+        self.forget_stale(&claimed);
+        // Freed by the application while being stored: the copy just stored must
+        // not outlive the page (an agent taking the region over would bring it back).
+        for p in freed_meanwhile {
+            self.drop_copy(p);
         }
         // 6. Drop from memory, every run in one call where the memory allows (one
         //    TLB shootdown); only then are they stored. Runs a failed drop did not
@@ -1961,6 +2274,9 @@ impl Inner {
                 }
             }
         }
+        // Still mapped, and stored too: the stored copy is harmless while the page is
+        // mapped, and dropped if the application frees the page.
+        self.note_stale(&reverted);
         if let Err((_, e)) = &dropped {
             let _ = self.protect_runs(kept, false);
             self.n
@@ -1997,16 +2313,20 @@ impl Inner {
         drop(batch);
         let mut evicted = 0u64;
         let mut failed = Vec::new();
+        let mut freed = Vec::new();
+        let mut stored_pages = Vec::new();
         let waiters = {
             let mut t = lock(&self.table);
             for (p, data) in pages {
                 if t.st[p] != St::Expiring {
-                    // Freed meanwhile. A stale slow-tier copy costs space only: the
-                    // next eviction overwrites it.
+                    // Freed meanwhile: drop the copy just stored (below), so that it
+                    // cannot outlive the page.
+                    freed.push(p);
                     continue;
                 }
                 if stored.is_ok() {
-                    t.crc[p] = checksum(&data);
+                    stored_pages.push(p);
+                    t.crc[p] = Some(checksum(&data));
                     t.st[p] = St::Stored;
                     t.stamp_eviction(p);
                     t.resident -= 1;
@@ -2021,6 +2341,19 @@ impl Inner {
             }
             std::mem::take(&mut t.expiring_waiters)
         };
+        if stored.is_ok() {
+            for &p in &freed {
+                self.drop_copy(p);
+            }
+            self.forget_stale(&stored_pages);
+        } else {
+            self.note_stale(&failed);
+        }
+        // Stored: their shadow copies are not needed any more. (Freed ones had theirs
+        // dropped by the remove event.)
+        for &p in &stored_pages {
+            self.shadow_forget(p);
+        }
         for p in waiters {
             let _ = self.uffd.wake(self.addr(p), PAGE as u64);
         }
@@ -2175,7 +2508,9 @@ impl Inner {
             for &(first, count) in rs {
                 for p in first..first + count {
                     if t.st[p] == drop_st || t.st[p] == dropping_st {
-                        t.stash.remove(&p);
+                        if t.stash.remove(&p).is_some() {
+                            self.shadow_forget(p);
+                        }
                         t.st[p] = St::Resident;
                         if kind == Stash::Probation {
                             t.probation -= 1;
@@ -2207,6 +2542,15 @@ impl Inner {
                     let mut b = vec![0u8; PAGE].into_boxed_slice();
                     if let Err(e) = self.mem.read_page(p, &mut b) {
                         revert(&[run], &mut failed, format!("reading page {p}: {e}"));
+                        read_ok = false;
+                        break;
+                    }
+                    // The copy outlives this agent before the page leaves the region.
+                    if let Err(e) = self.shadow_write(p, &b) {
+                        for &(q, _) in &mine {
+                            self.shadow_forget(q);
+                        }
+                        revert(&[run], &mut failed, format!("shadowing page {p}: {e}"));
                         read_ok = false;
                         break;
                     }
@@ -2307,8 +2651,14 @@ impl Inner {
             }
             let data = t.stash.remove(&p).expect("stashed sampled page");
             match self.uffd.copy(self.addr(p), &data, false) {
-                Ok(_) => t.st[p] = St::Resident,
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => t.st[p] = St::Resident,
+                Ok(_) => {
+                    t.st[p] = St::Resident;
+                    self.shadow_forget(p);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    t.st[p] = St::Resident;
+                    self.shadow_forget(p);
+                }
                 Err(e) => {
                     // Leave it sampled: its fault will put it back.
                     t.stash.insert(p, data);
@@ -2411,6 +2761,7 @@ impl Inner {
                     };
                     self.restore_copy(p, &data)
                         .map_err(|e| format!("putting page {p} back from its copy: {e}"))?;
+                    self.shadow_forget(p);
                     let mut t = lock(&self.table);
                     if t.st[p] == st {
                         t.st[p] = St::Resident;

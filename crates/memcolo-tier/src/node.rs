@@ -347,6 +347,9 @@ impl TierNode {
                         Record::SecondChance(page) => {
                             let _ = policy.requeue(e.pid, id(page));
                         }
+                        Record::FoundSlow(page) => {
+                            let _ = policy.insert_slow(e.pid, id(page));
+                        }
                     }
                 }
                 // The faults' share of the list on top of what probation holds: refill

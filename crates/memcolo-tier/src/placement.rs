@@ -127,6 +127,13 @@ impl Placement for MaxMemPlacement {
         let id = self.first_page + page as u64;
         let _ = self.policy().requeue(pid, id);
     }
+
+    /// [`MaxMem::insert_slow`].
+    fn found_slow(&mut self, page: usize) {
+        let pid = self.pid;
+        let id = self.first_page + page as u64;
+        let _ = self.policy().insert_slow(pid, id);
+    }
 }
 
 /// What a region's fault thread and eviction workers tell the policy, in region pages,
@@ -147,6 +154,8 @@ pub enum Record {
     Freed(usize),
     /// The page was touched on probation ([`MaxMem::requeue`]).
     SecondChance(usize),
+    /// The page was found in the slow tier ([`MaxMem::insert_slow`]).
+    FoundSlow(usize),
 }
 
 /// Takes one page of `credit` if there is one (lock-free).
@@ -298,6 +307,10 @@ impl Placement for QueuedPlacement {
     fn second_chance(&mut self, page: usize) {
         self.feed.remove(page);
         self.send(Record::SecondChance(page));
+    }
+
+    fn found_slow(&mut self, page: usize) {
+        self.send(Record::FoundSlow(page));
     }
 }
 

@@ -1,0 +1,761 @@
+//! Taking a region over after its manager died ([`TierManager::recover`]) on real
+//! memory of this process, a real userfaultfd and a real memory server on 127.0.0.1:
+//! a manager evicts and samples, then is abandoned as if its agent had been killed
+//! (`TierManager::abandon`: pages stay stored, stashed in the shadow, the range stays
+//! registered); a new manager with a new slow-tier client recovers the region from
+//! the memfd, the shadow, the server's listing and the remove journal, and every
+//! byte the application reads is checked. Also: threads blocked in a fault of the
+//! dead manager are served by the new one, pending journal slots win over stale
+//! server copies, a non-durable tier is refused, and a live manager writes its
+//! stash through to the shadow and clears journal slots of the removes it handled.
+//!
+//! These tests need userfaultfd: root, or vm.unprivileged_userfaultfd = 1 (checked
+//! first; without it they print why and pass).
+
+use memcolo_tier::compressed::CompressedStore;
+use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
+use memcolo_tier::memserver::{MemServer, MemServerHandle};
+use memcolo_tier::region::{MemfdRegion, RegionMemory, SharedFile, PAGE};
+use memcolo_tier::remote::{RemoteConfig, RemoteTier};
+use memcolo_tier::shadow::Shadow;
+use memcolo_tier::uffd::{features, mode, Uffd};
+use memcolo_tier::{PageKey, SlowTier};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::*;
+
+/// The byte pattern of page `p` in round `round`: distinct per page and round.
+fn fill(page: &mut [u8], p: usize, round: u64) {
+    let mut x = ((p as u64 + 1) << 8 ^ round).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for b in page.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+}
+
+fn pattern(p: usize, round: u64) -> Vec<u8> {
+    let mut v = vec![0u8; PAGE];
+    fill(&mut v, p, round);
+    v
+}
+
+fn page_slice(base: usize, p: usize) -> &'static mut [u8] {
+    // SAFETY: tests only pass pages inside a live region they own.
+    unsafe { std::slice::from_raw_parts_mut((base + p * PAGE) as *mut u8, PAGE) }
+}
+
+/// Runs `f` on a thread of its own and waits at most 10 s for it: an application
+/// access that a broken recovery never serves fails the test instead of hanging it.
+fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(v) => {
+            let _ = h.join();
+            v
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the thread sent nothing and did not panic"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what}: still blocked after 10 s (a fault nobody serves)")
+        }
+    }
+}
+
+/// Reads every page of the region from the application side (faulting pages in)
+/// and returns the pages whose bytes differ from `want(p)`.
+fn differing(
+    base: usize,
+    pages: usize,
+    want: impl Fn(usize) -> Vec<u8> + Send + 'static,
+) -> Vec<usize> {
+    within("reading the region", move || {
+        (0..pages)
+            .filter(|&p| *page_slice(base, p) != *want(p))
+            .collect::<Vec<_>>()
+    })
+}
+
+/// A new memfd for a shadow of a region of `pages` pages, its control page written
+/// as libmemcolo does.
+fn shadow_memfd(pages: usize) -> OwnedFd {
+    // SAFETY: creating a new memfd with a static name.
+    let fd = unsafe { libc::memfd_create(c"memcolo-shadow".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0, "{}", io::Error::last_os_error());
+    // SAFETY: a new descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Shadow::init(&fd, pages).unwrap();
+    fd
+}
+
+fn shadow_of(fd: &OwnedFd, pages: usize) -> Shadow {
+    Shadow::new(fd.try_clone().unwrap(), pages).unwrap()
+}
+
+/// Writes journal slot `k` of a shadow of a region of `pages` pages as the process
+/// does before its `madvise(MADV_REMOVE)` of region bytes `[start, end)`: state 1,
+/// the range, state 2 (pending).
+fn journal_remove(fd: &OwnedFd, pages: usize, k: usize, start: u64, end: u64) {
+    let slot = pages * PAGE + 64 + 32 * k;
+    let pwrite = |data: &[u8], off: usize| {
+        // SAFETY: writing from a live buffer of the given length.
+        let n = unsafe {
+            libc::pwrite(
+                fd.as_raw_fd(),
+                data.as_ptr().cast(),
+                data.len(),
+                off as libc::off_t,
+            )
+        };
+        assert_eq!(n, data.len() as isize, "{}", io::Error::last_os_error());
+    };
+    pwrite(&1u64.to_le_bytes(), slot);
+    let mut range = [0u8; 16];
+    range[..8].copy_from_slice(&start.to_le_bytes());
+    range[8..].copy_from_slice(&end.to_le_bytes());
+    pwrite(&range, slot + 8);
+    pwrite(&2u64.to_le_bytes(), slot);
+}
+
+/// Punches pages `[first, first + count)` out of the memfd, as the kernel did for a
+/// `madvise(MADV_REMOVE)` the dead agent had read.
+fn punch(fd: &OwnedFd, first: usize, count: usize) {
+    // SAFETY: punching a hole in our own memfd.
+    let r = unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            (first * PAGE) as libc::off_t,
+            (count * PAGE) as libc::off_t,
+        )
+    };
+    assert_eq!(r, 0, "{}", io::Error::last_os_error());
+}
+
+/// Writes one page of the memfd behind the application's back (as a write that
+/// reached the page cache before the agent died).
+fn pwrite_page(fd: &OwnedFd, p: usize, data: &[u8]) {
+    // SAFETY: writing from a live buffer of PAGE bytes.
+    let n = unsafe {
+        libc::pwrite(
+            fd.as_raw_fd(),
+            data.as_ptr().cast(),
+            PAGE,
+            (p * PAGE) as libc::off_t,
+        )
+    };
+    assert_eq!(n, PAGE as isize, "{}", io::Error::last_os_error());
+}
+
+/// A memory server on 127.0.0.1 and the store behind it.
+fn server() -> (MemServerHandle, Arc<CompressedStore>) {
+    let store = Arc::new(CompressedStore::new(PAGE, 1 << 30));
+    let h = MemServer::bind("127.0.0.1:0", store.clone())
+        .unwrap()
+        .spawn()
+        .unwrap();
+    (h, store)
+}
+
+/// A new client of the server at `h` (a new agent's connection).
+fn client(h: &MemServerHandle) -> Arc<RemoteTier> {
+    let cfg = RemoteConfig {
+        connect_timeout: Duration::from_millis(300),
+        io_timeout: Duration::from_secs(2),
+        attempts: 3,
+        backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(40),
+        ..RemoteConfig::new(h.addr().to_string(), PAGE)
+    };
+    Arc::new(RemoteTier::connect(cfg).unwrap())
+}
+
+/// Sampling windows of exactly `sample_pages` pages.
+fn config(region: u64, sample_pages: usize) -> TierConfig {
+    TierConfig {
+        sample_pages,
+        sample_target_hits: 0,
+        ..TierConfig::new(region)
+    }
+}
+
+/// A region the process keeps through its agent's death: the memfd mapped here, the
+/// shadow memfd, and its own descriptor of the userfaultfd.
+struct Process {
+    r: MemfdRegion,
+    memfd: OwnedFd,
+    shadow: OwnedFd,
+    uffd: OwnedFd,
+    features: u64,
+    pages: usize,
+}
+
+impl Process {
+    /// A region of `pages` pages, every page written with its round-`round` pattern,
+    /// registered with a userfaultfd (`extra` features besides the shmem ones).
+    fn new(pages: usize, round: u64, extra: u64) -> (Process, Uffd) {
+        let r = MemfdRegion::new(pages).unwrap();
+        for p in 0..pages {
+            fill(page_slice(r.as_ptr() as usize, p), p, round);
+        }
+        let u = Uffd::open(
+            features::PAGEFAULT_FLAG_WP
+                | features::MISSING_SHMEM
+                | features::WP_HUGETLBFS_SHMEM
+                | extra,
+        )
+        .unwrap();
+        u.register(r.as_ptr() as u64, r.len() as u64, mode::MISSING | mode::WP)
+            .unwrap();
+        let p = Process {
+            memfd: r.dup_fd().unwrap(),
+            shadow: shadow_memfd(pages),
+            uffd: u.as_fd().try_clone_to_owned().unwrap(),
+            features: u.features(),
+            pages,
+            r,
+        };
+        (p, u)
+    }
+
+    fn base(&self) -> usize {
+        self.r.as_ptr() as usize
+    }
+
+    /// What an agent is handed for the region: the memory, and the shadow.
+    fn handed(&self) -> (Box<dyn RegionMemory>, Shadow) {
+        let mem = SharedFile::new(self.r.dup_fd().unwrap(), self.base() as u64, self.pages);
+        (Box::new(mem.unwrap()), shadow_of(&self.shadow, self.pages))
+    }
+
+    /// The userfaultfd again, as the process hands it to a new agent.
+    fn uffd(&self) -> Uffd {
+        Uffd::from_fd(self.uffd.try_clone().unwrap(), self.features)
+    }
+
+    /// The memfd's data runs.
+    fn memfd_runs(&self) -> Vec<(usize, usize)> {
+        SharedFile::new(self.memfd.try_clone().unwrap(), 0, self.pages)
+            .unwrap()
+            .present_runs()
+            .unwrap()
+    }
+
+    fn shadow_runs(&self) -> Vec<(usize, usize)> {
+        shadow_of(&self.shadow, self.pages).present_runs().unwrap()
+    }
+
+    fn pending_removes(&self) -> Vec<(usize, u64, u64)> {
+        shadow_of(&self.shadow, self.pages).pending_removes()
+    }
+}
+
+/// Runs `(first, count)` of sorted page indices.
+fn runs(sorted: &[usize]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &p in sorted {
+        match out.last_mut() {
+            Some((first, count)) if *first + *count == p => *count += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
+}
+
+/// Starts manager A over the process's region with a new client of `h`, evicts
+/// `evict` and waits for it, then opens a sampling window and leaves it open.
+/// Returns A and the sampled pages (sorted), their copies checked in the shadow.
+fn manager_a(
+    p: &Process,
+    u: Uffd,
+    h: &MemServerHandle,
+    cfg: TierConfig,
+    evict: &[usize],
+) -> (TierManager, Vec<usize>) {
+    let (mem, shadow) = p.handed();
+    let a =
+        TierManager::start_shadowed(u, mem, client(h), Box::new(NoPlacement), cfg, shadow).unwrap();
+    let t = a.evict(evict);
+    a.wait_evicted(t);
+    let s = a.stats();
+    assert_eq!(
+        s.stored_pages,
+        evict.len() as u64,
+        "{s:?} {:?}",
+        a.last_error()
+    );
+    let mut sampled = a.sample_begin();
+    sampled.sort_unstable();
+    assert!(!sampled.is_empty());
+    assert!(sampled.iter().all(|s| !evict.contains(s)), "{sampled:?}");
+    // The stash is in the shadow, written through before the pages were dropped.
+    assert_eq!(p.shadow_runs(), runs(&sampled));
+    let sh = shadow_of(&p.shadow, p.pages);
+    let mut out = vec![0u8; PAGE];
+    for &q in &sampled {
+        sh.read_page(q, &mut out).unwrap();
+        assert!(out == pattern(q, 1), "shadow copy of page {q}");
+    }
+    (a, sampled)
+}
+
+/// Manager A evicts half the pages to the memory server and samples some, then
+/// dies; B recovers the region with a new client. Besides A's state, the region
+/// holds what a death mid-way leaves: older server copies of a sampled page and of a
+/// page in the memfd, an older shadow copy of a page in the memfd, and
+/// write-protected pages in the memfd. Every byte is checked from the application,
+/// after pages are evicted again by B (a recovered sampled page from its copy), and
+/// after B stops.
+#[test]
+fn region_survives_its_manager_dying() {
+    if !permitted() {
+        return;
+    }
+    let pages = 256;
+    let (h, store) = server();
+    let (p, u) = Process::new(pages, 1, 0);
+    // Every other page of the first half, and the whole last quarter.
+    let evict: Vec<usize> = (0..128).step_by(2).chain(192..256).collect();
+    let (a, sampled) = manager_a(&p, u, &h, config(11, 16), &evict);
+    let left = a.stats();
+    assert_eq!(
+        (left.resident_pages, left.stored_pages),
+        (pages as u64 - evict.len() as u64, evict.len() as u64),
+        "{left:?}"
+    );
+    a.abandon();
+
+    // What outlives the agent: the server's copies, the memfd without the evicted
+    // and sampled pages, the shadow's copies of the sampled ones.
+    let listed = |store: &CompressedStore| -> Vec<usize> {
+        store
+            .list_region(11)
+            .unwrap()
+            .iter()
+            .map(|&q| q as usize)
+            .collect()
+    };
+    assert_eq!(listed(&store), evict);
+    let held: Vec<usize> = (0..pages)
+        .filter(|q| !evict.contains(q) && !sampled.contains(q))
+        .collect();
+    assert_eq!(p.memfd_runs(), runs(&held));
+    assert_eq!(p.shadow_runs(), runs(&sampled));
+    // Older copies in the server of a sampled page and of a page in the memfd (a
+    // page mapped back whose server copy was not dropped yet), an older shadow copy
+    // of a page in the memfd (copied aside, not yet dropped), and pages left
+    // write-protected (being evicted or sampled): the newer copy must win, the
+    // others be dropped, and writes must not block.
+    for q in [sampled[0], held[0]] {
+        store
+            .store(PageKey::new(11, q as u64), &pattern(q, 0))
+            .unwrap();
+    }
+    shadow_of(&p.shadow, pages)
+        .write_page(held[1], &pattern(held[1], 0))
+        .unwrap();
+    let protected = [held[2], held[3]];
+    for q in protected {
+        p.uffd()
+            .writeprotect((p.base() + q * PAGE) as u64, PAGE as u64, true, false)
+            .unwrap();
+    }
+
+    let (mem, shadow) = p.handed();
+    let b = TierManager::recover(
+        p.uffd(),
+        mem,
+        client(&h),
+        Box::new(NoPlacement),
+        config(11, 16),
+        shadow,
+    )
+    .unwrap();
+    assert_eq!(listed(&store), evict, "stale server copies left");
+    assert_eq!(p.shadow_runs(), runs(&sampled), "stale shadow copy left");
+    let s = b.stats();
+    assert_eq!(s.adopted_pages, left.resident_pages, "{s:?}");
+    assert_eq!(s.recovered_stored_pages, left.stored_pages, "{s:?}");
+    assert_eq!(
+        (s.resident_pages, s.stored_pages, s.probation_pages),
+        (left.resident_pages, left.stored_pages, sampled.len() as u64),
+        "{s:?}"
+    );
+    assert!(b.transient_pages().is_empty(), "{:?}", b.transient_pages());
+
+    // B evicts a recovered sampled page (stored from its copy) and a memfd page.
+    let again = [sampled[1], held[4]];
+    let t = b.evict(&again);
+    b.wait_evicted(t);
+    let s = b.stats();
+    assert_eq!(
+        s.stored_pages,
+        left.stored_pages + 2,
+        "{s:?} {:?}",
+        b.last_error()
+    );
+    assert_eq!(s.probation_pages, sampled.len() as u64 - 1, "{s:?}");
+    let mut stored: Vec<usize> = evict.iter().chain(&again).copied().collect();
+    stored.sort_unstable();
+    assert_eq!(listed(&store), stored);
+    let mut kept = sampled.clone();
+    kept.remove(1);
+    assert_eq!(p.shadow_runs(), runs(&kept), "copy of an evicted page left");
+
+    let base = p.base();
+    within("writing write-protected pages", move || {
+        for q in protected {
+            fill(page_slice(base, q), q, 3);
+        }
+    });
+    let want = move |q: usize| pattern(q, if protected.contains(&q) { 3 } else { 1 });
+    let bad = differing(base, pages, want);
+    assert!(bad.is_empty(), "pages read wrong after recovery: {bad:?}");
+    let s = settle(&b, |s| s.stored_pages == 0 && s.probation_pages == 0);
+    assert_eq!(s.slow_faults, stored.len() as u64, "{s:?}");
+    assert_eq!(s.probation_hits, sampled.len() as u64 - 1, "{s:?}");
+    assert_eq!((s.zero_faults, s.lost_pages), (0, 0), "{s:?}");
+    assert!(b.fatal().is_none(), "{:?}", b.fatal());
+    // Pages brought back leave no copy behind.
+    assert!(p.shadow_runs().is_empty(), "{:?}", p.shadow_runs());
+
+    within("stopping", move || b.stop()).unwrap();
+    assert_eq!(p.memfd_runs(), vec![(0, pages)]);
+    assert!(store.list_region(11).unwrap().is_empty());
+    // Unregistered: plain memory again, same bytes.
+    let bad = differing(base, pages, want);
+    assert!(bad.is_empty(), "pages read wrong after stop: {bad:?}");
+}
+
+/// Recovery over a region still holding sampled pages and stored pages, then
+/// stopped at once: every page comes back from where recovery found it.
+#[test]
+fn recovered_region_stopped_untouched_gets_every_page_back() {
+    if !permitted() {
+        return;
+    }
+    let pages = 128;
+    let (h, store) = server();
+    let (p, u) = Process::new(pages, 1, 0);
+    let evict: Vec<usize> = (0..pages).filter(|q| q % 3 == 0).collect();
+    let (a, sampled) = manager_a(&p, u, &h, config(12, 8), &evict);
+    a.abandon();
+    let (mem, shadow) = p.handed();
+    let b = TierManager::recover(
+        p.uffd(),
+        mem,
+        client(&h),
+        Box::new(NoPlacement),
+        config(12, 8),
+        shadow,
+    )
+    .unwrap();
+    assert_eq!(b.stats().probation_pages, sampled.len() as u64);
+    within("stopping", move || b.stop()).unwrap();
+    assert_eq!(p.memfd_runs(), vec![(0, pages)]);
+    assert!(p.shadow_runs().is_empty());
+    assert!(store.list_region(12).unwrap().is_empty());
+    let bad = differing(p.base(), pages, |q| pattern(q, 1));
+    assert!(bad.is_empty(), "pages read wrong after stop: {bad:?}");
+}
+
+/// Spawns an application thread that reads page `q` and sends its bytes back.
+fn reader(base: usize, q: usize) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(page_slice(base, q).to_vec());
+    });
+    rx
+}
+
+/// Waits (at most 10 s) for the fault message of a thread, and reads it off the
+/// userfaultfd: the dead agent had read it and never served it.
+fn read_fault(u: &Uffd, base: usize, q: usize) {
+    let start = Instant::now();
+    loop {
+        let (ready, _) = u.poll(None, 100).unwrap();
+        if ready {
+            let ev = u.read_events().unwrap();
+            assert_eq!(ev.len(), 1, "{ev:?}");
+            match ev[0] {
+                memcolo_tier::uffd::Event::PageFault { address, .. } => {
+                    assert_eq!(address & !(PAGE as u64 - 1), (base + q * PAGE) as u64)
+                }
+                other => panic!("{other:?}"),
+            }
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no fault came");
+    }
+}
+
+#[test]
+fn threads_blocked_in_a_fault_when_the_manager_died_are_served_by_the_new_one() {
+    if !permitted() {
+        return;
+    }
+    let pages = 64;
+    let (h, _store) = server();
+    let (p, u) = Process::new(pages, 1, 0);
+    let evict: Vec<usize> = (0..32).collect();
+    let (a, sampled) = manager_a(&p, u, &h, config(13, 4), &evict);
+    a.abandon();
+    let base = p.base();
+    let uffd = p.uffd();
+    // Page 3 (stored) and a sampled page: faults the dead agent read and never
+    // served; page 5 (stored): a fault nobody read yet.
+    let read_stored = reader(base, 3);
+    read_fault(&uffd, base, 3);
+    let read_sampled = reader(base, sampled[0]);
+    read_fault(&uffd, base, sampled[0]);
+    let unread = reader(base, 5);
+    std::thread::sleep(Duration::from_millis(100));
+    for (rx, what) in [
+        (&read_stored, "3"),
+        (&read_sampled, "sampled"),
+        (&unread, "5"),
+    ] {
+        assert!(
+            matches!(rx.try_recv(), Err(mpsc::TryRecvError::Empty)),
+            "page {what} read with no manager"
+        );
+    }
+
+    let (mem, shadow) = p.handed();
+    let b = TierManager::recover(
+        uffd,
+        mem,
+        client(&h),
+        Box::new(NoPlacement),
+        config(13, 4),
+        shadow,
+    )
+    .unwrap();
+    let wait = |rx: &mpsc::Receiver<Vec<u8>>, what: &str| {
+        rx.recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("the reader of {what} was never served"))
+    };
+    assert!(wait(&read_stored, "page 3") == pattern(3, 1), "page 3");
+    assert!(
+        wait(&read_sampled, "the sampled page") == pattern(sampled[0], 1),
+        "page {}",
+        sampled[0]
+    );
+    assert!(wait(&unread, "page 5") == pattern(5, 1), "page 5");
+    let s = settle(&b, |s| s.slow_faults >= 2 && s.probation_hits >= 1);
+    assert_eq!(s.lost_pages, 0, "{s:?}");
+    let bad = differing(base, pages, |q| pattern(q, 1));
+    assert!(bad.is_empty(), "pages read wrong: {bad:?}");
+    within("stopping", move || b.stop()).unwrap();
+}
+
+#[test]
+fn pending_journal_slots_win_over_stale_copies() {
+    if !permitted() {
+        return;
+    }
+    let pages = 128;
+    let (h, store) = server();
+    let (p, u) = Process::new(pages, 1, 0);
+    let evict: Vec<usize> = (0..64).collect();
+    let (a, sampled) = manager_a(&p, u, &h, config(14, 4), &evict);
+    a.abandon();
+    let removed_sampled = sampled[0];
+    // A resident page with no other copy, away from the sampled ones.
+    let removed_resident = (64..pages).find(|q| !sampled.contains(q)).unwrap();
+    // The process removed pages 16..32 (stored), the sampled page and the resident
+    // one (each journaled, then `madvise(MADV_REMOVE)`; the kernel punched them out
+    // of the memfd and the dead agent read the events, dropping nothing yet), and
+    // page 40 (stored), which it then wrote again.
+    let b = |q: usize| (q * PAGE) as u64;
+    journal_remove(&p.shadow, pages, 0, b(16), b(32));
+    journal_remove(
+        &p.shadow,
+        pages,
+        3,
+        b(removed_sampled),
+        b(removed_sampled + 1),
+    );
+    journal_remove(
+        &p.shadow,
+        pages,
+        7,
+        b(removed_resident),
+        b(removed_resident + 1),
+    );
+    journal_remove(&p.shadow, pages, 9, b(40), b(41));
+    punch(&p.memfd, 16, 16);
+    punch(&p.memfd, removed_sampled, 1);
+    punch(&p.memfd, removed_resident, 1);
+    punch(&p.memfd, 40, 1);
+    pwrite_page(&p.memfd, 40, &pattern(40, 2));
+    assert_eq!(p.pending_removes().len(), 4);
+
+    let (mem, shadow) = p.handed();
+    let m = TierManager::recover(
+        p.uffd(),
+        mem,
+        client(&h),
+        Box::new(NoPlacement),
+        config(14, 4),
+        shadow,
+    )
+    .unwrap();
+    assert!(p.pending_removes().is_empty(), "{:?}", p.pending_removes());
+    let stored: Vec<u64> = (0..16).chain(32..40).chain(41..64).collect();
+    assert_eq!(store.list_region(14).unwrap(), stored);
+    let s = m.stats();
+    assert_eq!(s.recovered_stored_pages, stored.len() as u64, "{s:?}");
+    assert_eq!(s.probation_pages, sampled.len() as u64 - 1, "{s:?}");
+    // Held in local memory: pages 64..128 but the removed ones (the sampled ones
+    // from their shadow copies), and page 40, written again.
+    assert_eq!((s.adopted_pages, s.resident_pages), (63, 63), "{s:?}");
+    // The removed sampled page's copy is gone from the shadow.
+    let kept: Vec<usize> = sampled[1..].to_vec();
+    assert_eq!(p.shadow_runs(), runs(&kept));
+    // Page 40 is the process's again: evicted, its new bytes go to the server.
+    let t = m.evict(&[40]);
+    m.wait_evicted(t);
+    let s = m.stats();
+    assert_eq!(s.evictions, 1, "{s:?} {:?}", m.last_error());
+    let mut now_stored = stored.clone();
+    now_stored.push(40);
+    now_stored.sort_unstable();
+    assert_eq!(store.list_region(14).unwrap(), now_stored);
+
+    let zeros =
+        move |q: usize| (16..32).contains(&q) || q == removed_sampled || q == removed_resident;
+    let bad = differing(p.base(), pages, move |q| {
+        if zeros(q) {
+            vec![0u8; PAGE]
+        } else if q == 40 {
+            pattern(40, 2)
+        } else {
+            pattern(q, 1)
+        }
+    });
+    assert!(bad.is_empty(), "pages read wrong: {bad:?}");
+    let s = settle(&m, |s| s.stored_pages == 0);
+    assert_eq!(s.slow_faults, now_stored.len() as u64, "{s:?}");
+    assert_eq!(s.zero_faults, 18, "{s:?}");
+    assert_eq!(s.lost_pages, 0, "{s:?}");
+    within("stopping", move || m.stop()).unwrap();
+    assert!(store.list_region(14).unwrap().is_empty());
+}
+
+#[test]
+fn recovery_refuses_a_tier_that_died_with_the_agent() {
+    if !permitted() {
+        return;
+    }
+    let pages = 16;
+    let (p, u) = Process::new(pages, 1, 0);
+    drop(u);
+    let (mem, shadow) = p.handed();
+    let tier = Arc::new(CompressedStore::new(PAGE, 1 << 24));
+    assert!(!tier.durable());
+    let r = TierManager::recover(
+        p.uffd(),
+        mem,
+        tier,
+        Box::new(NoPlacement),
+        config(15, 4),
+        shadow,
+    );
+    match r {
+        Ok(_) => panic!("recovered over a non-durable tier"),
+        Err(e) => assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}"),
+    }
+    // The region was left alone.
+    assert_eq!(p.memfd_runs(), vec![(0, pages)]);
+}
+
+/// A live shadowed manager: sampled pages are written through to the shadow and
+/// punched from it once mapped back (a hit, or the window's end); an application
+/// remove of a stashed page and of a stored one drops their copies and clears
+/// their journal slots.
+#[test]
+fn live_manager_keeps_the_shadow_up_to_date() {
+    if !permitted() {
+        return;
+    }
+    let pages = 64;
+    let (h, store) = server();
+    let (p, u) = Process::new(pages, 1, features::EVENT_REMOVE);
+    let cfg = TierConfig {
+        track_remove: true,
+        ..config(16, 8)
+    };
+    let (mem, shadow) = p.handed();
+    let m = TierManager::start_shadowed(u, mem, client(&h), Box::new(NoPlacement), cfg, shadow)
+        .unwrap();
+    let t = m.evict(&[0, 1, 2, 3]);
+    m.wait_evicted(t);
+    assert!(p.shadow_runs().is_empty(), "eviction writes no shadow copy");
+
+    let mut sampled = m.sample_begin();
+    sampled.sort_unstable();
+    assert_eq!(sampled.len(), 8);
+    assert_eq!(p.shadow_runs(), runs(&sampled));
+    // A hit maps the page back and punches its copy.
+    let hit = sampled[0];
+    let base = p.base();
+    assert!(within("a sample hit", move || page_slice(base, hit).to_vec()) == pattern(hit, 1));
+    settle(&m, |s| s.sample_hits == 1);
+    assert_eq!(p.shadow_runs(), runs(&sampled[1..]));
+
+    // The application removes a stashed page and a stored one, journaled first.
+    let gone = sampled[1];
+    for (k, q) in [(0, gone), (1, 2)] {
+        journal_remove(
+            &p.shadow,
+            pages,
+            k,
+            (q * PAGE) as u64,
+            ((q + 1) * PAGE) as u64,
+        );
+        let at = base + q * PAGE;
+        let r = within("madvise", move || {
+            // SAFETY: removing one page of our own region.
+            let r = unsafe { libc::madvise(at as *mut libc::c_void, PAGE, libc::MADV_REMOVE) };
+            (r == 0).then_some(()).ok_or_else(io::Error::last_os_error)
+        });
+        r.unwrap_or_else(|e| panic!("madvise(MADV_REMOVE) of page {q}: {e}"));
+    }
+    settle(&m, |s| s.freed_pages == 2);
+    let start = Instant::now();
+    while !p.pending_removes().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "journal slots never cleared: {:?}",
+            p.pending_removes()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(p.shadow_runs(), runs(&sampled[2..]));
+    assert_eq!(store.list_region(16).unwrap(), [0, 1, 3]);
+
+    // The window's end maps the rest back and punches their copies.
+    m.sample_end();
+    assert!(p.shadow_runs().is_empty(), "{:?}", p.shadow_runs());
+    let bad = differing(base, pages, move |q| {
+        if q == gone || q == 2 {
+            vec![0u8; PAGE]
+        } else {
+            pattern(q, 1)
+        }
+    });
+    assert!(bad.is_empty(), "pages read wrong: {bad:?}");
+    within("stopping", move || m.stop()).unwrap();
+}
