@@ -184,6 +184,16 @@ pub trait SlowTier: Send + Sync {
         false
     }
 
+    /// Which incarnation of a [durable](SlowTier::durable) tier holds the pages: a
+    /// memory server draws a random id when it starts and answers it at every
+    /// connection. A manager recovering a region compares it with the id the region
+    /// was registered under, so that a restarted, empty server is not taken for one
+    /// that lost nothing (its missing pages would read as zeros). 0 for tiers that
+    /// are not durable, and before a remote tier first connected.
+    fn instance(&self) -> u64 {
+        0
+    }
+
     /// Counters since creation.
     fn stats(&self) -> TierStats;
 }

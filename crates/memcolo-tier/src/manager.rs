@@ -715,7 +715,7 @@ impl TierManager {
         placement: Box<dyn Placement>,
         cfg: TierConfig,
     ) -> io::Result<Self> {
-        Self::start_inner(uffd, mem, tier, placement, cfg, None, false)
+        Self::start_inner(uffd, mem, tier, placement, cfg, None, None)
     }
 
     /// As [`TierManager::start`], keeping the region's `shadow` up to date (stash
@@ -732,7 +732,7 @@ impl TierManager {
         cfg: TierConfig,
         shadow: Shadow,
     ) -> io::Result<Self> {
-        Self::start_inner(uffd, mem, tier, placement, cfg, Some(shadow), false)
+        Self::start_inner(uffd, mem, tier, placement, cfg, Some(shadow), None)
     }
 
     /// Takes over a region whose manager died (the agent crashed) from what
@@ -745,10 +745,15 @@ impl TierManager {
     /// the region's userfaultfd (its fault read by the dead manager and never
     /// served) is woken, to fault again.
     ///
+    /// `instance` is the tier's [`SlowTier::instance`] when the region was
+    /// registered: a tier that answers another (a memory server restarted since,
+    /// empty) lost the region's stored pages, which must not read as zeros.
+    ///
     /// # Errors
     /// `InvalidInput` if `tier` is not durable ([`SlowTier::durable`]: the dead
-    /// manager's pages died with it); the slow tier's listing error; the backing's
-    /// or shadow's errors while looking; the errors of [`TierManager::start`].
+    /// manager's pages died with it); `InvalidData` if its instance is not
+    /// `instance`; the slow tier's listing error; the backing's or shadow's errors
+    /// while looking; the errors of [`TierManager::start`].
     pub fn recover(
         uffd: Uffd,
         mem: Box<dyn RegionMemory>,
@@ -756,6 +761,7 @@ impl TierManager {
         placement: Box<dyn Placement>,
         cfg: TierConfig,
         shadow: Shadow,
+        instance: u64,
     ) -> io::Result<Self> {
         if !tier.durable() {
             return Err(io::Error::new(
@@ -766,7 +772,15 @@ impl TierManager {
                 ),
             ));
         }
-        Self::start_inner(uffd, mem, tier, placement, cfg, Some(shadow), true)
+        Self::start_inner(
+            uffd,
+            mem,
+            tier,
+            placement,
+            cfg,
+            Some(shadow),
+            Some(instance),
+        )
     }
 
     /// Stops the threads and leaves everything as it is, as if the agent had died:
@@ -784,7 +798,7 @@ impl TierManager {
         placement: Box<dyn Placement>,
         cfg: TierConfig,
         shadow: Option<Shadow>,
-        recover: bool,
+        recover: Option<u64>,
     ) -> io::Result<Self> {
         assert_eq!(
             tier.page_bytes(),
@@ -850,8 +864,8 @@ impl TierManager {
             stale_copies: Mutex::new(HashSet::new()),
             cfg,
         });
-        if recover {
-            inner.recover()?;
+        if let Some(instance) = recover {
+            inner.recover(instance)?;
         } else {
             inner.adopt()?;
         }
@@ -870,7 +884,7 @@ impl TierManager {
                     .spawn(move || i.evict_loop())?,
             );
         }
-        if recover {
+        if recover.is_some() {
             // Threads whose fault the dead manager read and never served wait on the
             // userfaultfd still; woken, they fault again and this manager serves them.
             if let Err(e) = inner.uffd.wake(inner.base, (inner.pages * PAGE) as u64) {
@@ -1300,7 +1314,7 @@ impl Inner {
     ///
     /// # Errors
     /// The backing's, the shadow's or the slow tier's error while looking.
-    fn recover(&self) -> io::Result<()> {
+    fn recover(&self, instance: u64) -> io::Result<()> {
         let shadow = self
             .shadow
             .as_ref()
@@ -1323,6 +1337,17 @@ impl Inner {
             if let Some(x) = in_tier.get_mut(p as usize) {
                 *x = true;
             }
+        }
+        // After the listing: a restart of the tier before it would show here too.
+        let now = self.tier.instance();
+        if now != instance {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the {} tier restarted since the region was registered (instance {instance:#x}, now {now:#x}): the pages it held are gone",
+                    self.tier.name()
+                ),
+            ));
         }
         let pending = shadow.pending_removes();
         let mut removed = vec![false; n];

@@ -33,6 +33,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 struct Shared {
+    /// This server's instance: random, answered in every hello, so that a client
+    /// can tell a restarted (empty) server from the one that holds its pages.
+    instance: u64,
     stop: AtomicBool,
     conns: Mutex<HashMap<u64, TcpStream>>,
     next_conn: AtomicU64,
@@ -63,6 +66,7 @@ impl MemServer {
             listener: TcpListener::bind(addr)?,
             backend,
             shared: Arc::new(Shared {
+                instance: new_instance(),
                 stop: AtomicBool::new(false),
                 conns: Mutex::new(HashMap::new()),
                 next_conn: AtomicU64::new(0),
@@ -106,7 +110,7 @@ impl MemServer {
                 .name(format!("memserver-conn-{id}"))
                 .spawn(move || {
                     let peer = stream.peer_addr().ok();
-                    if let Err(e) = serve_conn(stream, &*backend) {
+                    if let Err(e) = serve_conn(stream, &*backend, shared.instance) {
                         if !shared.stop.load(Ordering::Acquire) {
                             tracing::debug!(?peer, error = %e, "memserver: connection closed");
                         }
@@ -177,13 +181,24 @@ impl Drop for MemServerHandle {
     }
 }
 
-fn serve_conn(stream: TcpStream, backend: &dyn SlowTier) -> io::Result<()> {
+/// A random, nonzero instance id.
+fn new_instance() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new()
+        .hash_one((now, std::process::id()))
+        .max(1)
+}
+
+fn serve_conn(stream: TcpStream, backend: &dyn SlowTier, instance: u64) -> io::Result<()> {
     stream.set_nodelay(true)?;
     let mut r = BufReader::new(stream.try_clone()?);
     let mut w = BufWriter::new(stream);
     let mut page = vec![0u8; backend.page_bytes()];
     while let Some(req) = wire::read_request(&mut r)? {
-        let resp = handle(&req, backend, &mut page);
+        let resp = handle(&req, backend, &mut page, instance);
         wire::write_response(&mut w, &resp)?;
         if r.buffer().is_empty() {
             w.flush()?;
@@ -224,7 +239,7 @@ fn error_reply(id: u64, e: &TierError) -> Response {
     }
 }
 
-fn handle(req: &Request, backend: &dyn SlowTier, page: &mut [u8]) -> Response {
+fn handle(req: &Request, backend: &dyn SlowTier, page: &mut [u8], instance: u64) -> Response {
     let id = req.id;
     match req.op {
         Op::Hello => {
@@ -234,7 +249,9 @@ fn handle(req: &Request, backend: &dyn SlowTier, page: &mut [u8]) -> Response {
                 .get(..4)
                 .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
             if theirs == Some(ours) {
-                reply(id, Status::Ok, ours.to_le_bytes().to_vec())
+                let mut p = ours.to_le_bytes().to_vec();
+                p.extend_from_slice(&instance.to_le_bytes());
+                reply(id, Status::Ok, p)
             } else {
                 reply(
                     id,

@@ -128,6 +128,8 @@ pub struct RemoteTier {
     loads: AtomicU64,
     corrupt: AtomicU64,
     retries: AtomicU64,
+    /// The server instance the last hello answered (0 before the first).
+    instance: AtomicU64,
 }
 
 impl RemoteTier {
@@ -145,6 +147,7 @@ impl RemoteTier {
             loads: AtomicU64::new(0),
             corrupt: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            instance: AtomicU64::new(0),
         };
         tier.call(|_| Ok(()))?;
         Ok(tier)
@@ -200,10 +203,20 @@ impl RemoteTier {
                     };
                     let hello = (self.cfg.page_bytes as u32).to_le_bytes().to_vec();
                     let resp = self.round_trip(&mut c, Op::Hello, PageKey::new(0, 0), hello)?;
-                    if resp.payload != (self.cfg.page_bytes as u32).to_le_bytes() {
+                    let ours = (self.cfg.page_bytes as u32).to_le_bytes();
+                    if resp.payload.len() != 12 || resp.payload[..4] != ours {
                         return Err(Failed::Broken(
                             self.protocol(format!("hello answered {:?}", resp.payload)),
                         ));
+                    }
+                    let instance =
+                        u64::from_le_bytes(resp.payload[4..].try_into().expect("8 bytes"));
+                    let was = self.instance.swap(instance, Ordering::AcqRel);
+                    if was != 0 && was != instance {
+                        tracing::error!(
+                            addr = %self.cfg.addr,
+                            "memory server restarted: the pages it held are gone"
+                        );
                     }
                     return Ok(c);
                 }
@@ -538,6 +551,12 @@ impl SlowTier for RemoteTier {
         true
     }
 
+    /// The instance id the server answered at the last connection (random per
+    /// server start).
+    fn instance(&self) -> u64 {
+        self.instance.load(Ordering::Acquire)
+    }
+
     /// Client-side counters; `pages` and `stored_bytes` are the server's business
     /// and read 0 here: see [`RemoteTier::server_stats`].
     fn stats(&self) -> TierStats {
@@ -683,6 +702,10 @@ mod tests {
                             crc: 0,
                             payload: req.payload.clone(),
                         };
+                        if req.op == Op::Hello {
+                            // A server's hello carries its instance id.
+                            resp.payload.extend_from_slice(&7u64.to_le_bytes());
+                        }
                         if req.op == Op::Load {
                             let p = page(1);
                             resp.crc = checksum(&p) ^ 0x0100;
@@ -731,6 +754,8 @@ mod tests {
                     while let Ok(Some(req)) = wire::read_request(&mut r) {
                         let payload = match req.op {
                             Op::ListRegion => listing.clone(),
+                            // A server's hello carries its instance id.
+                            Op::Hello => [&req.payload[..], &7u64.to_le_bytes()].concat(),
                             _ => req.payload.clone(),
                         };
                         let resp = Response {
@@ -809,6 +834,8 @@ mod tests {
         let cfg = quick(addr);
         let bound = cfg.retry_bound();
         let t = RemoteTier::connect(cfg).unwrap();
+        let first = t.instance();
+        assert_ne!(first, 0, "the hello answered no instance");
         let k = PageKey::new(9, 9);
         t.store(k, &page(9)).unwrap();
         h.stop();
@@ -841,6 +868,9 @@ mod tests {
             Err(TierError::NotFound { .. })
         ));
         assert!(out.iter().all(|&b| b == 0xAA));
+        // ... and tells it by its instance: a region recovered against it is refused.
+        assert_ne!(t.instance(), first);
+        assert_ne!(t.instance(), 0);
         t.store(k, &page(10)).unwrap();
         t.load(k, &mut out).unwrap();
         assert_eq!(out, page(10));

@@ -25,7 +25,9 @@
 //! | 16..20 | payload length |
 //! | 20..24 | CRC-32 of the payload (load: of the page) |
 //!
-//! Payloads: hello sends the client's page size (u32) and gets the server's back;
+//! Payloads: hello sends the client's page size (u32) and gets the server's back,
+//! followed by the server's instance id (u64, random per server start: a client
+//! tells a restarted, empty server by it);
 //! store sends the page; load gets the page; remove gets one byte (1 if a page was
 //! removed); remove region gets the count (u64); stats gets six u64 counters (pages,
 //! stored bytes, stores, loads, corrupt, retries); errors get a UTF-8 message.

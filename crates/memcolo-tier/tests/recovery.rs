@@ -181,6 +181,12 @@ fn client(h: &MemServerHandle) -> Arc<RemoteTier> {
     Arc::new(RemoteTier::connect(cfg).unwrap())
 }
 
+/// The instance id the memory server answers (what the agent keeps for a region
+/// at registration, and `tier_recover` carries back).
+fn instance(h: &MemServerHandle) -> u64 {
+    client(h).instance()
+}
+
 /// Sampling windows of exactly `sample_pages` pages.
 fn config(region: u64, sample_pages: usize) -> TierConfig {
     TierConfig {
@@ -380,6 +386,7 @@ fn region_survives_its_manager_dying() {
         Box::new(NoPlacement),
         config(11, 16),
         shadow,
+        instance(&h),
     )
     .unwrap();
     assert_eq!(listed(&store), evict, "stale server copies left");
@@ -459,6 +466,7 @@ fn recovered_region_stopped_untouched_gets_every_page_back() {
         Box::new(NoPlacement),
         config(12, 8),
         shadow,
+        instance(&h),
     )
     .unwrap();
     assert_eq!(b.stats().probation_pages, sampled.len() as u64);
@@ -468,6 +476,49 @@ fn recovered_region_stopped_untouched_gets_every_page_back() {
     assert!(store.list_region(12).unwrap().is_empty());
     let bad = differing(p.base(), pages, |q| pattern(q, 1));
     assert!(bad.is_empty(), "pages read wrong after stop: {bad:?}");
+}
+
+/// A memory server restarted while no agent ran has lost the region's stored pages:
+/// recovery against it is refused (the process is then stopped), and the region's
+/// memfd and shadow are left as they were.
+#[test]
+fn recovery_against_a_restarted_memory_server_is_refused() {
+    if !permitted() {
+        return;
+    }
+    let pages = 64;
+    let (h, _store) = server();
+    let (p, u) = Process::new(pages, 1, 0);
+    let evict: Vec<usize> = (0..pages).filter(|q| q % 2 == 0).collect();
+    let (a, sampled) = manager_a(&p, u, &h, config(17, 4), &evict);
+    a.abandon();
+    let registered = instance(&h);
+    let addr = h.addr();
+    h.stop();
+    let empty = Arc::new(CompressedStore::new(PAGE, 1 << 24));
+    let h2 = MemServer::bind(addr, empty).unwrap().spawn().unwrap();
+    let (mem, shadow) = p.handed();
+    let r = TierManager::recover(
+        p.uffd(),
+        mem,
+        client(&h2),
+        Box::new(NoPlacement),
+        config(17, 4),
+        shadow,
+        registered,
+    );
+    match r {
+        Ok(_) => panic!("recovered against a restarted, empty server"),
+        Err(e) => {
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+            assert!(e.to_string().contains("restarted"), "{e}");
+        }
+    }
+    let kept: Vec<usize> = (0..pages)
+        .filter(|q| !evict.contains(q) && !sampled.contains(q))
+        .collect();
+    assert_eq!(p.memfd_runs(), runs(&kept));
+    assert_eq!(p.shadow_runs(), runs(&sampled));
 }
 
 /// Spawns an application thread that reads page `q` and sends its bytes back.
@@ -540,6 +591,7 @@ fn threads_blocked_in_a_fault_when_the_manager_died_are_served_by_the_new_one() 
         Box::new(NoPlacement),
         config(13, 4),
         shadow,
+        instance(&h),
     )
     .unwrap();
     let wait = |rx: &mpsc::Receiver<Vec<u8>>, what: &str| {
@@ -610,6 +662,7 @@ fn pending_journal_slots_win_over_stale_copies() {
         Box::new(NoPlacement),
         config(14, 4),
         shadow,
+        instance(&h),
     )
     .unwrap();
     assert!(p.pending_removes().is_empty(), "{:?}", p.pending_removes());
@@ -672,6 +725,7 @@ fn recovery_refuses_a_tier_that_died_with_the_agent() {
         Box::new(NoPlacement),
         config(15, 4),
         shadow,
+        0,
     );
     match r {
         Ok(_) => panic!("recovered over a non-durable tier"),
