@@ -23,10 +23,18 @@
  *   - fork: the region is MADV_DONTFORK — a MAP_SHARED memfd would otherwise be
  *     shared with the child instead of copied — so the child does not inherit it
  *     (an access there is a SIGSEGV), said once on stderr in the child.
- * If the agent's connection closes without "tier_released" (the agent died holding
- * pages of the process's regions), the process is stopped (SIGKILL) with the reason
- * on stderr: its evicted pages are gone with the agent and it must never read zeros
- * in their place. After "tier_released" (a clean stop: the agent brought every page
+ * Each region also gets a shadow memfd (its length plus a control page; see "the
+ * shadow" below), sent as a third descriptor: the agent keeps there the copies of
+ * pages it unmaps for sampling, and the process journals its removals there, so that
+ * a region whose slow tier outlives the agent (a memory server: the agent answers
+ * "durable") survives the agent's death. If the agent's connection closes without
+ * "tier_released" (the agent died holding pages of the process's regions): with
+ * every region durable, faults wait on the userfaultfd this library kept, and the
+ * regions are handed to the next agent that listens with "tier_recover" (the same
+ * descriptors and region id; MEMCOLO_TIER_RECOVER_S, default 60 s); otherwise, or
+ * when that fails or times out, the process is stopped (SIGKILL) with the reason on
+ * stderr: its evicted pages are gone with the agent and it must never read zeros in
+ * their place. After "tier_released" (a clean stop: the agent brought every page
  * back first) the regions are plain shared memory, and the library hands each one to
  * the next agent that listens (retrying 100 ms doubling to 5 s): a new userfaultfd,
  * the same memfd, the target the old agent last had (tier_released carries it), and
@@ -34,6 +42,7 @@
  * meanwhile, or refused by the new agent, stays plain.
  *
  * Options (environment): MEMCOLO_TIER (0), MEMCOLO_TIER_THRESHOLD (1g; suffix k/m/g),
+ * MEMCOLO_TIER_RECOVER_S (60: how long tiered memory waits for a new agent after a crash),
  * MEMCOLO_T_MISS (target fast-memory miss ratio sent with each region; the agent's
  * default when unset), MEMCOLO_TIER_SOCKET (default: tier.sock next to
  * MEMCOLO_SOCKET, or /run/memcolo/tier.sock), MEMCOLO_VERBOSE (1).
@@ -81,6 +90,12 @@ typedef struct {
   size_t unmapped;  /* bytes unmapped piecewise */
   int uffd;         /* kept open: faults wait, never see zeros, if the agent dies */
   int memfd;        /* kept open: handed to the next agent after a clean stop */
+  int shadow;       /* the region's shadow memfd (len + one control page), -1 if none */
+  unsigned char *journal; /* the shadow's control page, mapped here; NULL if none */
+  uint64_t id;      /* the agent's id of the region (its key in the slow tier) */
+  uint64_t slow_instance; /* which incarnation of the slow tier holds its pages */
+  int durable;      /* the agent said its pages outlive it: recover it after a crash */
+  int recover;      /* its agent died: to be handed to the next one with tier_recover */
   int managed;      /* 0 once the agent released it: plain shared memory */
   int stay_plain;   /* not handed over again (an agent refused it, or part was unmapped) */
   int used;
@@ -101,6 +116,8 @@ static struct {
   char reply[512];
   int reply_ready;
   int released;
+  int recovering;           /* a thread runs recover_regions() */
+  unsigned recover_s;       /* MEMCOLO_TIER_RECOVER_S: how long to wait for a new agent */
   int nregions;
   int warned_mremap, warned_connect;
   mc_tier_region_t regions[MC_TIER_MAX_REGIONS];
@@ -162,6 +179,63 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *data) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- the shadow */
+
+/* A region's shadow (crates/memcolo-tier/src/shadow.rs): a memfd of the region's
+ * length plus one control page. The agent writes there the copies of pages it unmaps
+ * for sampling, and the control page is the remove journal: before an madvise that
+ * frees pages of a durable region, the range goes to a free slot (state 0 -> 1,
+ * range, -> 2 with release order), and the agent frees the slot once the range's
+ * copies are dropped. A new agent taking the region over after a crash applies the
+ * slots still pending, so a copy the dead agent had not dropped yet is never brought
+ * back. Little-endian, as the agent reads it. */
+#define MC_SHADOW_SLOTS 64
+#define MC_SHADOW_SLOT0 64
+#define MC_SHADOW_SLOT_BYTES 32
+
+/* A new shadow for a region of len bytes: 0 with the memfd and its mapped control
+ * page, -1 (nothing left open) on failure. */
+static int shadow_create(size_t len, int *fd_out, unsigned char **journal_out) {
+  int fd = (int)syscall(SYS_memfd_create, "memcolo-shadow", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, (off_t)(len + MC_TIER_PAGE)) != 0) { close(fd); return -1; }
+  void *j = raw_mmap(NULL, MC_TIER_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)len);
+  if (j == MAP_FAILED) { close(fd); return -1; }
+  uint64_t slots = MC_SHADOW_SLOTS;
+  memcpy(j, "MCSHADW1", 8);
+  memcpy((char *)j + 8, &slots, 8);
+  *fd_out = fd;
+  *journal_out = j;
+  return 0;
+}
+
+/* Journals the removal of region offsets [first, end) before its madvise. Returns
+ * without a slot if none is free (the agent clears them as it reads the remove
+ * events, so that means it is far behind): the removal still happens; only an agent
+ * crash before it handled that event could then bring back the range's old copies. */
+static void journal_remove(unsigned char *j, uint64_t first, uint64_t end) {
+  static int warned;
+  for (int k = 0; k < MC_SHADOW_SLOTS; k++) {
+    uint64_t *slot = (uint64_t *)(j + MC_SHADOW_SLOT0 + MC_SHADOW_SLOT_BYTES * k);
+    uint64_t free_state = 0;
+    if (__atomic_compare_exchange_n(&slot[0], &free_state, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+      slot[1] = first;
+      slot[2] = end;
+      __atomic_store_n(&slot[0], 2, __ATOMIC_RELEASE);
+      return;
+    }
+  }
+  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    say("memcolo: the remove journal of a tiered region is full; a removal goes unjournaled\n");
+}
+
+static void shadow_close(mc_tier_region_t *r) {
+  if (r->journal != NULL) raw_munmap(r->journal, MC_TIER_PAGE);
+  if (r->shadow >= 0) close(r->shadow);
+  r->journal = NULL;
+  r->shadow = -1;
+}
+
 /* ---------------------------------------------------------------- the link */
 
 static void stop_process(const char *why) {
@@ -172,6 +246,7 @@ static void stop_process(const char *why) {
 }
 
 static void hand_over_again(void);
+static void recover_regions(void);
 
 /* tier_released may carry the process's target as the agent last had it (changed live
  * with `memcolo tier target`, perhaps): the regions are handed to the next agent with
@@ -189,7 +264,7 @@ static void keep_target(const char *line, size_t len) {
 
 /* Reads the agent's lines: replies go to the waiting request, "tier_released" marks
  * every region plain memory (then handed to the next agent), end of stream without
- * it stops the process. */
+ * it recovers durable regions with the next agent or stops the process. */
 static void *reader(void *arg) {
   int fd = (int)(intptr_t)arg;
   char buf[1024];
@@ -226,18 +301,29 @@ static void *reader(void *arg) {
     if (have == sizeof buf - 1) have = 0; /* an overlong line: drop it */
   }
   pthread_mutex_lock(&T.lock);
-  int managed = 0;
-  for (int i = 0; i < MC_TIER_MAX_REGIONS; i++) managed += T.regions[i].used && T.regions[i].managed;
+  int managed = 0, fragile = 0, start_recovery = 0;
+  for (int i = 0; i < MC_TIER_MAX_REGIONS; i++) {
+    if (!T.regions[i].used || !T.regions[i].managed) continue;
+    managed++;
+    if (!T.regions[i].durable) fragile++;
+  }
   int released = T.released;
   if (T.fd == fd) {
     close(fd);
     T.fd = -1;
     T.gen++;
   }
+  if (managed && !released && !fragile) {
+    /* Every region's pages outlive the agent: wait for the next one to take them. */
+    for (int i = 0; i < MC_TIER_MAX_REGIONS; i++)
+      if (T.regions[i].used && T.regions[i].managed) T.regions[i].recover = 1;
+    if (!T.recovering) T.recovering = start_recovery = 1;
+  }
   T.reply_ready = -1;
   pthread_cond_broadcast(&T.reply_cv);
   pthread_mutex_unlock(&T.lock);
-  if (managed && !released) stop_process("the agent managing this process's tiered memory is gone");
+  if (managed && !released && fragile) stop_process("the agent managing this process's tiered memory is gone");
+  if (start_recovery) recover_regions();
   if (released) hand_over_again();
   return NULL;
 }
@@ -273,12 +359,13 @@ static int connect_locked(void) {
 
 /* Sends one line (with descriptors, if any) and waits for its reply into out. */
 static int request(const char *line, const int *fds, int nfds, char *out, size_t outlen) {
+  if (nfds > 3) return -1;
   pthread_mutex_lock(&T.req_lock);
   pthread_mutex_lock(&T.lock);
   int rc = -1;
   if (connect_locked() != 0) goto done;
   struct iovec iov = {.iov_base = (void *)line, .iov_len = strlen(line)};
-  union { char buf[CMSG_SPACE(sizeof(int) * 2)]; struct cmsghdr align; } u;
+  union { char buf[CMSG_SPACE(sizeof(int) * 3)]; struct cmsghdr align; } u;
   struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
   if (nfds > 0) {
     memset(&u, 0, sizeof u);
@@ -314,12 +401,22 @@ static mc_tier_region_t *find(uintptr_t a, size_t len) {
   return NULL;
 }
 
+/* The region id, durability and slow-tier instance in a tier_registered reply. */
+static void parse_registered(const char *reply, mc_tier_region_t *out) {
+  const char *k = strstr(reply, "\"region\":");
+  out->id = k ? strtoull(k + 9, NULL, 10) : 0;
+  k = strstr(reply, "\"slow_instance\":");
+  out->slow_instance = k ? strtoull(k + 16, NULL, 10) : 0;
+  out->durable = strstr(reply, "\"durable\":true") != NULL;
+}
+
 /* Registers [p, p + len) with a new userfaultfd (MISSING + WP) and sends it with the
- * memfd to the agent (tier_register). Returns 0 with *uffd_out set once the agent
- * took the region; otherwise the registration is undone (faults that came meanwhile
- * are woken and retried as plain memory) and it returns -1 if userfaultfd failed or
- * the agent refused the region, -2 if no agent answered. */
-static int hand_over(uintptr_t p, size_t len, int memfd, int *uffd_out) {
+ * memfd and the shadow (if any, shadow >= 0) to the agent (tier_register). Returns 0
+ * with *uffd_out and got's id, durable and slow_instance set once the agent took the
+ * region; otherwise the registration is undone (faults that came meanwhile are woken
+ * and retried as plain memory) and it returns -1 if userfaultfd failed or the agent
+ * refused the region, -2 if no agent answered. */
+static int hand_over(uintptr_t p, size_t len, int memfd, int shadow, int *uffd_out, mc_tier_region_t *got) {
   int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
   struct uffdio_api api = {.api = UFFD_API,
                            .features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_MISSING_SHMEM |
@@ -346,9 +443,9 @@ static int hand_over(uintptr_t p, size_t len, int memfd, int *uffd_out) {
   else
     snprintf(line, sizeof line, "{\"v\":1,\"type\":\"tier_register\",\"start\":%lu,\"length\":%zu}\n",
              (unsigned long)p, len);
-  int fds[2] = {uffd, memfd};
+  int fds[3] = {uffd, memfd, shadow};
   int rc = 0;
-  if (request(line, fds, 2, reply, sizeof reply) != 0) {
+  if (request(line, fds, shadow >= 0 ? 3 : 2, reply, sizeof reply) != 0) {
     rc = -2;
   } else if (strstr(reply, "\"tier_registered\"") == NULL) {
     say("memcolo: the agent refused a tiered region: %s\n", reply);
@@ -361,6 +458,7 @@ static int hand_over(uintptr_t p, size_t len, int memfd, int *uffd_out) {
     return rc;
   }
   *uffd_out = uffd;
+  parse_registered(reply, got);
   return 0;
 }
 
@@ -380,8 +478,13 @@ static void *tier_map(size_t len, int flags) {
   void *p = raw_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | (flags & MAP_NORESERVE), memfd, 0);
   if (p == MAP_FAILED) { close(memfd); return NULL; }
   raw_madvise(p, len, MADV_DONTFORK);
-  int uffd = -1;
-  if (hand_over((uintptr_t)p, len, memfd, &uffd) != 0) {
+  int uffd = -1, shadow = -1;
+  unsigned char *journal = NULL;
+  mc_tier_region_t got = {0};
+  if (shadow_create(len, &shadow, &journal) != 0) say("memcolo: no shadow for a tiered region (%s)\n", strerror(errno));
+  if (hand_over((uintptr_t)p, len, memfd, shadow, &uffd, &got) != 0) {
+    mc_tier_region_t none = {.shadow = shadow, .journal = journal};
+    shadow_close(&none);
     raw_munmap(p, len);
     close(memfd);
     return NULL;
@@ -391,7 +494,9 @@ static void *tier_map(size_t len, int flags) {
   for (int i = 0; i < MC_TIER_MAX_REGIONS && !slot; i++)
     if (!T.regions[i].used) slot = &T.regions[i];
   if (slot) {
-    *slot = (mc_tier_region_t){.start = (uintptr_t)p, .len = len, .uffd = uffd, .memfd = memfd, .managed = 1,
+    *slot = (mc_tier_region_t){.start = (uintptr_t)p, .len = len, .uffd = uffd, .memfd = memfd,
+                               .shadow = shadow, .journal = journal, .id = got.id,
+                               .slow_instance = got.slow_instance, .durable = got.durable, .managed = 1,
                                .used = 1};
     T.nregions++;
   }
@@ -402,6 +507,8 @@ static void *tier_map(size_t len, int flags) {
   close(uffd);
   raw_munmap(p, len);
   close(memfd);
+  mc_tier_region_t none = {.shadow = shadow, .journal = journal};
+  shadow_close(&none);
   return NULL;
 }
 
@@ -430,13 +537,18 @@ static void hand_over_again(void) {
         want = 0;
       }
       pthread_mutex_unlock(&T.lock);
-      int uffd = -1, rc = want ? hand_over(r.start, r.len, r.memfd, &uffd) : -1;
+      int uffd = -1;
+      mc_tier_region_t got = {0};
+      int rc = want ? hand_over(r.start, r.len, r.memfd, r.shadow, &uffd, &got) : -1;
       if (want && rc == -2) {
         left++; /* no agent yet: all of them later */
       } else if (want) {
         pthread_mutex_lock(&T.lock);
         if (rc == 0) {
           T.regions[i].uffd = uffd;
+          T.regions[i].id = got.id;
+          T.regions[i].slow_instance = got.slow_instance;
+          T.regions[i].durable = got.durable;
           T.regions[i].managed = 1;
         } else {
           T.regions[i].stay_plain = 1;
@@ -448,6 +560,77 @@ static void hand_over_again(void) {
     }
     if (left == 0) return;
     if (delay_ms < 5000) delay_ms = delay_ms * 2 > 5000 ? 5000 : delay_ms * 2;
+  }
+}
+
+/* After the agent died holding pages of durable regions (their slow tier is another
+ * process, their stash copies are in their shadows): hands each region to the next
+ * agent that listens with tier_recover (the same userfaultfd, which this process kept
+ * open so that faults wait meanwhile, the memfd and the shadow), retrying 100 ms
+ * doubling to 2 s for MEMCOLO_TIER_RECOVER_S seconds (60); then, or if the new agent
+ * cannot take a region over, the process is stopped. Runs on the reader thread of
+ * the connection that ended; a reader whose connection ends meanwhile marks every
+ * region for recovery again and leaves the work to this loop. */
+static void recover_regions(void) {
+  say("memcolo: the tiering agent is gone; waiting up to %u s for a new one to take this process's tiered "
+      "memory over\n", T.recover_s);
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  unsigned delay_ms = 100;
+  for (;;) {
+    int left = 0;
+    for (int i = 0; i < MC_TIER_MAX_REGIONS; i++) {
+      pthread_mutex_lock(&T.handover_lock);
+      pthread_mutex_lock(&T.lock);
+      mc_tier_region_t r = T.regions[i];
+      char t_miss[sizeof T.t_miss];
+      memcpy(t_miss, T.t_miss, sizeof t_miss);
+      pthread_mutex_unlock(&T.lock);
+      if (!(r.used && r.managed && r.recover)) {
+        pthread_mutex_unlock(&T.handover_lock);
+        continue;
+      }
+      char line[300], reply[512];
+      int n = snprintf(line, sizeof line,
+                       "{\"v\":1,\"type\":\"tier_recover\",\"start\":%lu,\"length\":%zu,\"region\":%llu,"
+                       "\"slow_instance\":%llu",
+                       (unsigned long)r.start, r.len, (unsigned long long)r.id, (unsigned long long)r.slow_instance);
+      snprintf(line + n, sizeof line - (size_t)n, t_miss[0] ? ",\"t_miss\":%s}\n" : "}\n", t_miss);
+      int fds[3] = {r.uffd, r.memfd, r.shadow};
+      if (request(line, fds, 3, reply, sizeof reply) != 0) {
+        left++;
+      } else if (strstr(reply, "\"tier_registered\"") == NULL) {
+        pthread_mutex_unlock(&T.handover_lock);
+        char why[400];
+        snprintf(why, sizeof why, "the new agent could not take over a tiered region: %.300s", reply);
+        stop_process(why);
+        return;
+      } else {
+        pthread_mutex_lock(&T.lock);
+        T.regions[i].recover = 0;
+        pthread_mutex_unlock(&T.lock);
+        say("memcolo: a tiered region of %zu bytes recovered by the new agent\n", r.len);
+      }
+      pthread_mutex_unlock(&T.handover_lock);
+    }
+    if (left == 0) {
+      pthread_mutex_lock(&T.lock);
+      int again = 0;
+      for (int i = 0; i < MC_TIER_MAX_REGIONS; i++) again += T.regions[i].used && T.regions[i].managed && T.regions[i].recover;
+      if (!again) T.recovering = 0;
+      pthread_mutex_unlock(&T.lock);
+      if (!again) return;
+      continue;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t0.tv_sec >= (time_t)T.recover_s) {
+      stop_process("no tiering agent took this process's tiered memory over in time");
+      return;
+    }
+    struct timespec ts = {delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    if (delay_ms < 2000) delay_ms = delay_ms * 2 > 2000 ? 2000 : delay_ms * 2;
   }
 }
 
@@ -513,8 +696,10 @@ MC_TIER_API int munmap(void *addr, size_t len) {
       close(copy.uffd);
     }
     if (copy.memfd >= 0) close(copy.memfd);
+    shadow_close(&copy);
   } else if (copy.managed) {
     /* The agent frees that part (a remove event) before it is unmapped. */
+    if (copy.durable && copy.journal != NULL) journal_remove(copy.journal, lo - copy.start, hi - copy.start);
     raw_madvise((void *)lo, hi - lo, MADV_REMOVE);
   }
   int rc = raw_munmap(addr, len);
@@ -530,6 +715,7 @@ MC_TIER_API int madvise(void *addr, size_t len, int advice) {
   pthread_mutex_lock(&T.lock);
   mc_tier_region_t *r = find(a, len);
   uintptr_t rs = r ? r->start : 0, re = r ? r->start + r->len : 0;
+  unsigned char *journal = r && r->managed && r->durable ? r->journal : NULL;
   pthread_mutex_unlock(&T.lock);
   if (r == NULL) return raw_madvise(addr, len, advice);
   /* On the shared memfd, DONTNEED would keep the data: punch it out instead, so the
@@ -537,6 +723,9 @@ MC_TIER_API int madvise(void *addr, size_t len, int advice) {
   uintptr_t lo = a > rs ? a : rs, end = a + len, hi = end < re ? end : re;
   int rc = 0;
   if (a < lo && raw_madvise(addr, lo - a, advice) != 0) rc = -1;
+  /* A durable region's agent may die between reading the remove event and dropping
+   * the range's copies: journal it first (see the shadow). */
+  if (journal != NULL) journal_remove(journal, lo - rs, hi - rs);
   if (raw_madvise((void *)lo, hi - lo, MADV_REMOVE) != 0) rc = -1;
   if (hi < end && raw_madvise((void *)hi, end - hi, advice) != 0) rc = -1;
   return rc;
@@ -580,6 +769,7 @@ static void tier_atfork_child(void) {
     had++;
     if (T.regions[i].uffd >= 0) close(T.regions[i].uffd);
     if (T.regions[i].memfd >= 0) close(T.regions[i].memfd);
+    shadow_close(&T.regions[i]);
     T.regions[i].used = 0;
   }
   T.nregions = 0;
@@ -594,6 +784,8 @@ __attribute__((constructor)) static void mc_tier_init(void) {
   if (!T.enabled) return;
   T.threshold = parse_size(getenv("MEMCOLO_TIER_THRESHOLD"), 1UL << 30);
   if (T.threshold < MC_TIER_PAGE) T.threshold = MC_TIER_PAGE;
+  e = getenv("MEMCOLO_TIER_RECOVER_S");
+  T.recover_s = e != NULL && e[0] >= '0' && e[0] <= '9' ? (unsigned)strtoul(e, NULL, 10) : 60;
   e = getenv("MEMCOLO_T_MISS");
   if (e != NULL && strspn(e, "0123456789.eE-+") == strlen(e) && strlen(e) < sizeof T.t_miss && e[0])
     snprintf(T.t_miss, sizeof T.t_miss, "%s", e);

@@ -13,6 +13,7 @@
 //! binary built next to `gups` (as `cargo test --workspace` does).
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -127,6 +128,30 @@ impl Program {
     }
 }
 
+impl Program {
+    /// Waits (at most `limit`) for it to be stopped, before "go": its exit status
+    /// and stderr.
+    fn stopped(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let start = Instant::now();
+        let st = loop {
+            if let Some(s) = self.child.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(start.elapsed() < limit, "the program kept running");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        self.child
+            .0
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        (st, err)
+    }
+}
+
 fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ok() {
@@ -135,86 +160,133 @@ fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
-    if memcolo_tier::uffd::check_permission().is_err() || unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root");
-        return;
+/// The pieces every test here needs: libmemcolo's `tier.c` built alone as a preload
+/// library, the C program, the binaries, an agent config with 8 MiB of fast memory.
+struct Rig {
+    tmp: tempfile::TempDir,
+    lib: PathBuf,
+    prog: PathBuf,
+    gups: PathBuf,
+    memcolo: PathBuf,
+    cfg: PathBuf,
+    sock: PathBuf,
+    tier_sock: PathBuf,
+}
+
+impl Rig {
+    /// None (with the reason printed) where the test cannot run: not root, no
+    /// userfaultfd, no `memcolo` binary, no C compiler. `slow`: the `[tier] slow`
+    /// setting (None: the compressed store).
+    fn new(slow: Option<&str>) -> Option<Rig> {
+        // SAFETY: geteuid has no preconditions.
+        if memcolo_tier::uffd::check_permission().is_err() || unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root");
+            return None;
+        }
+        let gups = PathBuf::from(env!("CARGO_BIN_EXE_gups"));
+        let memcolo = gups.with_file_name("memcolo");
+        if !memcolo.exists() {
+            eprintln!("skipped: {} not built", memcolo.display());
+            return None;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = tmp.path().join("libtier.so");
+        let prog = tmp.path().join("tier_semantics");
+        let tier_c = root().join("alloc/src/tier.c");
+        if !cc(
+            &[
+                "-std=gnu11",
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-fvisibility=hidden",
+                "-pthread",
+                tier_c.to_str().unwrap(),
+            ],
+            &lib,
+        ) || !cc(
+            &[
+                "-O1",
+                root()
+                    .join("bench/tiering/tests/tier_semantics.c")
+                    .to_str()
+                    .unwrap(),
+            ],
+            &prog,
+        ) {
+            return None;
+        }
+        let cfg = tmp.path().join("agent.toml");
+        let slow = slow
+            .map(|s| format!("slow = \"{s}\"\n"))
+            .unwrap_or_default();
+        std::fs::write(
+            &cfg,
+            format!("metrics_addr = \"off\"\n[tier]\nenabled = true\nfast_bytes = 8388608\nmigration_cap_bytes = 4194304\n{slow}"),
+        )
+        .unwrap();
+        let sock = tmp.path().join("agent.sock");
+        let tier_sock = tmp.path().join("tier.sock");
+        Some(Rig {
+            lib,
+            prog,
+            gups,
+            memcolo,
+            cfg,
+            sock,
+            tier_sock,
+            tmp,
+        })
     }
-    let gups = PathBuf::from(env!("CARGO_BIN_EXE_gups"));
-    let memcolo = gups.with_file_name("memcolo");
-    if !memcolo.exists() {
-        eprintln!("skipped: {} not built", memcolo.display());
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let lib = tmp.path().join("libtier.so");
-    let prog = tmp.path().join("tier_semantics");
-    let tier_c = root().join("alloc/src/tier.c");
-    if !cc(
-        &[
-            "-std=gnu11",
-            "-O2",
-            "-fPIC",
-            "-shared",
-            "-fvisibility=hidden",
-            "-pthread",
-            tier_c.to_str().unwrap(),
-        ],
-        &lib,
-    ) || !cc(
-        &[
-            "-O1",
-            root()
-                .join("bench/tiering/tests/tier_semantics.c")
-                .to_str()
-                .unwrap(),
-        ],
-        &prog,
-    ) {
-        return;
-    }
-    let cfg = tmp.path().join("agent.toml");
-    std::fs::write(
-        &cfg,
-        "metrics_addr = \"off\"\n[tier]\nenabled = true\nfast_bytes = 8388608\nmigration_cap_bytes = 4194304\n",
-    )
-    .unwrap();
-    let sock = tmp.path().join("agent.sock");
-    let tier_sock = tmp.path().join("tier.sock");
-    let start_agent = || {
-        Kill(
-            Command::new(&memcolo)
+
+    /// Starts an agent and waits for its tiering socket.
+    fn start_agent(&self) -> Kill {
+        let agent = Kill(
+            Command::new(&self.memcolo)
                 .arg("agent")
                 .arg("--config")
-                .arg(&cfg)
+                .arg(&self.cfg)
                 .arg("--socket")
-                .arg(&sock)
+                .arg(&self.sock)
                 .arg("--state-dir")
-                .arg(tmp.path().join("state"))
+                .arg(self.tmp.path().join("state"))
                 .env("MEMCOLO_LOG", "warn")
                 .spawn()
                 .unwrap(),
-        )
-    };
-    let mut agent = start_agent();
-    wait_until("the tiering socket", Duration::from_secs(30), || {
-        tier_sock.exists()
-    });
-    let env = |c: &mut Command| {
-        c.env("MEMCOLO_SOCKET", &sock)
+        );
+        wait_until("the tiering socket", Duration::from_secs(30), || {
+            UnixStream::connect(&self.tier_sock).is_ok()
+        });
+        agent
+    }
+
+    /// A command of `exe` that hands its large mappings to the agent.
+    fn command(&self, exe: &Path) -> Command {
+        let mut c = Command::new(exe);
+        c.env("MEMCOLO_SOCKET", &self.sock)
             .env("MEMCOLO_TIER", "1")
             .env("MEMCOLO_TIER_THRESHOLD", "16m")
             .env("MEMCOLO_T_MISS", "0.2")
-            .env("LD_PRELOAD", &lib);
-    };
+            .env("LD_PRELOAD", &self.lib);
+        c
+    }
 
+    fn status(&self) -> serde_json::Value {
+        status(&self.memcolo, &self.sock)
+    }
+}
+
+#[test]
+fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
+    let Some(rig) = Rig::new(None) else {
+        return;
+    };
+    let (memcolo, sock, gups, prog) = (&rig.memcolo, &rig.sock, &rig.gups, &rig.prog);
+    let mut agent = rig.start_agent();
     // 1. A C program's region: semantics, status, t_miss changed live.
-    let mut c = Command::new(&prog);
-    env(&mut c);
-    let child = Program::start(c);
+    let child = Program::start(rig.command(prog));
     let pid = child.pid();
-    let st = status(&memcolo, &sock);
+    let st = rig.status();
     let p = proc_of(&st, pid).expect("the program's region is managed");
     assert_eq!(p["t_miss"], 0.2);
     assert_eq!(p["regions"].as_array().unwrap().len(), 1);
@@ -224,21 +296,17 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     // (Fast memory may pass the allotment for a while: a victim being sampled when
     // its eviction comes is kept, and demoted at a later epoch.)
     assert!(p["fast_bytes"].as_u64().unwrap() <= 12 << 20, "{p}");
-    set_target(&memcolo, &sock, pid, "0.5");
-    assert_eq!(
-        proc_of(&status(&memcolo, &sock), pid).unwrap()["t_miss"],
-        0.5
-    );
+    set_target(memcolo, sock, pid, "0.5");
+    assert_eq!(proc_of(&rig.status(), pid).unwrap()["t_miss"], 0.5);
     let err = child.finish();
     assert!(err.contains("mremap of a tiered region refused"), "{err}");
     wait_until("the region to leave", Duration::from_secs(10), || {
-        proc_of(&status(&memcolo, &sock), pid).is_none()
+        proc_of(&rig.status(), pid).is_none()
     });
-    assert_eq!(status(&memcolo, &sock)["slow"]["pages"], 0);
+    assert_eq!(rig.status()["slow"]["pages"], 0);
 
     // 2. GUPS under the agent: every update verified.
-    let mut g = Command::new(&gups);
-    env(&mut g);
+    let mut g = rig.command(gups);
     let o = g
         .args([
             "--footprint-mib",
@@ -260,49 +328,41 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     //    agent (with the target last set), which takes the pages it finds as resident
     //    and evicts down to its fast memory; the program then checks every page and
     //    its semantics as in 1.
-    let mut c = Command::new(&prog);
-    env(&mut c);
-    let survivor = Program::start(c);
+    let survivor = Program::start(rig.command(prog));
     let spid = survivor.pid();
-    assert!(proc_of(&status(&memcolo, &sock), spid)
-        .is_some_and(|p| { p["slow_bytes"].as_u64().unwrap_or(0) > 0 }));
+    assert!(
+        proc_of(&rig.status(), spid).is_some_and(|p| { p["slow_bytes"].as_u64().unwrap_or(0) > 0 })
+    );
     // A target changed live goes with the region to the new agent.
-    set_target(&memcolo, &sock, spid, "0.4");
+    set_target(memcolo, sock, spid, "0.4");
     // SAFETY: signalling our own child.
     assert_eq!(
         unsafe { libc::kill(agent.0.id() as libc::pid_t, libc::SIGTERM) },
         0
     );
     assert!(agent.0.wait().unwrap().success());
-    agent = start_agent();
-    wait_until("the new tiering socket", Duration::from_secs(30), || {
-        tier_sock.exists()
-    });
+    agent = rig.start_agent();
     wait_until(
         "the region handed to the new agent",
         Duration::from_secs(20),
         || {
-            proc_of(&status(&memcolo, &sock), spid).is_some_and(|p| {
+            proc_of(&rig.status(), spid).is_some_and(|p| {
                 p["regions"][0]["adopted_pages"].as_u64().unwrap_or(0) > 0
                     && p["slow_bytes"].as_u64().unwrap_or(0) >= 16 << 20
             })
         },
     );
-    assert_eq!(
-        proc_of(&status(&memcolo, &sock), spid).unwrap()["t_miss"],
-        0.4
-    );
+    assert_eq!(proc_of(&rig.status(), spid).unwrap()["t_miss"], 0.4);
     let err = survivor.finish();
     assert!(err.contains("handed to the agent again"), "{err}");
     wait_until(
         "the region to leave the new agent",
         Duration::from_secs(10),
-        || proc_of(&status(&memcolo, &sock), spid).is_none(),
+        || proc_of(&rig.status(), spid).is_none(),
     );
 
     // 4. The agent dies holding pages: the process is stopped with the reason.
-    let mut g = Command::new(&gups);
-    env(&mut g);
+    let mut g = rig.command(gups);
     let mut victim = Kill(
         g.args([
             "--footprint-mib",
@@ -319,8 +379,7 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     );
     let vpid = victim.0.id();
     wait_until("gups's region", Duration::from_secs(20), || {
-        proc_of(&status(&memcolo, &sock), vpid)
-            .is_some_and(|p| p["slow_bytes"].as_u64().unwrap_or(0) > 0)
+        proc_of(&rig.status(), vpid).is_some_and(|p| p["slow_bytes"].as_u64().unwrap_or(0) > 0)
     });
     agent.0.kill().unwrap();
     agent.0.wait().unwrap();
@@ -347,6 +406,167 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?} {err}");
     assert!(
         err.contains("the agent managing this process's tiered memory is gone"),
+        "{err}"
+    );
+    drop(agent);
+}
+
+/// `memcolo memserver` on `listen` (port 0: a free port), and its address.
+fn memserver(memcolo: &Path, listen: &str) -> (Kill, String) {
+    let mut child = Kill(
+        Command::new(memcolo)
+            .args(["memserver", "--listen", listen, "--capacity-mib", "256"])
+            .env("MEMCOLO_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("memserver said {line:?}"))
+        .to_string();
+    (child, addr)
+}
+
+/// With its slow tier on a memory server, a region outlives the agent: the agent is
+/// killed (`SIGKILL`, no `tier_released`) while GUPS faults on its region and a C
+/// program's region is mostly in the slow tier with pages stashed for sampling; both
+/// wait, a new agent takes their regions over (`tier_recover`) from the memfds, the
+/// shadows and the memory server, and then every GUPS update verifies and the C
+/// program finds every page and its region's semantics as before.
+#[test]
+fn regions_on_a_memory_server_survive_an_agent_crash() {
+    let Some(probe) = Rig::new(None) else {
+        return;
+    };
+    let (server, addr) = memserver(&probe.memcolo, "127.0.0.1:0");
+    drop(probe);
+    let rig = Rig::new(Some(&format!("remote:{addr}"))).expect("the probe could");
+    let mut agent = rig.start_agent();
+
+    let survivor = Program::start(rig.command(&rig.prog));
+    let spid = survivor.pid();
+    wait_until(
+        "the C program's region in the slow tier",
+        Duration::from_secs(20),
+        || {
+            proc_of(&rig.status(), spid).is_some_and(|p| {
+                p["slow_bytes"].as_u64().unwrap_or(0) >= 16 << 20
+                    && p["regions"][0]["durable"] == true
+            })
+        },
+    );
+    let mut g = rig.command(&rig.gups);
+    let mut gups = Kill(
+        g.args([
+            "--footprint-mib",
+            "32",
+            "--warmup-s",
+            "1",
+            "--measure-s",
+            "2",
+            "--verify",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    let gpid = gups.0.id();
+    wait_until(
+        "gups's region in the slow tier",
+        Duration::from_secs(20),
+        || proc_of(&rig.status(), gpid).is_some_and(|p| p["slow_bytes"].as_u64().unwrap_or(0) > 0),
+    );
+    agent.0.kill().unwrap();
+    agent.0.wait().unwrap();
+    // Both wait for a new agent: nothing stops them, nothing reads zeros meanwhile.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        gups.0.try_wait().unwrap().is_none(),
+        "gups ended without an agent"
+    );
+    agent = rig.start_agent();
+    // (GUPS may finish its run before a look at the status finds it: its stderr
+    // and its verification below tell.)
+    wait_until(
+        "the C program's region recovered",
+        Duration::from_secs(30),
+        || {
+            proc_of(&rig.status(), spid).is_some_and(|p| {
+                p["regions"][0]["recovered_stored_pages"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    > 0
+                    && p["slow_bytes"].as_u64().unwrap_or(0) >= 16 << 20
+            })
+        },
+    );
+    let (mut out, mut gerr) = (String::new(), String::new());
+    gups.0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    gups.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut gerr)
+        .unwrap();
+    assert!(gups.0.wait().unwrap().success(), "{gerr}");
+    assert!(gerr.contains("recovered by the new agent"), "{gerr}");
+    let s: serde_json::Value = serde_json::from_slice(out.trim().as_bytes()).unwrap();
+    assert_eq!(s["verify_errors"], 0, "{s}");
+    let err = survivor.finish();
+    assert!(err.contains("recovered by the new agent"), "{err}");
+    wait_until("the regions to leave", Duration::from_secs(10), || {
+        let st = rig.status();
+        proc_of(&st, spid).is_none() && proc_of(&st, gpid).is_none()
+    });
+    // The regions' pages left the memory server with them.
+    let held = || {
+        memcolo_tier::remote::RemoteTier::connect(memcolo_tier::remote::RemoteConfig::new(
+            addr.clone(),
+            4096,
+        ))
+        .unwrap()
+        .server_stats()
+        .unwrap()
+        .pages
+    };
+    assert_eq!(held(), 0);
+
+    // A memory server restarted while no agent ran has lost the pages: the new
+    // agent refuses the region, and the process is stopped, never given zeros.
+    let victim = Program::start(rig.command(&rig.prog));
+    let vpid = victim.pid();
+    assert!(held() > 0);
+    wait_until(
+        "the second program's region in the slow tier",
+        Duration::from_secs(20),
+        || {
+            proc_of(&rig.status(), vpid)
+                .is_some_and(|p| p["slow_bytes"].as_u64().unwrap_or(0) >= 16 << 20)
+        },
+    );
+    agent.0.kill().unwrap();
+    agent.0.wait().unwrap();
+    drop(server);
+    let (_server, again) = memserver(&rig.memcolo, &addr);
+    assert_eq!(again, addr);
+    agent = rig.start_agent();
+    let (st, err) = victim.stopped(Duration::from_secs(30));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?} {err}");
+    assert!(
+        err.contains("could not take over") && err.contains("restarted"),
         "{err}"
     );
     drop(agent);

@@ -38,6 +38,7 @@ use memcolo_tier::manager::{TierConfig, TierManager};
 use memcolo_tier::node::{EpochApplied, NodeTiming, TierNode};
 use memcolo_tier::region::{SharedFile, PAGE};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
+use memcolo_tier::shadow::Shadow;
 use memcolo_tier::uffd::{features, Uffd};
 use memcolo_tier::SlowTier;
 use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts};
@@ -238,6 +239,9 @@ struct Region {
     length: u64,
     first_page: u64,
     conn: u64,
+    /// Its pages outlive this agent (a durable slow tier and a shadow): a new agent
+    /// can recover it after a crash.
+    durable: bool,
 }
 
 struct Metricset {
@@ -328,7 +332,12 @@ struct Shared {
     regions: Mutex<Vec<Region>>,
     /// Write halves of the open connections, by connection id.
     conns: Mutex<HashMap<u64, (Pid, UnixStream)>>,
+    /// Regions registered so far; hashed with [`Shared::ids`] into region ids.
     next_region: AtomicU64,
+    /// The random key region ids are drawn with: ids are the slow tier's keys, which a
+    /// memory server keeps across agents (a recovered region keeps its id), so an id
+    /// must not repeat across agents nor be guessed by another process.
+    ids: std::collections::hash_map::RandomState,
     next_conn: AtomicU64,
     stop: AtomicBool,
     metrics: Metricset,
@@ -396,6 +405,7 @@ impl TierService {
             regions: Mutex::new(Vec::new()),
             conns: Mutex::new(HashMap::new()),
             next_region: AtomicU64::new(1),
+            ids: Default::default(),
             next_conn: AtomicU64::new(1),
             stop: AtomicBool::new(false),
             metrics: Metricset::new(metrics),
@@ -684,13 +694,39 @@ fn handle(
             if fds.len() < 2 {
                 return err(
                     ErrorCode::BadRequest,
-                    "tier_register needs two descriptors (userfaultfd, memfd) as SCM_RIGHTS",
+                    "tier_register needs two or three descriptors (userfaultfd, memfd, shadow) as SCM_RIGHTS",
                 );
             }
-            let mut it = fds.drain(..2);
+            let mut it = fds.drain(..);
             let (ufd, memfd) = (it.next().expect("two"), it.next().expect("two"));
+            let shadow = it.next();
             drop(it);
-            register(shared, conn, pid, start, length, t_miss, ufd, memfd)
+            let fds = RegionFds { ufd, memfd, shadow };
+            register(shared, conn, pid, start, length, t_miss, fds, None)
+        }
+        TierRequest::TierRecover {
+            start,
+            length,
+            region,
+            slow_instance,
+            t_miss,
+        } => {
+            if fds.len() < 3 {
+                return err(
+                    ErrorCode::BadRequest,
+                    "tier_recover needs three descriptors (userfaultfd, memfd, shadow) as SCM_RIGHTS",
+                );
+            }
+            let mut it = fds.drain(..);
+            let (ufd, memfd, shadow) = (
+                it.next().expect("three"),
+                it.next().expect("three"),
+                it.next(),
+            );
+            drop(it);
+            let fds = RegionFds { ufd, memfd, shadow };
+            let recover = Some((region, slow_instance));
+            register(shared, conn, pid, start, length, t_miss, fds, recover)
         }
         TierRequest::TierUnregister { start } => {
             let r = {
@@ -734,6 +770,15 @@ fn handle(
     }
 }
 
+/// The descriptors a region comes with (`docs/protocol.md` §11).
+struct RegionFds {
+    ufd: OwnedFd,
+    memfd: OwnedFd,
+    shadow: Option<OwnedFd>,
+}
+
+/// `tier_register` (`recover` None: a new region), or `tier_recover` of the region
+/// whose id and slow-tier instance the dead agent gave (`recover`).
 #[allow(clippy::too_many_arguments)]
 fn register(
     shared: &Arc<Shared>,
@@ -742,9 +787,10 @@ fn register(
     start: u64,
     length: u64,
     t_miss: Option<f64>,
-    ufd: OwnedFd,
-    memfd: OwnedFd,
+    fds: RegionFds,
+    recover: Option<(u64, u64)>,
 ) -> TierReply {
+    let RegionFds { ufd, memfd, shadow } = fds;
     if length == 0 || !start.is_multiple_of(PAGE as u64) || !length.is_multiple_of(PAGE as u64) {
         return err(
             ErrorCode::BadRequest,
@@ -756,6 +802,38 @@ fn register(
         return err(ErrorCode::BadRequest, e.to_string());
     }
     let pages = (length / PAGE as u64) as usize;
+    let shadow = match shadow.map(|fd| Shadow::new(fd, pages)).transpose() {
+        Ok(s) => s,
+        Err(e) => return err(ErrorCode::BadRequest, format!("the region's shadow: {e}")),
+    };
+    if recover.is_some() && shadow.is_none() {
+        return err(
+            ErrorCode::BadRequest,
+            "tier_recover needs the region's shadow",
+        );
+    }
+    if recover.is_some() && !shared.slow.durable() {
+        return err(
+            ErrorCode::BadRequest,
+            format!(
+                "this agent's slow tier ({}) does not outlive an agent: the region's pages are not here",
+                shared.slow.name()
+            ),
+        );
+    }
+    let id = match recover {
+        Some((id, _)) => {
+            if lock(&shared.regions).iter().any(|r| r.id == id) {
+                return err(
+                    ErrorCode::BadRequest,
+                    format!("region {id} is managed already"),
+                );
+            }
+            id
+        }
+        None => new_region_id(shared),
+    };
+    let durable = shadow.is_some() && shared.slow.durable();
     let first_page = TierNode::first_page_of(start);
     if !shared.node.lock_policy().is_managed(pid) {
         if let Err(e) = shared.node.register(pid, t_miss) {
@@ -771,7 +849,6 @@ fn register(
             )
         }
     };
-    let id = shared.next_region.fetch_add(1, Ordering::Relaxed);
     let tcfg = TierConfig {
         sample_pages: shared.cfg.sample_pages,
         sample_target_hits: shared.cfg.sample_target_hits,
@@ -784,19 +861,23 @@ fn register(
     };
     let placement = shared.node.placement(pid, first_page);
     let uffd = Uffd::from_fd(ufd, REGION_FEATURES);
-    let m = match TierManager::start(
-        uffd,
-        Box::new(mem),
-        shared.slow.clone(),
-        Box::new(placement),
-        tcfg,
-    ) {
+    let (mem, slow, placement) = (Box::new(mem), shared.slow.clone(), Box::new(placement));
+    let started = match (shadow, recover) {
+        (Some(sh), Some((_, instance))) => {
+            TierManager::recover(uffd, mem, slow, placement, tcfg, sh, instance)
+        }
+        (Some(sh), None) => TierManager::start_shadowed(uffd, mem, slow, placement, tcfg, sh),
+        (None, _) => TierManager::start(uffd, mem, slow, placement, tcfg),
+    };
+    let m = match started {
         Ok(m) => m,
         Err(e) => {
-            return err(
-                ErrorCode::Internal,
-                format!("starting the tier manager: {e}"),
-            )
+            let what = if recover.is_some() {
+                "recovering the region"
+            } else {
+                "starting the tier manager"
+            };
+            return err(ErrorCode::Internal, format!("{what}: {e}"));
         }
     };
     shared.node.attach(pid, first_page, Arc::new(m));
@@ -808,6 +889,7 @@ fn register(
         length,
         first_page,
         conn,
+        durable,
     });
     tracing::info!(
         pid,
@@ -815,9 +897,27 @@ fn register(
         start = format!("{start:#x}"),
         length,
         t_miss,
+        durable,
+        recovered = recover.is_some(),
         "tiering: region registered"
     );
-    TierReply::TierRegistered { region: id }
+    TierReply::TierRegistered {
+        region: id,
+        durable,
+        slow_instance: if durable { shared.slow.instance() } else { 0 },
+    }
+}
+
+/// A region id no region of this agent has: the slow tier's key (see [`Shared::ids`]).
+fn new_region_id(shared: &Shared) -> u64 {
+    loop {
+        let n = shared.next_region.fetch_add(1, Ordering::Relaxed);
+        // 63 bits, never 0: ids print as plain JSON numbers.
+        let id = (std::hash::BuildHasher::hash_one(&shared.ids, n) >> 1).max(1);
+        if !lock(&shared.regions).iter().any(|r| r.id == id) {
+            return id;
+        }
+    }
 }
 
 /// Puts the fault threads of `pid`'s regions in `SCHED_FIFO` if the process is
@@ -971,6 +1071,8 @@ fn status_json(shared: &Shared) -> serde_json::Value {
                         "refault_samples": st.refault_samples,
                         "prefetches": st.prefetches, "freed_pages": st.freed_pages,
                         "adopted_pages": st.adopted_pages,
+                        "recovered_stored_pages": st.recovered_stored_pages,
+                        "durable": r.durable,
                         "slow_fault_ns": st.slow_fault_ns,
                         "fault_thread_wait_ns": st.fault_thread_wait_ns,
                         "fault_thread_cpu_ns": st.fault_thread_cpu_ns,

@@ -7,7 +7,9 @@
 //! `"type"`), on a second socket, `tier.sock` next to the agent's socket: a
 //! [`TierRequest::TierRegister`] carries two descriptors as `SCM_RIGHTS` ancillary data
 //! on the `sendmsg` of its line (the userfaultfd first, then the memfd backing the
-//! region), which the agent's line-oriented main socket does not read.
+//! region, then optionally the region's shadow memfd), which the agent's
+//! line-oriented main socket does not read. [`TierRequest::TierRecover`] carries the
+//! same three.
 
 use crate::{ErrorCode, Pid};
 use serde::{Deserialize, Serialize};
@@ -23,10 +25,29 @@ pub enum TierRequest {
     /// mapping of the memfd sent along, registered with the userfaultfd sent along in
     /// MISSING and WP modes, not yet touched). `t_miss`: the process's target FMMR in
     /// `]0, 1]` (the agent's default when absent; a later region of the same process
-    /// does not change it). Answer: `tier_registered`.
+    /// does not change it). A third descriptor, the region's *shadow* (a memfd of
+    /// `length` + 4096 bytes whose last page the process initialized as the remove
+    /// journal; `memcolo_tier::shadow`), lets a new agent recover the region if this
+    /// one dies. Answer: `tier_registered`.
     TierRegister {
         start: u64,
         length: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        t_miss: Option<f64>,
+    },
+    /// Take over the peer's region `[start, start + length)` whose agent died
+    /// without `tier_released`: `region` is the id the dead agent answered in
+    /// `tier_registered`; the userfaultfd, memfd and shadow sent along are the ones
+    /// the region was registered with. Only for a region the dead agent called
+    /// `durable`. `slow_instance`: the slow tier's instance it answered then (a
+    /// memory server restarted since has lost the region's pages, and the agent
+    /// refuses). Answer: `tier_registered` (same id), or an error (the process
+    /// cannot get its pages back and must stop).
+    TierRecover {
+        start: u64,
+        length: u64,
+        region: u64,
+        slow_instance: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         t_miss: Option<f64>,
     },
@@ -51,8 +72,20 @@ pub enum TierRequest {
 pub enum TierReply {
     /// Answer to `tier_unregister` and `tier_target`.
     Ok,
-    /// Answer to `tier_register`: the region's id in the agent.
-    TierRegistered { region: u64 },
+    /// Answer to `tier_register` and `tier_recover`: the region's id (also its key
+    /// in the slow tier). `durable`: the region's pages outlive this agent (a slow
+    /// tier in another process, and a shadow), so that a new agent can take it over
+    /// with `tier_recover` if this one dies; otherwise the process must stop then.
+    /// `slow_instance`: which incarnation of the slow tier holds the pages (a memory
+    /// server's random id per start), for `tier_recover` to carry back; 0 when not
+    /// durable.
+    TierRegistered {
+        region: u64,
+        #[serde(default)]
+        durable: bool,
+        #[serde(default)]
+        slow_instance: u64,
+    },
     /// Answer to `tier_status`.
     TierStatus { status: serde_json::Value },
     /// **Not an answer**: pushed before the agent closes the connection on a clean
@@ -109,9 +142,33 @@ mod tests {
             TierRequest::TierUnregister { start: 4096 }
         );
         assert_eq!(
-            encode(&TierReply::TierRegistered { region: 3 }),
-            "{\"v\":1,\"type\":\"tier_registered\",\"region\":3}\n"
+            encode(&TierReply::TierRegistered {
+                region: 3,
+                durable: true,
+                slow_instance: 18_000_000_000_000_000_000
+            }),
+            "{\"v\":1,\"type\":\"tier_registered\",\"region\":3,\"durable\":true,\"slow_instance\":18000000000000000000}\n"
         );
+        assert_eq!(
+            decode_tier_reply("{\"v\":1,\"type\":\"tier_registered\",\"region\":3}").unwrap(),
+            TierReply::TierRegistered {
+                region: 3,
+                durable: false,
+                slow_instance: 0
+            }
+        );
+        let rec = TierRequest::TierRecover {
+            start: 4096,
+            length: 8192,
+            region: 77,
+            slow_instance: 5,
+            t_miss: None,
+        };
+        assert_eq!(
+            encode(&rec),
+            "{\"v\":1,\"type\":\"tier_recover\",\"start\":4096,\"length\":8192,\"region\":77,\"slow_instance\":5}\n"
+        );
+        assert_eq!(decode_tier_request(&encode(&rec)).unwrap(), rec);
         assert_eq!(
             decode_tier_reply("{\"v\":1,\"type\":\"tier_released\"}").unwrap(),
             TierReply::TierReleased { t_miss: None }
