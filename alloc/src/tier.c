@@ -209,11 +209,12 @@ static int shadow_create(size_t len, int *fd_out, unsigned char **journal_out) {
   return 0;
 }
 
-/* Journals the removal of region offsets [first, end) before its madvise. Returns
- * without a slot if none is free (the agent clears them as it reads the remove
- * events, so that means it is far behind): the removal still happens; only an agent
- * crash before it handled that event could then bring back the range's old copies. */
-static void journal_remove(unsigned char *j, uint64_t first, uint64_t end) {
+/* Journals the removal of region offsets [first, end) (page aligned: the kernel
+ * removes whole pages) before its madvise; returns the slot, or NULL if none is free
+ * (the agent clears them as it reads the remove events, so that means it is far
+ * behind): the removal still happens; only an agent crash before it handled that
+ * event could then bring back the range's old copies. */
+static uint64_t *journal_remove(unsigned char *j, uint64_t first, uint64_t end) {
   static int warned;
   for (int k = 0; k < MC_SHADOW_SLOTS; k++) {
     uint64_t *slot = (uint64_t *)(j + MC_SHADOW_SLOT0 + MC_SHADOW_SLOT_BYTES * k);
@@ -222,11 +223,31 @@ static void journal_remove(unsigned char *j, uint64_t first, uint64_t end) {
       slot[1] = first;
       slot[2] = end;
       __atomic_store_n(&slot[0], 2, __ATOMIC_RELEASE);
-      return;
+      return slot;
     }
   }
   if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
     say("memcolo: the remove journal of a tiered region is full; a removal goes unjournaled\n");
+  return NULL;
+}
+
+/* MADV_REMOVE of [lo, hi) in a region starting at rs, journaled first when the
+ * region has a journal. An madvise refused outright (EINVAL, EACCES: no remove event
+ * was raised, so the agent never saw the slot) takes its slot back: a pending slot
+ * would make a new agent free pages that were never freed. (ENOMEM: the mapped parts
+ * were removed, the rest is not mapped.) */
+static int remove_range(unsigned char *journal, uintptr_t rs, uintptr_t lo, uintptr_t hi) {
+  uint64_t *slot = NULL;
+  if (journal != NULL && (lo & (MC_TIER_PAGE - 1)) == 0)
+    slot = journal_remove(journal, lo - rs, ((hi + MC_TIER_PAGE - 1) & ~(MC_TIER_PAGE - 1)) - rs);
+  int rc = raw_madvise((void *)lo, hi - lo, MADV_REMOVE);
+  if (rc != 0 && slot != NULL && errno != ENOMEM) {
+    int e = errno;
+    uint64_t pending = 2;
+    __atomic_compare_exchange_n(&slot[0], &pending, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    errno = e;
+  }
+  return rc;
 }
 
 static void shadow_close(mc_tier_region_t *r) {
@@ -699,8 +720,7 @@ MC_TIER_API int munmap(void *addr, size_t len) {
     shadow_close(&copy);
   } else if (copy.managed) {
     /* The agent frees that part (a remove event) before it is unmapped. */
-    if (copy.durable && copy.journal != NULL) journal_remove(copy.journal, lo - copy.start, hi - copy.start);
-    raw_madvise((void *)lo, hi - lo, MADV_REMOVE);
+    remove_range(copy.durable ? copy.journal : NULL, copy.start, lo, hi);
   }
   int rc = raw_munmap(addr, len);
   pthread_mutex_unlock(&T.handover_lock);
@@ -725,8 +745,7 @@ MC_TIER_API int madvise(void *addr, size_t len, int advice) {
   if (a < lo && raw_madvise(addr, lo - a, advice) != 0) rc = -1;
   /* A durable region's agent may die between reading the remove event and dropping
    * the range's copies: journal it first (see the shadow). */
-  if (journal != NULL) journal_remove(journal, lo - rs, hi - rs);
-  if (raw_madvise((void *)lo, hi - lo, MADV_REMOVE) != 0) rc = -1;
+  if (remove_range(journal, rs, lo, hi) != 0) rc = -1;
   if (hi < end && raw_madvise((void *)hi, end - hi, advice) != 0) rc = -1;
   return rc;
 }

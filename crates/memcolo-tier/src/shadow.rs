@@ -163,12 +163,13 @@ impl Shadow {
     }
 
     /// The manager has handled the remove event of `[start, end)` (region offsets):
-    /// a pending slot of exactly that range is cleared; failing that, a pending slot
-    /// the range begins (the kernel raises one event per VMA of an `madvise` that
-    /// spans several, in address order) keeps only the rest of its range.
+    /// a pending slot of that range (or within it, starting with it) is cleared;
+    /// failing that, a pending slot the range begins (the kernel raises one event per
+    /// VMA of an `madvise` that spans several, in address order) keeps only the rest
+    /// of its range.
     pub fn clear_remove(&self, start: u64, end: u64) {
         let pending: Vec<(usize, u64, u64)> = self.pending_removes();
-        if let Some(&(k, _, _)) = pending.iter().find(|&&(_, s, e)| s == start && e == end) {
+        if let Some(&(k, _, _)) = pending.iter().find(|&&(_, s, e)| s == start && e <= end) {
             self.clear_slot(k);
         } else if let Some(&(k, _, _)) = pending.iter().find(|&&(_, s, e)| s == start && end < e) {
             let at = SLOT0 + k * SLOT_BYTES + 8;
@@ -308,6 +309,10 @@ mod tests {
         s.clear_remove(0, 4096);
         assert_eq!(s.pending_removes(), vec![(0, 4096, 8192)]);
         s.clear_remove(4096, 8192);
+        assert!(s.pending_removes().is_empty());
+        // An event over more than the slot (whole pages of a shorter range) clears it.
+        write_slot(3, 8192, 10000, 2);
+        s.clear_remove(8192, 12288);
         assert!(s.pending_removes().is_empty());
     }
 
