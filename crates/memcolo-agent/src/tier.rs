@@ -802,16 +802,14 @@ fn register(
         return err(ErrorCode::BadRequest, e.to_string());
     }
     let pages = (length / PAGE as u64) as usize;
+    // A shadow serves only a recovery, which needs the stored pages to outlive this
+    // agent too: with the compressed store it would cost a write per page sampled
+    // or put on probation for nothing.
+    let shadow = shadow.filter(|_| shared.slow.durable());
     let shadow = match shadow.map(|fd| Shadow::new(fd, pages)).transpose() {
         Ok(s) => s,
         Err(e) => return err(ErrorCode::BadRequest, format!("the region's shadow: {e}")),
     };
-    if recover.is_some() && shadow.is_none() {
-        return err(
-            ErrorCode::BadRequest,
-            "tier_recover needs the region's shadow",
-        );
-    }
     if recover.is_some() && !shared.slow.durable() {
         return err(
             ErrorCode::BadRequest,
@@ -819,6 +817,12 @@ fn register(
                 "this agent's slow tier ({}) does not outlive an agent: the region's pages are not here",
                 shared.slow.name()
             ),
+        );
+    }
+    if recover.is_some() && shadow.is_none() {
+        return err(
+            ErrorCode::BadRequest,
+            "tier_recover needs the region's shadow",
         );
     }
     let id = match recover {
