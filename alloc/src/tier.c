@@ -270,8 +270,9 @@ static void hand_over_again(void);
 static void recover_regions(void);
 
 /* tier_released may carry the process's target as the agent last had it (changed live
- * with `memcolo tier target`, perhaps): the regions are handed to the next agent with
- * it. Only a plain number is taken; T.lock held. */
+ * with `memcolo tier target`, perhaps), and tier_target_set pushes each change: the
+ * regions are handed to the next agent with it, after a clean stop or a crash. Only a
+ * plain number is taken; T.lock held. */
 static void keep_target(const char *line, size_t len) {
   const char *k = memmem(line, len, "\"t_miss\":", 9);
   if (k == NULL) return;
@@ -299,7 +300,10 @@ static void *reader(void *arg) {
     while ((nl = memchr(buf, '\n', have)) != NULL) {
       size_t len = (size_t)(nl - buf);
       pthread_mutex_lock(&T.lock);
-      if (memmem(buf, len, "\"tier_released\"", 15) != NULL) {
+      if (memmem(buf, len, "\"tier_target_set\"", 17) != NULL) {
+        /* A push, not an answer: the target a new agent gets after a crash. */
+        keep_target(buf, len);
+      } else if (memmem(buf, len, "\"tier_released\"", 15) != NULL) {
         T.released = 1;
         keep_target(buf, len);
         for (int i = 0; i < MC_TIER_MAX_REGIONS; i++)

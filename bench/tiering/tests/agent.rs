@@ -478,6 +478,8 @@ fn regions_on_a_memory_server_survive_an_agent_crash() {
         .unwrap(),
     );
     let gpid = gups.0.id();
+    // A target changed live survives the crash (the agent pushes it to the process).
+    set_target(&rig.memcolo, &rig.sock, spid, "0.3");
     wait_until(
         "gups's region in the slow tier",
         Duration::from_secs(20),
@@ -507,6 +509,7 @@ fn regions_on_a_memory_server_survive_an_agent_crash() {
             })
         },
     );
+    assert_eq!(proc_of(&rig.status(), spid).unwrap()["t_miss"], 0.3);
     let (mut out, mut gerr) = (String::new(), String::new());
     gups.0
         .stdout

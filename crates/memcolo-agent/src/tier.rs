@@ -759,6 +759,13 @@ fn handle(
                 Ok(()) => {
                     apply_fault_priority(shared, target);
                     tracing::info!(pid = target, t_miss, "tiering: target changed");
+                    // The process keeps its target, for a new agent after a crash.
+                    let push = encode(&TierReply::TierTargetSet { t_miss });
+                    for (p, w) in lock(&shared.conns).values_mut() {
+                        if *p == target {
+                            let _ = w.write_all(push.as_bytes());
+                        }
+                    }
                     TierReply::Ok
                 }
                 Err(e) => policy_err(e),

@@ -98,6 +98,11 @@ pub enum TierReply {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         t_miss: Option<f64>,
     },
+    /// **Not an answer**: pushed to every connection of a process whose target was
+    /// changed (`tier_target`, by the process or by an operator), so that the
+    /// client can register its regions with it after an agent crash (`tier_recover`
+    /// carries `t_miss`). A client waiting for an answer must not take it for one.
+    TierTargetSet { t_miss: f64 },
     /// A request that failed.
     Error { code: ErrorCode, message: String },
 }
@@ -176,6 +181,10 @@ mod tests {
         assert_eq!(
             encode(&TierReply::TierReleased { t_miss: Some(0.5) }),
             "{\"v\":1,\"type\":\"tier_released\",\"t_miss\":0.5}\n"
+        );
+        assert_eq!(
+            encode(&TierReply::TierTargetSet { t_miss: 0.25 }),
+            "{\"v\":1,\"type\":\"tier_target_set\",\"t_miss\":0.25}\n"
         );
         assert!(decode_tier_request("{\"v\":2,\"type\":\"tier_status\"}").is_err());
         assert!(decode_tier_request("{\"v\":1,\"type\":\"tier_register\",\"start\":1}").is_err());
