@@ -218,7 +218,7 @@ def one(config, rep, args, bins, cg):
     sampler = None
     ev = {}
     lib_lines = []
-    rec = {"run": name, "config": config, "rep": rep}
+    rec = {"run": name, "config": config, "rep": rep, "library_retry": library_retry()}
     try:
         server, addr = start_memserver(inc, memcolo, args.server_capacity_mib, os.path.join(logs, name + "-memserver.err"))
         with open(cfg, "w") as f:
@@ -488,18 +488,26 @@ def derive(rec, args):
                         ("kill_to_gone_lib_s", "kill", "gone_lib")):
             if ev.get(a) is not None and ev.get(b) is not None:
                 d[k] = ev[b] - ev[a]
-        # libmemcolo retries tier_recover 0, 0.1, 0.3, 0.7, 1.5, 3.1 s, then every 2 s
-        # after it finds the connection gone (about when agent A exited): the try
-        # expected to find agent B listening.
+        # libmemcolo tries tier_recover after it finds the connection gone (about when
+        # agent A exited) every 50 ms, or (before e.g. results/crash-50ms) at 0, 0.1,
+        # 0.3, 0.7, 1.5, 3.1 s, then every 2 s: the try expected to find agent B
+        # listening.
         if ev.get("agent_a_exit") is not None and ev.get("agent_b_listening") is not None:
-            t, delay, need = 0.0, 0.1, ev["agent_b_listening"] - ev["agent_a_exit"]
+            fixed = rec.get("library_retry") == "every-50ms"
+            t, delay, need = 0.0, 0.05 if fixed else 0.1, ev["agent_b_listening"] - ev["agent_a_exit"]
             while t < need:
                 t += delay
-                delay = min(2 * delay, 2.0)
+                delay = delay if fixed else min(2 * delay, 2.0)
             d["library_retry_after_exit_s"] = t
             if ev.get("recovered_log") is not None:
                 d["recovered_log_after_retry_s"] = ev["recovered_log"] - ev["agent_a_exit"] - t
     rec["derived"] = d
+
+
+def library_retry():
+    """libmemcolo's schedule of tier_recover tries, read from the tier.c the runs preload."""
+    with open(os.path.join(ROOT, "alloc", "src", "tier.c")) as f:
+        return "every-50ms" if "struct timespec ts = {0, 50 * 1000000L};" in f.read() else "backoff"
 
 
 # ----------------------------------------------------------------------- report
@@ -539,7 +547,7 @@ def report(out):
         ("B start → serving s", D("b_start_to_serving_s"), "%.3f"),
         ("B start → recovered (log) s", D("b_start_to_recovered_log_s"), "%.3f"),
         ("B start → recovered (app) s", D("b_start_to_recovered_lib_s"), "%.3f"),
-        ("library retry (expected) s", D("library_retry_after_exit_s"), "%.1f"),
+        ("library retry (expected) s", D("library_retry_after_exit_s"), "%.2f"),
         ("retry → recovered (log) s", D("recovered_log_after_retry_s"), "%.3f"),
         ("resident", R("resident"), "%s"),
         ("probation", R("probation"), "%s"),
@@ -572,8 +580,9 @@ def report(out):
              "thread got no CPU time (its `schedstat`, read every ~20 ms: blocked on its fault), and *longest "
              "other pause* the longest other stretch of at least 0.1 s in the measure phase; *kill → recovered*: the kill to the library's line; *B start → serving / recovered*: "
              "agent B's log lines (\"tiering: serving\", \"tier: region recovered after its agent died\", whose "
-             "page counts follow) and the library's line. *library retry (expected)*: libmemcolo retries "
-             "tier_recover 0, 0.1, 0.3, 0.7, 1.5, 3.1 s, then every 2 s after it finds its connection gone; the "
+             "page counts follow) and the library's line. *library retry (expected)*: libmemcolo tries "
+             "tier_recover every 50 ms after it finds its connection gone (runs recorded with `library_retry` "
+             "`backoff`, before that change: 0, 0.1, 0.3, 0.7, 1.5, 3.1 s, then every 2 s); the "
              "first try after agent B listened, in s after agent A exited, and *retry → recovered (log)* the time "
              "from that try to B's log line (B's own work, estimated). *adopted / recovered stored (status)*: `memcolo tier "
              "status` of agent B, first sample after the restart." % int(100 * STALL_SHARE), ""]
