@@ -233,7 +233,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 struct Region {
+    /// The region's key in the slow tier, told only to its process (a process that
+    /// knows it may recover the region's pages after a crash: `tier_recover`).
     id: u64,
+    /// What `tier status` shows: this agent's sequence number of the region.
+    seq: u64,
     pid: Pid,
     start: u64,
     length: u64,
@@ -332,11 +336,14 @@ struct Shared {
     regions: Mutex<Vec<Region>>,
     /// Write halves of the open connections, by connection id.
     conns: Mutex<HashMap<u64, (Pid, UnixStream)>>,
-    /// Regions registered so far; hashed with [`Shared::ids`] into region ids.
+    /// Regions registered so far (their `tier status` numbers); hashed with
+    /// [`Shared::ids`] into region keys.
     next_region: AtomicU64,
-    /// The random key region ids are drawn with: ids are the slow tier's keys, which a
-    /// memory server keeps across agents (a recovered region keeps its id), so an id
-    /// must not repeat across agents nor be guessed by another process.
+    /// The random key region keys are drawn with: they are the slow tier's keys, which
+    /// a memory server keeps across agents (a recovered region keeps its key), so a
+    /// key must not repeat across agents nor be guessed by another process; status
+    /// shows the sequence number instead, and only the region's process is told the
+    /// key.
     ids: std::collections::hash_map::RandomState,
     next_conn: AtomicU64,
     stop: AtomicBool,
@@ -484,7 +491,10 @@ fn release(shared: &Shared, r: &Region, restore: bool) {
         Err(m) => {
             // Still referenced by a running epoch: it stops when the last reference
             // goes, bringing its pages back or discarding them as asked here.
-            tracing::info!(region = r.id, "tiering: region still in use while released");
+            tracing::info!(
+                region = r.seq,
+                "tiering: region still in use while released"
+            );
             if !restore {
                 m.discard_when_dropped();
             }
@@ -501,12 +511,12 @@ fn stop_or_discard(r: &Region, m: TierManager, restore: bool) {
     if restore {
         if let Err(why) = m.stop() {
             if alive(r.pid) {
-                tracing::error!(pid = r.pid, region = r.id, reason = %why, "tiering: region could not be handed back");
+                tracing::error!(pid = r.pid, region = r.seq, reason = %why, "tiering: region could not be handed back");
             } else {
                 // It exited while its pages were being brought back: nothing is lost.
                 tracing::info!(
                     pid = r.pid,
-                    region = r.id,
+                    region = r.seq,
                     "tiering: process exited while its region was handed back"
                 );
             }
@@ -652,7 +662,7 @@ fn connection(shared: &Arc<Shared>, conn: u64, stream: UnixStream) {
     for r in &mine {
         tracing::info!(
             pid,
-            region = r.id,
+            region = r.seq,
             restore,
             "tiering: connection closed; region leaves management"
         );
@@ -832,15 +842,12 @@ fn register(
             "tier_recover needs the region's shadow",
         );
     }
-    let id = match recover {
+    let (seq, id) = match recover {
         Some((id, _)) => {
             if lock(&shared.regions).iter().any(|r| r.id == id) {
-                return err(
-                    ErrorCode::BadRequest,
-                    format!("region {id} is managed already"),
-                );
+                return err(ErrorCode::BadRequest, "that region is managed already");
             }
-            id
+            (shared.next_region.fetch_add(1, Ordering::Relaxed), id)
         }
         None => new_region_id(shared),
     };
@@ -895,6 +902,7 @@ fn register(
     apply_fault_priority(shared, pid);
     lock(&shared.regions).push(Region {
         id,
+        seq,
         pid,
         start,
         length,
@@ -904,7 +912,8 @@ fn register(
     });
     tracing::info!(
         pid,
-        region = id,
+        region = seq,
+        key = id,
         start = format!("{start:#x}"),
         length,
         t_miss,
@@ -919,14 +928,15 @@ fn register(
     }
 }
 
-/// A region id no region of this agent has: the slow tier's key (see [`Shared::ids`]).
-fn new_region_id(shared: &Shared) -> u64 {
+/// A sequence number for `tier status`, and a key no region of this agent has: the
+/// slow tier's key (see [`Shared::ids`]).
+fn new_region_id(shared: &Shared) -> (u64, u64) {
     loop {
         let n = shared.next_region.fetch_add(1, Ordering::Relaxed);
         // 63 bits, never 0: ids print as plain JSON numbers.
         let id = (std::hash::BuildHasher::hash_one(&shared.ids, n) >> 1).max(1);
         if !lock(&shared.regions).iter().any(|r| r.id == id) {
-            return id;
+            return (n, id);
         }
     }
 }
@@ -1072,7 +1082,7 @@ fn status_json(shared: &Shared) -> serde_json::Value {
                         .map(|(_, _, _, m)| m.stats())
                         .unwrap_or_default();
                     serde_json::json!({
-                        "region": r.id, "start": r.start, "length_bytes": r.length,
+                        "region": r.seq, "start": r.start, "length_bytes": r.length,
                         "resident_pages": st.resident_pages, "stored_pages": st.stored_pages,
                         "slow_faults": st.slow_faults, "zero_faults": st.zero_faults,
                         "sample_hits": st.sample_hits, "evictions": st.evictions,
