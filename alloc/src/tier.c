@@ -238,6 +238,7 @@ static uint64_t *journal_remove(unsigned char *j, uint64_t first, uint64_t end) 
  * were removed, the rest is not mapped.) */
 static int remove_range(unsigned char *journal, uintptr_t rs, uintptr_t lo, uintptr_t hi) {
   uint64_t *slot = NULL;
+  if (hi <= lo) return raw_madvise((void *)lo, 0, MADV_REMOVE);
   if (journal != NULL && (lo & (MC_TIER_PAGE - 1)) == 0)
     slot = journal_remove(journal, lo - rs, ((hi + MC_TIER_PAGE - 1) & ~(MC_TIER_PAGE - 1)) - rs);
   int rc = raw_madvise((void *)lo, hi - lo, MADV_REMOVE);
@@ -306,8 +307,10 @@ static void *reader(void *arg) {
       } else if (memmem(buf, len, "\"tier_released\"", 15) != NULL) {
         T.released = 1;
         keep_target(buf, len);
+        /* (A region still waiting for recovery after an earlier agent's crash is
+         * not this agent's to release: its pages are on the memory server.) */
         for (int i = 0; i < MC_TIER_MAX_REGIONS; i++)
-          if (T.regions[i].used && T.regions[i].managed) {
+          if (T.regions[i].used && T.regions[i].managed && !T.regions[i].recover) {
             T.regions[i].managed = 0;
             close(T.regions[i].uffd);
             T.regions[i].uffd = -1;
@@ -627,6 +630,9 @@ static void recover_regions(void) {
       int fds[3] = {r.uffd, r.memfd, r.shadow};
       if (request(line, fds, 3, reply, sizeof reply) != 0) {
         left++;
+      } else if (strstr(reply, "\"code\":\"internal\"") != NULL) {
+        left++; /* the agent could not now (its memory server unreachable?): again */
+        say("memcolo: recovering a tiered region failed for now: %.300s\n", reply);
       } else if (strstr(reply, "\"tier_registered\"") == NULL) {
         pthread_mutex_unlock(&T.handover_lock);
         char why[400];
@@ -717,17 +723,22 @@ MC_TIER_API int munmap(void *addr, size_t len) {
     r->unmapped += hi - lo;
   }
   pthread_mutex_unlock(&T.lock);
-  if (whole) {
-    if (copy.managed) {
-      unregister_at(copy.start);
-      close(copy.uffd);
-    }
-    if (copy.memfd >= 0) close(copy.memfd);
-    shadow_close(&copy);
-  } else if (copy.managed) {
+  if (!whole) {
+    /* The region keeps its descriptors, and is never handed over again whole (it
+     * is partly unmapped now): the lock is not needed any more, and must not be
+     * held while the remove event waits for an agent to read it, which after a
+     * crash only a recovered one does (recover_regions takes the lock). */
+    pthread_mutex_unlock(&T.handover_lock);
     /* The agent frees that part (a remove event) before it is unmapped. */
-    remove_range(copy.durable ? copy.journal : NULL, copy.start, lo, hi);
+    if (copy.managed) remove_range(copy.durable ? copy.journal : NULL, copy.start, lo, hi);
+    return raw_munmap(addr, len);
   }
+  if (copy.managed) {
+    unregister_at(copy.start);
+    close(copy.uffd);
+  }
+  if (copy.memfd >= 0) close(copy.memfd);
+  shadow_close(&copy);
   int rc = raw_munmap(addr, len);
   pthread_mutex_unlock(&T.handover_lock);
   return rc;
@@ -789,6 +800,8 @@ static void tier_atfork_child(void) {
   if (T.fd >= 0) close(T.fd);
   T.fd = -1;
   T.gen++;
+  T.recovering = 0;
+  T.released = 0;
   for (int i = 0; i < MC_TIER_MAX_REGIONS; i++) {
     if (!T.regions[i].used) continue;
     had++;

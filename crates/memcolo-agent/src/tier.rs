@@ -895,7 +895,16 @@ fn register(
             } else {
                 "starting the tier manager"
             };
-            return err(ErrorCode::Internal, format!("{what}: {e}"));
+            // What no retry changes (a slow tier that is not durable, or restarted and
+            // empty) is the request's fault; the rest (the server unreachable for a
+            // moment) may pass.
+            let code = match e.kind() {
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+                    ErrorCode::BadRequest
+                }
+                _ => ErrorCode::Internal,
+            };
+            return err(code, format!("{what}: {e}"));
         }
     };
     shared.node.attach(pid, first_page, Arc::new(m));
