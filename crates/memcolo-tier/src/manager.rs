@@ -19,6 +19,7 @@
 //! | probe-dropping | being dropped, write-protected | copied aside |
 //! | probation | no | a copy here (a next victim under test) |
 //! | expiring | no | being stored from its probation copy |
+//! | freeing | no | freed by the application mid-move: faults wait for the mover |
 //! | lost | no | gone: the slow tier failed; the process must be stopped |
 //!
 //! # Faults (the fault thread)
@@ -380,6 +381,10 @@ enum St {
     ProbeDropping,
     Probation,
     Expiring,
+    /// Freed by the application while a worker was moving it (storing, stashing,
+    /// dropping, prefetching): faults on it wait until that worker has dropped
+    /// whatever copy it made ([`Inner::finish_freed`]); only then is it untouched.
+    Freeing,
     Lost,
 }
 
@@ -559,6 +564,13 @@ struct Inner {
     /// application free of such a page drops the copy again, so that no agent taking
     /// the region over can mistake it for the page.
     stale_copies: Mutex<HashSet<usize>>,
+    /// Journal ranges (region offsets) whose remove event freed pages still being
+    /// moved: each slot is cleared once the last of its pages has no copy left.
+    deferred_clears: Mutex<Vec<(u64, u64, HashSet<usize>)>>,
+    /// Freed pages whose slow-tier copy could not be dropped (the tier failed): the
+    /// shadow is marked tainted until they are, so no recovery takes the copies for
+    /// the pages; retried after each eviction batch.
+    pending_drops: Mutex<HashSet<usize>>,
 }
 
 /// `(run time, run delay)` in ns of thread `tid` of this process, from the first
@@ -862,11 +874,14 @@ impl TierManager {
             discard_on_drop: AtomicBool::new(false),
             shadow,
             stale_copies: Mutex::new(HashSet::new()),
+            deferred_clears: Mutex::new(Vec::new()),
+            pending_drops: Mutex::new(HashSet::new()),
             cfg,
         });
         if let Some(instance) = recover {
             inner.recover(instance)?;
         } else {
+            inner.forget_shadow_state()?;
             inner.adopt()?;
         }
         let mut threads = Vec::new();
@@ -1319,6 +1334,12 @@ impl Inner {
             .shadow
             .as_ref()
             .expect("recover is only called with a shadow");
+        if shadow.tainted() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the slow tier may hold copies of freed pages that the dead manager could not drop (it had failed): they would read as the pages",
+            ));
+        }
         let n = self.pages;
         let mut in_mem = vec![false; n];
         for (first, count) in self.mem.present_runs()? {
@@ -1352,9 +1373,12 @@ impl Inner {
         let pending = shadow.pending_removes();
         let mut removed = vec![false; n];
         for &(_, s, e) in &pending {
-            let first = (s as usize / PAGE).min(n);
-            let last = (e as usize).div_ceil(PAGE).min(n);
-            removed[first..last].fill(true);
+            // (The process writes the slots: a range it wrote backwards frees nothing.)
+            let first = (s / PAGE as u64).min(n as u64) as usize;
+            let last = e.div_ceil(PAGE as u64).min(n as u64) as usize;
+            if first < last {
+                removed[first..last].fill(true);
+            }
         }
         let mut victims = Vec::new();
         let (mut resident, mut probation, mut stored, mut freed) = (0u64, 0u64, 0u64, 0u64);
@@ -1436,6 +1460,75 @@ impl Inner {
             "tier: region recovered after its agent died"
         );
         self.enqueue(&victims);
+        Ok(())
+    }
+
+    /// Pages of `pages` the application freed while this worker moved them
+    /// ([`St::Freeing`]): the copy the move made is dropped (`slow`: from the slow
+    /// tier too), then the page is untouched and its waiting faults are woken, and
+    /// journal slots waiting for it are cleared.
+    fn finish_freed(&self, pages: &[usize], slow: bool) {
+        let freeing: Vec<usize> = {
+            let t = lock(&self.table);
+            pages
+                .iter()
+                .copied()
+                .filter(|&p| t.st[p] == St::Freeing)
+                .collect()
+        };
+        if freeing.is_empty() {
+            return;
+        }
+        for &p in &freeing {
+            if slow {
+                self.drop_copy(p);
+            }
+            self.shadow_forget(p);
+        }
+        {
+            let mut t = lock(&self.table);
+            for &p in &freeing {
+                if t.st[p] == St::Freeing {
+                    t.st[p] = St::Untouched;
+                }
+            }
+        }
+        for &p in &freeing {
+            let _ = self.uffd.wake(self.addr(p), PAGE as u64);
+        }
+        if let Some(sh) = &self.shadow {
+            let mut d = lock(&self.deferred_clears);
+            d.retain_mut(|(s, e, left)| {
+                for p in &freeing {
+                    left.remove(p);
+                }
+                if left.is_empty() {
+                    sh.clear_remove(*s, *e);
+                }
+                !left.is_empty()
+            });
+        }
+    }
+
+    /// A region registered anew (not recovered) has every page in its backing: what
+    /// its shadow holds from an earlier manager (journal slots whose remove events
+    /// no manager saw, copies) is stale, and would mislead a recovery later.
+    ///
+    /// # Errors
+    /// The shadow's error while looking.
+    fn forget_shadow_state(&self) -> io::Result<()> {
+        let Some(sh) = &self.shadow else {
+            return Ok(());
+        };
+        sh.set_tainted(false);
+        for (k, _, _) in sh.pending_removes() {
+            sh.clear_slot(k);
+        }
+        for (first, count) in sh.present_runs()? {
+            for p in first..(first + count).min(self.pages) {
+                sh.forget(p)?;
+            }
+        }
         Ok(())
     }
 
@@ -1665,6 +1758,7 @@ impl Inner {
                     | St::SampleDropping
                     | St::ProbeDrop
                     | St::ProbeDropping
+                    | St::Freeing
             ) {
                 return; // The worker unprotects and wakes it.
             }
@@ -1839,10 +1933,11 @@ impl Inner {
                     Err(e) => self.note_error(format!("page {i}: {e}")),
                 }
             }
-            St::Loading | St::Dropping | St::SampleDropping | St::ProbeDropping => {
+            St::Loading | St::Dropping | St::SampleDropping | St::ProbeDropping | St::Freeing => {
                 // A prefetch is bringing it in (its copy wakes the thread), or a
                 // worker is dropping it (its unprotect wakes the thread, which then
-                // finds it stored or sampled).
+                // finds it stored or sampled), or freed it mid-move (it wakes the
+                // thread once its copy is gone, and the retry finds it untouched).
                 self.n.spurious.fetch_add(1, Ordering::Relaxed);
             }
             St::Lost => {}
@@ -1875,6 +1970,80 @@ impl Inner {
                 st.remove(p);
             }
         }
+        drop(st);
+        let mut pd = lock(&self.pending_drops);
+        if !pd.is_empty() {
+            for p in pages {
+                pd.remove(p);
+            }
+            if pd.is_empty() {
+                if let Some(sh) = &self.shadow {
+                    sh.set_tainted(false);
+                }
+            }
+        }
+    }
+
+    /// Freed pages `pages` keep a slow-tier copy that could not be dropped.
+    fn note_undropped(&self, pages: &[usize]) {
+        if pages.is_empty() || !self.tier.durable() {
+            return;
+        }
+        lock(&self.pending_drops).extend(pages.iter().copied());
+        if let Some(sh) = &self.shadow {
+            sh.set_tainted(true);
+        }
+        self.note_error(format!(
+            "dropping the slow-tier copies of {} freed pages failed; retried after each eviction",
+            pages.len()
+        ));
+    }
+
+    /// Tries again to drop the copies of [`Inner::pending_drops`]. A page still
+    /// untouched is held freeing meanwhile (its faults wait); one faulted in since
+    /// keeps its copy as a stale one (dropped if it is freed again, replaced if
+    /// it is stored).
+    fn retry_pending_drops(&self) {
+        let pages: Vec<usize> = lock(&self.pending_drops).iter().copied().collect();
+        if pages.is_empty() {
+            return;
+        }
+        let mut held = Vec::new();
+        let mut mapped = Vec::new();
+        {
+            let mut t = lock(&self.table);
+            for &p in &pages {
+                match t.st[p] {
+                    St::Untouched => {
+                        t.st[p] = St::Freeing;
+                        held.push(p);
+                    }
+                    St::Resident => mapped.push(p),
+                    _ => {}
+                }
+            }
+        }
+        let mut done: Vec<usize> = mapped.clone();
+        for &p in &held {
+            if self.tier.remove(self.key(p)).is_ok() {
+                done.push(p);
+            }
+        }
+        if !mapped.is_empty() {
+            lock(&self.stale_copies).extend(mapped.iter().copied());
+        }
+        {
+            let mut pd = lock(&self.pending_drops);
+            for p in &done {
+                pd.remove(p);
+            }
+            if pd.is_empty() {
+                if let Some(sh) = &self.shadow {
+                    sh.set_tainted(false);
+                }
+            }
+        }
+        self.finish_freed(&held, false);
     }
 
     /// Writes the stash copy of page `p` to the shadow, if the region has one.
@@ -1932,11 +2101,13 @@ impl Inner {
         let mut dropped_stored = Vec::new();
         let mut freed = Vec::new();
         let mut unshadow = Vec::new();
+        let mut in_flight = HashSet::new();
         {
             let mut t = lock(&self.table);
             for i in first..last {
-                match t.st[i] {
-                    St::Untouched | St::Lost => continue,
+                let was = t.st[i];
+                match was {
+                    St::Untouched | St::Lost | St::Freeing => continue,
                     St::Stored | St::Dropping => {
                         t.stored -= 1;
                         dropped_stored.push(i);
@@ -1954,10 +2125,34 @@ impl Inner {
                         t.probation -= 1;
                         unshadow.push(i);
                     }
-                    St::Resident | St::Evicting | St::SampleDrop => t.resident -= 1,
+                    St::SampleDrop => {
+                        // (Its copy may be in the shadow already.)
+                        t.resident -= 1;
+                        unshadow.push(i);
+                    }
+                    St::Resident | St::Evicting => t.resident -= 1,
+                    // (Only a prefetch: a fault's load runs on this thread.)
                     St::Loading => t.stored -= 1,
                 }
-                t.st[i] = St::Untouched;
+                // A page a worker is moving keeps faults waiting until the worker
+                // has dropped the copy it made: a page faulted in and written
+                // meanwhile would otherwise be punched by its drop, or its new
+                // copy dropped.
+                let moving = matches!(
+                    was,
+                    St::Evicting
+                        | St::Dropping
+                        | St::SampleDrop
+                        | St::SampleDropping
+                        | St::ProbeDrop
+                        | St::ProbeDropping
+                        | St::Expiring
+                        | St::Loading
+                );
+                t.st[i] = if moving { St::Freeing } else { St::Untouched };
+                if moving {
+                    in_flight.insert(i);
+                }
                 freed.push(i);
             }
         }
@@ -1972,20 +2167,30 @@ impl Inner {
                 }
             }
         }
+        let mut undropped = Vec::new();
         for i in dropped_stored {
-            let _ = self.tier.remove(self.key(i));
+            if self.tier.remove(self.key(i)).is_err() {
+                undropped.push(i);
+            }
         }
+        self.note_undropped(&undropped);
         for i in unshadow {
             self.shadow_forget(i);
         }
         // Every copy of the range is gone: its journal slot is done (see
         // `crate::shadow`). The fault thread handles faults and remove events in
-        // order, so no copy of these pages was made since.
+        // order, so no copy of these pages was made since; pages a worker is still
+        // moving clear it when the worker is done with them.
         if let Some(sh) = &self.shadow {
-            sh.clear_remove(
+            let (s, e) = (
                 start.saturating_sub(self.base),
                 end.saturating_sub(self.base),
             );
+            if in_flight.is_empty() {
+                sh.clear_remove(s, e);
+            } else {
+                lock(&self.deferred_clears).push((s, e, in_flight));
+            }
         }
         self.n
             .freed
@@ -2008,7 +2213,10 @@ impl Inner {
         let r = self.load_checked(i, crc, buf);
         let mut t = lock(&self.table);
         if t.st[i] != St::Loading {
-            return Ok(()); // Freed meanwhile.
+            // Freed meanwhile: its copy goes, then its faults may zero-fill it.
+            drop(t);
+            self.finish_freed(&[i], true);
+            return Ok(());
         }
         if let Err(e) = r {
             t.st[i] = St::Stored;
@@ -2035,6 +2243,8 @@ impl Inner {
             t.resident += 1;
             t.stored -= 1;
         }
+        drop(t);
+        self.finish_freed(&[i], false);
         self.n.prefetches.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -2093,6 +2303,7 @@ impl Inner {
                 (start, q.pages.drain(..n).collect())
             };
             self.evict_batch(batch);
+            self.retry_pending_drops();
             self.refill_probation();
             let mut q = lock(&self.queue);
             q.in_flight -= 1;
@@ -2177,6 +2388,7 @@ impl Inner {
                     | St::Expiring
                     | St::Untouched
                     | St::Stored
+                    | St::Freeing
                     | St::Lost => {}
                 }
             }
@@ -2194,14 +2406,21 @@ impl Inner {
         if claimed.is_empty() {
             return;
         }
+        self.evict_claimed(&claimed);
+        // Pages the application freed meanwhile lose the copy just stored.
+        self.finish_freed(&claimed, true);
+    }
+
+    /// Steps 2–7 of [`Inner::evict_batch`] for the pages it claimed (sorted).
+    fn evict_claimed(&self, claimed: &[usize]) {
         self.n.evict_batches.fetch_add(1, Ordering::Relaxed);
-        let rs = runs(&claimed);
+        let rs = runs(claimed);
         let fail = |why: String, unprotect: bool| {
             if unprotect {
                 let _ = self.protect_runs(&rs, false);
             }
             let mut t = lock(&self.table);
-            for &p in &claimed {
+            for &p in claimed {
                 if t.st[p] == St::Evicting {
                     t.st[p] = St::Resident;
                 }
@@ -2211,7 +2430,7 @@ impl Inner {
                 .evict_failures
                 .fetch_add(claimed.len() as u64, Ordering::Relaxed);
             let mut pl = lock(&self.placement);
-            for &p in &claimed {
+            for &p in claimed {
                 pl.evict_failed(p);
             }
             drop(pl);
@@ -2241,12 +2460,12 @@ impl Inner {
             .collect();
         if let Err(e) = self.tier.store_batch(&batch) {
             // Some may be held all the same (a remote batch cut short).
-            self.note_stale(&claimed);
+            self.note_stale(claimed);
             fail(format!("storing {} pages: {e}", claimed.len()), true);
             return;
         }
-        // 5. Confirmed: the slow tier holds them.
-        let mut freed_meanwhile = Vec::new();
+        // 5. Confirmed: the slow tier holds them. (Pages the application freed
+        //    meanwhile wait, faults included, for the caller to drop their copy.)
         {
             let mut t = lock(&self.table);
             for (k, &p) in claimed.iter().enumerate() {
@@ -2255,17 +2474,10 @@ impl Inner {
                     t.st[p] = St::Dropping;
                     t.resident -= 1;
                     t.stored += 1;
-                } else if t.st[p] == St::Untouched {
-                    freed_meanwhile.push(p);
                 }
             }
         }
-        self.forget_stale(&claimed);
-        // Freed by the application while being stored: the copy just stored must
-        // not outlive the page (an agent taking the region over would bring it back).
-        for p in freed_meanwhile {
-            self.drop_copy(p);
-        }
+        self.forget_stale(claimed);
         // 6. Drop from memory, every run in one call where the memory allows (one
         //    TLB shootdown); only then are they stored. Runs a failed drop did not
         //    reach are still mapped: they stay resident (the copy is harmless).
@@ -2344,8 +2556,8 @@ impl Inner {
             let mut t = lock(&self.table);
             for (p, data) in pages {
                 if t.st[p] != St::Expiring {
-                    // Freed meanwhile: drop the copy just stored (below), so that it
-                    // cannot outlive the page.
+                    // Freed meanwhile (freeing: its faults wait): the copy just
+                    // stored is dropped below, so that it cannot outlive the page.
                     freed.push(p);
                     continue;
                 }
@@ -2367,13 +2579,12 @@ impl Inner {
             std::mem::take(&mut t.expiring_waiters)
         };
         if stored.is_ok() {
-            for &p in &freed {
-                self.drop_copy(p);
-            }
             self.forget_stale(&stored_pages);
         } else {
             self.note_stale(&failed);
         }
+        // (A failed batch may have stored some all the same: drop theirs either way.)
+        self.finish_freed(&freed, true);
         // Stored: their shadow copies are not needed any more. (Freed ones had theirs
         // dropped by the remove event.)
         for &p in &stored_pages {
@@ -2595,6 +2806,10 @@ impl Inner {
                     if t.st[p] == drop_st {
                         t.stash.insert(p, b);
                         t.st[p] = dropping_st;
+                    } else {
+                        // Freed meanwhile (its remove event came after the shadow
+                        // write): the copy must not outlive it.
+                        self.shadow_forget(p);
                     }
                 }
             }
@@ -2629,6 +2844,8 @@ impl Inner {
                 let _ = self.protect_runs(dropped, false);
             }
         }
+        // Pages the application freed meanwhile: their faults waited for the drop.
+        self.finish_freed(chosen, false);
         failed
     }
 

@@ -204,13 +204,18 @@ impl RemoteTier {
                     let hello = (self.cfg.page_bytes as u32).to_le_bytes().to_vec();
                     let resp = self.round_trip(&mut c, Op::Hello, PageKey::new(0, 0), hello)?;
                     let ours = (self.cfg.page_bytes as u32).to_le_bytes();
-                    if resp.payload.len() != 12 || resp.payload[..4] != ours {
+                    if !matches!(resp.payload.len(), 4 | 12) || resp.payload[..4] != ours {
                         return Err(Failed::Broken(
                             self.protocol(format!("hello answered {:?}", resp.payload)),
                         ));
                     }
-                    let instance =
-                        u64::from_le_bytes(resp.payload[4..].try_into().expect("8 bytes"));
+                    // A server from before instance ids answers the page size alone:
+                    // instance 0, which no recovery accepts (the agent does not call
+                    // such a tier durable).
+                    let instance = resp
+                        .payload
+                        .get(4..12)
+                        .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
                     let was = self.instance.swap(instance, Ordering::AcqRel);
                     if was != 0 && was != instance {
                         tracing::error!(
@@ -546,9 +551,10 @@ impl SlowTier for RemoteTier {
         }
     }
 
-    /// `true`: the pages live in the memory server's process (module docs).
+    /// `true`: the pages live in the memory server's process (module docs); unless
+    /// the server is too old to tell its instance (a restart would go unnoticed).
     fn durable(&self) -> bool {
-        true
+        self.instance.load(Ordering::Acquire) != 0
     }
 
     /// The instance id the server answered at the last connection (random per

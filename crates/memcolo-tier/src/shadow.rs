@@ -25,6 +25,7 @@
 //! |---|---|
 //! | 0..8 | magic `MCSHADW1` |
 //! | 8..16 | slots (≤ [`MAX_SLOTS`]) |
+//! | 16..24 | tainted (written by the agent): nonzero while the slow tier may hold a copy of a freed page that the manager could not drop yet; a region so marked is not recovered |
 //! | 64 + 32·k .. | slot k: state (u64: 0 free, 1 being written, 2 pending), first byte, end byte (region offsets, u64), reserved |
 //!
 //! A slot moves 0 → 1 (the process claims it with compare-and-swap) → 2 (range
@@ -162,16 +163,24 @@ impl Shadow {
         let _ = state.compare_exchange(PENDING, FREE, Ordering::AcqRel, Ordering::Relaxed);
     }
 
-    /// The manager has handled the remove event of `[start, end)` (region offsets):
-    /// a pending slot of that range (or within it, starting with it) is cleared;
-    /// failing that, a pending slot the range begins (the kernel raises one event per
-    /// VMA of an `madvise` that spans several, in address order) keeps only the rest
-    /// of its range.
+    /// The manager has handled the remove event of `[start, end)` (region offsets).
+    /// The kernel raises one event per VMA an `madvise` spans, in address order, and
+    /// none for the parts not mapped; so, first found: a pending slot of exactly that
+    /// range is cleared; one the event starts and covers to its end is cleared; one
+    /// the event starts in (at or after the slot's start: what lies before was
+    /// handled or not mapped) keeps only the rest of its range.
     pub fn clear_remove(&self, start: u64, end: u64) {
         let pending: Vec<(usize, u64, u64)> = self.pending_removes();
-        if let Some(&(k, _, _)) = pending.iter().find(|&&(_, s, e)| s == start && e <= end) {
+        let exact = pending.iter().find(|&&(_, s, e)| s == start && e == end);
+        let covered = || pending.iter().find(|&&(_, s, e)| s == start && e <= end);
+        let within = || {
+            pending
+                .iter()
+                .find(|&&(_, s, e)| s <= start && start < e && e <= end)
+        };
+        if let Some(&(k, _, _)) = exact.or_else(covered).or_else(within) {
             self.clear_slot(k);
-        } else if let Some(&(k, _, _)) = pending.iter().find(|&&(_, s, e)| s == start && end < e) {
+        } else if let Some(&(k, _, _)) = pending.iter().find(|&&(_, s, e)| s <= start && end < e) {
             let at = SLOT0 + k * SLOT_BYTES + 8;
             // SAFETY: within the mapped control page, 8-byte aligned; a pending slot's
             // range is the agent's to change (the process writes only free slots).
@@ -179,6 +188,22 @@ impl Shadow {
                 (*(self.control.add(at) as *const AtomicU64)).store(end.to_le(), Ordering::Release);
             }
         }
+    }
+
+    fn taint_word(&self) -> &AtomicU64 {
+        // SAFETY: bytes 16..24 of the mapped control page, 8-byte aligned.
+        unsafe { &*(self.control.add(16) as *const AtomicU64) }
+    }
+
+    /// Marks (or clears) the region as holding a slow-tier copy of a freed page that
+    /// could not be dropped yet: a recovery would take it for the page.
+    pub fn set_tainted(&self, on: bool) {
+        self.taint_word().store(u64::from(on), Ordering::Release);
+    }
+
+    /// Whether the region is marked by [`Shadow::set_tainted`].
+    pub fn tainted(&self) -> bool {
+        self.taint_word().load(Ordering::Acquire) != 0
     }
 
     /// Writes the copy of page `index` (`PAGE` bytes).
@@ -304,8 +329,10 @@ mod tests {
         assert_eq!(s.pending_removes(), vec![(0, 0, 8192), (5, 4096, 12288)]);
         s.clear_remove(4096, 12288);
         assert_eq!(s.pending_removes(), vec![(0, 0, 8192)]);
-        s.clear_remove(4096, 12288); // nothing pending with that range: no change
-                                     // A range removed in two VMAs' events: the first leaves the rest pending.
+        // An event of no pending slot's range changes nothing.
+        s.clear_remove(12288, 16384);
+        assert_eq!(s.pending_removes(), vec![(0, 0, 8192)]);
+        // A range removed in two VMAs' events: the first leaves the rest pending.
         s.clear_remove(0, 4096);
         assert_eq!(s.pending_removes(), vec![(0, 4096, 8192)]);
         s.clear_remove(4096, 8192);
@@ -313,6 +340,20 @@ mod tests {
         // An event over more than the slot (whole pages of a shorter range) clears it.
         write_slot(3, 8192, 10000, 2);
         s.clear_remove(8192, 12288);
+        assert!(s.pending_removes().is_empty());
+        // A range with an unmapped hole: no event for the hole; the next piece's
+        // event starts past it and finishes the slot.
+        write_slot(4, 0, 5 * 4096, 2);
+        s.clear_remove(0, 4096);
+        assert_eq!(s.pending_removes(), vec![(4, 4096, 5 * 4096)]);
+        s.clear_remove(3 * 4096, 5 * 4096);
+        assert!(s.pending_removes().is_empty());
+        // Two frees of the same start: each event clears its own slot.
+        write_slot(1, 0, 4096, 2);
+        write_slot(2, 0, 8192, 2);
+        s.clear_remove(0, 8192);
+        assert_eq!(s.pending_removes(), vec![(1, 0, 4096)]);
+        s.clear_remove(0, 4096);
         assert!(s.pending_removes().is_empty());
     }
 
