@@ -236,23 +236,52 @@ static uint64_t *journal_remove(unsigned char *j, uint64_t first, uint64_t end) 
  * was raised, so the agent never saw the slot) takes its slot back: a pending slot
  * would make a new agent free pages that were never freed. (ENOMEM: the mapped parts
  * were removed, the rest is not mapped.) */
+/* Journal pages are unmapped (a whole region's munmap) under the write side; writers
+ * of slots hold the read side and check first that the page is still the region's:
+ * an madvise racing a munmap of the same region then skips the journal instead of
+ * writing into an unmapped page. Never held across the madvise itself. */
+static pthread_rwlock_t journal_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+static mc_tier_region_t *find(uintptr_t a, size_t len);
+
+/* Whether journal is still the control page of the region holding lo; the read side
+ * of journal_lock held. */
+static int journal_live(unsigned char *journal, uintptr_t lo) {
+  pthread_mutex_lock(&T.lock);
+  mc_tier_region_t *r = find(lo, 1);
+  int live = r != NULL && r->journal == journal;
+  pthread_mutex_unlock(&T.lock);
+  return live;
+}
+
 static int remove_range(unsigned char *journal, uintptr_t rs, uintptr_t lo, uintptr_t hi) {
   uint64_t *slot = NULL;
   if (hi <= lo) return raw_madvise((void *)lo, 0, MADV_REMOVE);
-  if (journal != NULL && (lo & (MC_TIER_PAGE - 1)) == 0)
-    slot = journal_remove(journal, lo - rs, ((hi + MC_TIER_PAGE - 1) & ~(MC_TIER_PAGE - 1)) - rs);
+  if (journal != NULL && (lo & (MC_TIER_PAGE - 1)) == 0) {
+    pthread_rwlock_rdlock(&journal_lock);
+    if (journal_live(journal, lo))
+      slot = journal_remove(journal, lo - rs, ((hi + MC_TIER_PAGE - 1) & ~(MC_TIER_PAGE - 1)) - rs);
+    pthread_rwlock_unlock(&journal_lock);
+  }
   int rc = raw_madvise((void *)lo, hi - lo, MADV_REMOVE);
   if (rc != 0 && slot != NULL && errno != ENOMEM) {
     int e = errno;
     uint64_t pending = 2;
-    __atomic_compare_exchange_n(&slot[0], &pending, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    pthread_rwlock_rdlock(&journal_lock);
+    if (journal_live(journal, lo))
+      __atomic_compare_exchange_n(&slot[0], &pending, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    pthread_rwlock_unlock(&journal_lock);
     errno = e;
   }
   return rc;
 }
 
 static void shadow_close(mc_tier_region_t *r) {
-  if (r->journal != NULL) raw_munmap(r->journal, MC_TIER_PAGE);
+  if (r->journal != NULL) {
+    pthread_rwlock_wrlock(&journal_lock);
+    raw_munmap(r->journal, MC_TIER_PAGE);
+    pthread_rwlock_unlock(&journal_lock);
+  }
   if (r->shadow >= 0) close(r->shadow);
   r->journal = NULL;
   r->shadow = -1;
@@ -796,6 +825,7 @@ static void tier_atfork_child(void) {
   pthread_mutex_init(&T.lock, NULL);
   pthread_mutex_init(&T.req_lock, NULL);
   pthread_mutex_init(&T.handover_lock, NULL);
+  pthread_rwlock_init(&journal_lock, NULL);
   pthread_cond_init(&T.reply_cv, NULL);
   if (T.fd >= 0) close(T.fd);
   T.fd = -1;
