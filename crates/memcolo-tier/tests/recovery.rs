@@ -195,6 +195,12 @@ fn instance(h: &MemServerHandle) -> u64 {
     client(h).instance()
 }
 
+/// Manager A: the region handed to an agent with its shadow.
+fn shadowed(p: &Process, u: Uffd, tier: Arc<dyn SlowTier>, cfg: TierConfig) -> TierManager {
+    let (mem, shadow) = p.handed();
+    TierManager::start_shadowed(u, mem, tier, Box::new(NoPlacement), cfg, shadow).unwrap()
+}
+
 /// Manager B: the region taken over by a new agent (`uffd`: the process's
 /// userfaultfd, as it hands it over) with its own client of the same server.
 fn recover_b(p: &Process, uffd: Uffd, h: &MemServerHandle, cfg: TierConfig) -> TierManager {
@@ -322,9 +328,7 @@ fn manager_a(
     cfg: TierConfig,
     evict: &[usize],
 ) -> (TierManager, Vec<usize>) {
-    let (mem, shadow) = p.handed();
-    let a =
-        TierManager::start_shadowed(u, mem, client(h), Box::new(NoPlacement), cfg, shadow).unwrap();
+    let a = shadowed(p, u, client(h), cfg);
     let t = a.evict(evict);
     a.wait_evicted(t);
     let s = a.stats();
@@ -748,9 +752,7 @@ fn live_manager_keeps_the_shadow_up_to_date() {
     let (h, store) = server();
     let (p, u) = Process::new(pages, 1, features::EVENT_REMOVE);
     let cfg = removing(16);
-    let (mem, shadow) = p.handed();
-    let m = TierManager::start_shadowed(u, mem, client(&h), Box::new(NoPlacement), cfg, shadow)
-        .unwrap();
+    let m = shadowed(&p, u, client(&h), cfg);
     let t = m.evict(&[0, 1, 2, 3]);
     m.wait_evicted(t);
     assert!(p.shadow_runs().is_empty(), "eviction writes no shadow copy");
@@ -833,16 +835,7 @@ fn a_free_over_a_hole_clears_its_journal_slot() {
     let (h, store) = server();
     let (p, u) = Process::new(pages, 1, features::EVENT_REMOVE);
     let cfg = removing(21);
-    let (mem, shadow) = p.handed();
-    let a = TierManager::start_shadowed(
-        u,
-        mem,
-        client(&h),
-        Box::new(NoPlacement),
-        cfg.clone(),
-        shadow,
-    )
-    .unwrap();
+    let a = shadowed(&p, u, client(&h), cfg.clone());
     let base = p.base();
     // SAFETY: unmapping one page of our own region (libmemcolo: munmap of a part).
     assert_eq!(
@@ -956,17 +949,8 @@ fn a_copy_that_could_not_be_dropped_taints_the_region_until_it_is() {
     let (h, store) = server();
     let (p, u) = Process::new(pages, 1, features::EVENT_REMOVE);
     let cfg = removing(22);
-    let (mem, shadow) = p.handed();
     let flaky = Flaky::new(client(&h));
-    let a = TierManager::start_shadowed(
-        u,
-        mem,
-        flaky.clone(),
-        Box::new(NoPlacement),
-        cfg.clone(),
-        shadow,
-    )
-    .unwrap();
+    let a = shadowed(&p, u, flaky.clone(), cfg.clone());
     let t = a.evict(&[3]);
     a.wait_evicted(t);
     assert_eq!(a.stats().stored_pages, 1);
@@ -1033,14 +1017,12 @@ fn a_page_freed_while_its_eviction_stores_waits_and_keeps_its_new_data() {
         probation_pages: 0,
         ..removing(23)
     };
-    let (mem, shadow) = p.handed();
     let flaky = Flaky::new(client(&h));
     let (hold_tx, hold_rx) = mpsc::channel();
     let (stored_tx, stored_rx) = mpsc::channel();
     *flaky.hold_store.lock().unwrap() = Some(hold_rx);
     *flaky.stored.lock().unwrap() = Some(stored_tx);
-    let a = TierManager::start_shadowed(u, mem, flaky.clone(), Box::new(NoPlacement), cfg, shadow)
-        .unwrap();
+    let a = shadowed(&p, u, flaky.clone(), cfg);
     let _t = a.evict(&[5]);
     stored_rx.recv_timeout(Duration::from_secs(5)).unwrap(); // stored, answer held
     let base = p.base();
@@ -1092,16 +1074,7 @@ fn a_new_registration_forgets_the_journal_of_the_last() {
     let (h, store) = server();
     let (p, u) = Process::new(pages, 1, features::EVENT_REMOVE);
     let cfg = removing(25);
-    let (mem, shadow) = p.handed();
-    let a = TierManager::start_shadowed(
-        u,
-        mem,
-        client(&h),
-        Box::new(NoPlacement),
-        cfg.clone(),
-        shadow,
-    )
-    .unwrap();
+    let a = shadowed(&p, u, client(&h), cfg.clone());
     a.stop().unwrap(); // clean stop: range unregistered, before tier_released reaches the process
     let base = p.base();
     journal_remove(&p.shadow, pages, 0, (2 * PAGE) as u64, (4 * PAGE) as u64);
@@ -1118,16 +1091,7 @@ fn a_new_registration_forgets_the_journal_of_the_last() {
         .unwrap();
     let keep = u2.as_fd().try_clone_to_owned().unwrap();
     let feats = u2.features();
-    let (mem, shadow) = p.handed();
-    let b = TierManager::start_shadowed(
-        u2,
-        mem,
-        client(&h),
-        Box::new(NoPlacement),
-        cfg.clone(),
-        shadow,
-    )
-    .unwrap();
+    let b = shadowed(&p, u2, client(&h), cfg.clone());
     for q in 2..4 {
         within("write", move || fill(page_slice(base, q), q, 3));
     }
