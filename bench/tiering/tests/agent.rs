@@ -132,17 +132,24 @@ impl Program {
     /// Waits (at most `limit`) for it to be stopped, before "go": its exit status
     /// and stderr.
     fn stopped(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        self.child.stopped(limit)
+    }
+}
+
+impl Kill {
+    /// Waits (at most `limit`) for the child to end by itself: its exit status and
+    /// stderr (piped).
+    fn stopped(&mut self, limit: Duration) -> (std::process::ExitStatus, String) {
         let start = Instant::now();
         let st = loop {
-            if let Some(s) = self.child.0.try_wait().unwrap() {
+            if let Some(s) = self.0.try_wait().unwrap() {
                 break s;
             }
-            assert!(start.elapsed() < limit, "the program kept running");
+            assert!(start.elapsed() < limit, "the child kept running");
             std::thread::sleep(Duration::from_millis(20));
         };
         let mut err = String::new();
-        self.child
-            .0
+        self.0
             .stderr
             .take()
             .unwrap()
@@ -274,6 +281,36 @@ impl Rig {
     fn status(&self) -> serde_json::Value {
         status(&self.memcolo, &self.sock)
     }
+
+    /// Waits (at most `limit`) until `pid`'s entry in `tier status` satisfies `ok`.
+    fn wait_for(
+        &self,
+        what: &str,
+        limit: Duration,
+        pid: u32,
+        ok: impl Fn(&serde_json::Value) -> bool,
+    ) {
+        wait_until(what, limit, || {
+            proc_of(&self.status(), pid).is_some_and(|p| ok(&p))
+        });
+    }
+
+    /// GUPS with `args`, handing its table to the agent; stdout and stderr piped.
+    fn gups(&self, args: &[&str]) -> Kill {
+        Kill(
+            self.command(&self.gups)
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+/// A process's bytes in the slow tier, from its `tier status` entry.
+fn slow(p: &serde_json::Value) -> u64 {
+    p["slow_bytes"].as_u64().unwrap_or(0)
 }
 
 #[test]
@@ -330,9 +367,7 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     //    its semantics as in 1.
     let survivor = Program::start(rig.command(prog));
     let spid = survivor.pid();
-    assert!(
-        proc_of(&rig.status(), spid).is_some_and(|p| { p["slow_bytes"].as_u64().unwrap_or(0) > 0 })
-    );
+    assert!(proc_of(&rig.status(), spid).is_some_and(|p| slow(&p) > 0));
     // A target changed live goes with the region to the new agent.
     set_target(memcolo, sock, spid, "0.4");
     // SAFETY: signalling our own child.
@@ -342,15 +377,11 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     );
     assert!(agent.0.wait().unwrap().success());
     agent = rig.start_agent();
-    wait_until(
+    rig.wait_for(
         "the region handed to the new agent",
         Duration::from_secs(20),
-        || {
-            proc_of(&rig.status(), spid).is_some_and(|p| {
-                p["regions"][0]["adopted_pages"].as_u64().unwrap_or(0) > 0
-                    && p["slow_bytes"].as_u64().unwrap_or(0) >= 16 << 20
-            })
-        },
+        spid,
+        |p| p["regions"][0]["adopted_pages"].as_u64().unwrap_or(0) > 0 && slow(p) >= 16 << 20,
     );
     assert_eq!(proc_of(&rig.status(), spid).unwrap()["t_miss"], 0.4);
     let err = survivor.finish();
@@ -362,46 +393,21 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     );
 
     // 4. The agent dies holding pages: the process is stopped with the reason.
-    let mut g = rig.command(gups);
-    let mut victim = Kill(
-        g.args([
-            "--footprint-mib",
-            "32",
-            "--warmup-s",
-            "60",
-            "--measure-s",
-            "1",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
-    );
+    let mut victim = rig.gups(&[
+        "--footprint-mib",
+        "32",
+        "--warmup-s",
+        "60",
+        "--measure-s",
+        "1",
+    ]);
     let vpid = victim.0.id();
-    wait_until("gups's region", Duration::from_secs(20), || {
-        proc_of(&rig.status(), vpid).is_some_and(|p| p["slow_bytes"].as_u64().unwrap_or(0) > 0)
+    rig.wait_for("gups's region", Duration::from_secs(20), vpid, |p| {
+        slow(p) > 0
     });
     agent.0.kill().unwrap();
     agent.0.wait().unwrap();
-    let start = Instant::now();
-    let st = loop {
-        if let Some(s) = victim.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "gups kept running"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    victim
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let (st, err) = victim.stopped(Duration::from_secs(10));
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?} {err}");
     assert!(
@@ -451,39 +457,29 @@ fn regions_on_a_memory_server_survive_an_agent_crash() {
 
     let survivor = Program::start(rig.command(&rig.prog));
     let spid = survivor.pid();
-    wait_until(
+    rig.wait_for(
         "the C program's region in the slow tier",
         Duration::from_secs(20),
-        || {
-            proc_of(&rig.status(), spid).is_some_and(|p| {
-                p["slow_bytes"].as_u64().unwrap_or(0) >= 16 << 20
-                    && p["regions"][0]["durable"] == true
-            })
-        },
+        spid,
+        |p| slow(p) >= 16 << 20 && p["regions"][0]["durable"] == true,
     );
-    let mut g = rig.command(&rig.gups);
-    let mut gups = Kill(
-        g.args([
-            "--footprint-mib",
-            "32",
-            "--warmup-s",
-            "1",
-            "--measure-s",
-            "2",
-            "--verify",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
-    );
+    let mut gups = rig.gups(&[
+        "--footprint-mib",
+        "32",
+        "--warmup-s",
+        "1",
+        "--measure-s",
+        "2",
+        "--verify",
+    ]);
     let gpid = gups.0.id();
     // A target changed live survives the crash (the agent pushes it to the process).
     set_target(&rig.memcolo, &rig.sock, spid, "0.3");
-    wait_until(
+    rig.wait_for(
         "gups's region in the slow tier",
         Duration::from_secs(20),
-        || proc_of(&rig.status(), gpid).is_some_and(|p| p["slow_bytes"].as_u64().unwrap_or(0) > 0),
+        gpid,
+        |p| slow(p) > 0,
     );
     agent.0.kill().unwrap();
     agent.0.wait().unwrap();
@@ -496,17 +492,16 @@ fn regions_on_a_memory_server_survive_an_agent_crash() {
     agent = rig.start_agent();
     // (GUPS may finish its run before a look at the status finds it: its stderr
     // and its verification below tell.)
-    wait_until(
+    rig.wait_for(
         "the C program's region recovered",
         Duration::from_secs(30),
-        || {
-            proc_of(&rig.status(), spid).is_some_and(|p| {
-                p["regions"][0]["recovered_stored_pages"]
-                    .as_u64()
-                    .unwrap_or(0)
-                    > 0
-                    && p["slow_bytes"].as_u64().unwrap_or(0) >= 16 << 20
-            })
+        spid,
+        |p| {
+            p["regions"][0]["recovered_stored_pages"]
+                .as_u64()
+                .unwrap_or(0)
+                > 0
+                && slow(p) >= 16 << 20
         },
     );
     assert_eq!(proc_of(&rig.status(), spid).unwrap()["t_miss"], 0.3);
@@ -551,13 +546,11 @@ fn regions_on_a_memory_server_survive_an_agent_crash() {
     let victim = Program::start(rig.command(&rig.prog));
     let vpid = victim.pid();
     assert!(held() > 0);
-    wait_until(
+    rig.wait_for(
         "the second program's region in the slow tier",
         Duration::from_secs(20),
-        || {
-            proc_of(&rig.status(), vpid)
-                .is_some_and(|p| p["slow_bytes"].as_u64().unwrap_or(0) >= 16 << 20)
-        },
+        vpid,
+        |p| slow(p) >= 16 << 20,
     );
     agent.0.kill().unwrap();
     agent.0.wait().unwrap();
