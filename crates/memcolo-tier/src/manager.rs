@@ -127,7 +127,7 @@
 //! the region. If a page cannot be brought back, the userfaultfd is left open and
 //! registered, so the process blocks on that page instead of reading zeros.
 
-use crate::region::{RegionMemory, PAGE};
+use crate::region::{runs, RegionMemory, PAGE};
 use crate::sampler::{choose, choose_by_rejection, pages_for_fmmr_error, Rng, WindowEstimate};
 use crate::shadow::Shadow;
 use crate::uffd::{Event, Uffd};
@@ -666,18 +666,6 @@ fn retry_eagain<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
 /// run) but keep a thread that touches one of their pages waiting longer (the
 /// group's protections, a few µs each, and its drop).
 const SAMPLE_GROUP: usize = 8;
-
-/// Contiguous runs `(first, count)` of sorted page indices.
-fn runs(sorted: &[usize]) -> Vec<(usize, usize)> {
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for &p in sorted {
-        match out.last_mut() {
-            Some((first, count)) if *first + *count == p => *count += 1,
-            _ => out.push((p, 1)),
-        }
-    }
-    out
-}
 
 /// What pages copied aside and dropped are for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -85,6 +85,20 @@ pub trait RegionMemory: Send + Sync {
     }
 }
 
+/// Contiguous runs `(first, count)` of sorted page indices, as
+/// [`RegionMemory::drop_page_runs`] takes them and [`RegionMemory::present_runs`]
+/// gives them.
+pub fn runs(sorted: &[usize]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &p in sorted {
+        match out.last_mut() {
+            Some((first, count)) if *first + *count == p => *count += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
+}
+
 fn mmap(len: usize, prot: i32, flags: i32, fd: i32) -> io::Result<usize> {
     // SAFETY: asking the kernel for a new mapping; no existing memory is touched.
     let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };

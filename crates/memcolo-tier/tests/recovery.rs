@@ -15,7 +15,7 @@
 use memcolo_tier::compressed::CompressedStore;
 use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
 use memcolo_tier::memserver::{MemServer, MemServerHandle};
-use memcolo_tier::region::{MemfdRegion, RegionMemory, SharedFile, PAGE};
+use memcolo_tier::region::{runs, MemfdRegion, RegionMemory, SharedFile, PAGE};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
 use memcolo_tier::shadow::Shadow;
 use memcolo_tier::uffd::{features, mode, Uffd};
@@ -304,18 +304,6 @@ impl Process {
     fn pending_removes(&self) -> Vec<(usize, u64, u64)> {
         shadow_of(&self.shadow, self.pages).pending_removes()
     }
-}
-
-/// Runs `(first, count)` of sorted page indices.
-fn runs(sorted: &[usize]) -> Vec<(usize, usize)> {
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for &p in sorted {
-        match out.last_mut() {
-            Some((first, count)) if *first + *count == p => *count += 1,
-            _ => out.push((p, 1)),
-        }
-    }
-    out
 }
 
 /// Starts manager A over the process's region with a new client of `h`, evicts
