@@ -701,17 +701,12 @@ fn handle(
             length,
             t_miss,
         } => {
-            if fds.len() < 2 {
+            let Some(fds) = RegionFds::take(fds, 2) else {
                 return err(
                     ErrorCode::BadRequest,
                     "tier_register needs two or three descriptors (userfaultfd, memfd, shadow) as SCM_RIGHTS",
                 );
-            }
-            let mut it = fds.drain(..);
-            let (ufd, memfd) = (it.next().expect("two"), it.next().expect("two"));
-            let shadow = it.next();
-            drop(it);
-            let fds = RegionFds { ufd, memfd, shadow };
+            };
             register(shared, conn, pid, start, length, t_miss, fds, None)
         }
         TierRequest::TierRecover {
@@ -721,20 +716,12 @@ fn handle(
             slow_instance,
             t_miss,
         } => {
-            if fds.len() < 3 {
+            let Some(fds) = RegionFds::take(fds, 3) else {
                 return err(
                     ErrorCode::BadRequest,
                     "tier_recover needs three descriptors (userfaultfd, memfd, shadow) as SCM_RIGHTS",
                 );
-            }
-            let mut it = fds.drain(..);
-            let (ufd, memfd, shadow) = (
-                it.next().expect("three"),
-                it.next().expect("three"),
-                it.next(),
-            );
-            drop(it);
-            let fds = RegionFds { ufd, memfd, shadow };
+            };
             let recover = Some((region, slow_instance));
             register(shared, conn, pid, start, length, t_miss, fds, recover)
         }
@@ -794,6 +781,24 @@ struct RegionFds {
     shadow: Option<OwnedFd>,
 }
 
+impl RegionFds {
+    /// Every descriptor that came with the request's line, in order: userfaultfd,
+    /// memfd, and the shadow if a third came. `None` (and none taken) if fewer than
+    /// `least` came.
+    fn take(fds: &mut Vec<OwnedFd>, least: usize) -> Option<RegionFds> {
+        if fds.len() < least.max(2) {
+            return None;
+        }
+        let mut it = fds.drain(..);
+        let (ufd, memfd) = (it.next()?, it.next()?);
+        Some(RegionFds {
+            ufd,
+            memfd,
+            shadow: it.next(),
+        })
+    }
+}
+
 /// `tier_register` (`recover` None: a new region), or `tier_recover` of the region
 /// whose id and slow-tier instance the dead agent gave (`recover`).
 #[allow(clippy::too_many_arguments)]
@@ -851,7 +856,8 @@ fn register(
         }
         None => new_region_id(shared),
     };
-    let durable = shadow.is_some() && shared.slow.durable();
+    // (A shadow is kept only with a durable tier, above.)
+    let durable = shadow.is_some();
     let first_page = TierNode::first_page_of(start);
     if !shared.node.lock_policy().is_managed(pid) {
         if let Err(e) = shared.node.register(pid, t_miss) {
