@@ -1329,14 +1329,15 @@ impl Inner {
             ));
         }
         let n = self.pages;
-        let mut in_mem = vec![false; n];
-        for (first, count) in self.mem.present_runs()? {
-            in_mem[first.min(n)..(first + count).min(n)].fill(true);
-        }
-        let mut in_shadow = vec![false; n];
-        for (first, count) in shadow.present_runs()? {
-            in_shadow[first.min(n)..(first + count).min(n)].fill(true);
-        }
+        let marked = |runs: Vec<(usize, usize)>| {
+            let mut v = vec![false; n];
+            for (first, count) in runs {
+                v[first.min(n)..(first + count).min(n)].fill(true);
+            }
+            v
+        };
+        let in_mem = marked(self.mem.present_runs()?);
+        let in_shadow = marked(shadow.present_runs()?);
         let mut in_tier = vec![false; n];
         for p in self
             .tier
