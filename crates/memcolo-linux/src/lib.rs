@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod fake;
 pub mod filecache;
+pub mod identity;
 pub mod pidfd;
 pub mod procfs;
 pub mod psi;

@@ -94,6 +94,14 @@ pub struct PidStatus {
     pub ppid: Pid,
     /// `Uid`: the real user id (first of the four).
     pub uid: u32,
+    /// `Uid`: real, effective, saved and filesystem user ids.
+    pub uids: [u32; 4],
+    /// `Gid`: real, effective, saved and filesystem group ids.
+    pub gids: [u32; 4],
+    /// `CapPrm`: permitted capabilities (bit set).
+    pub cap_prm: u64,
+    /// `CapEff`: effective capabilities (bit set).
+    pub cap_eff: u64,
     /// `VmRSS`: resident set size = `RssAnon + RssFile + RssShmem`.
     pub vm_rss_bytes: u64,
     /// `VmHWM`: peak RSS.
@@ -560,13 +568,31 @@ pub fn parse_pid_status(text: &str, path: &Path) -> Result<PidStatus> {
             }
             "Tgid" => out.tgid = num()? as Pid,
             "PPid" => out.ppid = num()? as Pid,
-            "Uid" => {
-                out.uid = value
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse::<u32>().ok())
-                    .ok_or_else(|| Error::parse(path, format!("bad Uid line `{line}`")))?;
-                have_uid = true;
+            "Uid" | "Gid" => {
+                let mut ids = [0u32; 4];
+                let mut w = value.split_whitespace();
+                for id in ids.iter_mut() {
+                    *id = w
+                        .next()
+                        .and_then(|v| v.parse::<u32>().ok())
+                        .ok_or_else(|| Error::parse(path, format!("bad {key} line `{line}`")))?;
+                }
+                if key == "Uid" {
+                    out.uid = ids[0];
+                    out.uids = ids;
+                    have_uid = true;
+                } else {
+                    out.gids = ids;
+                }
+            }
+            "CapPrm" | "CapEff" => {
+                let v = u64::from_str_radix(value, 16)
+                    .map_err(|_| Error::parse(path, format!("bad {key} line `{line}`")))?;
+                if key == "CapPrm" {
+                    out.cap_prm = v;
+                } else {
+                    out.cap_eff = v;
+                }
             }
             "VmRSS" => out.vm_rss_bytes = kib()?,
             "VmHWM" => out.vm_hwm_bytes = kib()?,
