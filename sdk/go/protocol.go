@@ -29,6 +29,7 @@ const (
 	CodeNoSuchProcess      = "no_such_process"
 	CodeNotRegistered      = "not_registered"
 	CodeInternal           = "internal"
+	CodeLimitExceeded      = "limit_exceeded"
 )
 
 // ProtocolError is a line that cannot be decoded; Code is the protocol error code
@@ -268,7 +269,7 @@ var (
 	classes     = []string{"lc", "be", "elastic"}
 	levels      = []string{"low", "high", "top"}
 	notifyModes = []string{"socket", "signal", "none"}
-	errorCodes  = []string{CodeBadRequest, CodeUnsupportedVersion, CodePermissionDenied, CodeNoSuchProcess, CodeNotRegistered, CodeInternal}
+	errorCodes  = []string{CodeBadRequest, CodeUnsupportedVersion, CodePermissionDenied, CodeNoSuchProcess, CodeNotRegistered, CodeInternal, CodeLimitExceeded}
 )
 
 func parseEnvelope(line []byte) (object, string, error) {

@@ -63,6 +63,7 @@ pub struct AgentConfig {
     pub events: EventsSection,
     pub reclaim: ReclaimSection,
     pub tier: crate::tier::TierSection,
+    pub limits: LimitsSection,
 }
 
 impl Default for AgentConfig {
@@ -81,6 +82,40 @@ impl Default for AgentConfig {
             events: EventsSection::default(),
             reclaim: ReclaimSection::default(),
             tier: crate::tier::TierSection::default(),
+            limits: LimitsSection::default(),
+        }
+    }
+}
+
+/// `[limits]`: what one local user may hold of the agent's socket, so that no tenant
+/// can exhaust it for the others or for root (docs/security.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Connections served at once, all users together. Default 1024.
+    pub connections: usize,
+    /// Of `connections`, how many only root may take. Default 64.
+    pub root_reserved_connections: usize,
+    /// Connections one non-root user may hold at once. Default 64.
+    pub connections_per_uid: usize,
+    /// Processes one non-root user may have registered at once. Default 1024.
+    pub registrations_per_uid: usize,
+    /// Child cgroups (`memcolo run --cgroup`) one non-root user may have. Default 16.
+    pub cgroups_per_uid: usize,
+    /// A connection whose reply or notification cannot be written for this long (the
+    /// client does not read) is closed. Default 10000 ms.
+    pub write_timeout_ms: u64,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            connections: 1024,
+            root_reserved_connections: 64,
+            connections_per_uid: 64,
+            registrations_per_uid: 1024,
+            cgroups_per_uid: 16,
+            write_timeout_ms: 10_000,
         }
     }
 }
@@ -358,6 +393,16 @@ impl AgentConfig {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.poll_ms == 0 {
             return bad("poll_ms must be at least 1".into());
+        }
+        let l = &self.limits;
+        if l.root_reserved_connections == 0 || l.root_reserved_connections >= l.connections {
+            return bad(format!(
+                "limits.root_reserved_connections {} must be at least 1 and below limits.connections {}",
+                l.root_reserved_connections, l.connections
+            ));
+        }
+        if l.connections_per_uid == 0 || l.registrations_per_uid == 0 || l.write_timeout_ms == 0 {
+            return bad("limits.connections_per_uid, registrations_per_uid and write_timeout_ms must be at least 1".into());
         }
         if !(0.0..1.0).contains(&self.m3.top_margin_ratio) {
             return bad(format!(

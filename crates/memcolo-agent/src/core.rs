@@ -19,6 +19,7 @@ use crate::eventlog::EventLog;
 use crate::metrics::Metrics;
 use crate::registry::{self, Entry, Registry};
 use memcolo_linux::actuate::Actuator;
+use memcolo_linux::identity::{Credentials, IdentityError, ProvenProcess, Prover};
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::scope::{Scope, ScopeSample};
 use memcolo_policy::hermes::{self, AdviceConfig, FileCache};
@@ -27,23 +28,39 @@ use memcolo_policy::{Class, Level, Pid};
 use memcolo_proto::{ErrorCode, NotifyMode, Reply, Request};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// Who is on the other end of a connection (from `SO_PEERCRED`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Who is on the other end of a connection: `SO_PEERCRED`'s pid and uid, and the
+/// connecting process proved at accept ([`ProvenProcess::from_peer`]); `None` when it
+/// could not be proved (it exited, or changed credentials, before the agent looked),
+/// and then the connection may not act on "itself".
+#[derive(Clone, Debug)]
 pub struct Peer {
     pub pid: Option<Pid>,
     pub uid: u32,
+    pub process: Option<Arc<ProvenProcess>>,
+}
+
+impl Peer {
+    /// A peer whose process was proved.
+    pub fn proven(uid: u32, p: ProvenProcess) -> Peer {
+        Peer {
+            pid: Some(p.pid()),
+            uid,
+            process: Some(Arc::new(p)),
+        }
+    }
 }
 
 /// Watches registered processes for exit (pidfd in the agent, a recorder in tests).
 pub trait ExitWatcher: Send {
-    /// Starts watching `pid`; the main loop learns of its exit through
-    /// [`Core::process_exited`].
-    fn watch(&mut self, pid: Pid) -> std::io::Result<()>;
+    /// Starts watching `pid` through `pidfd` (a descriptor of the proven process);
+    /// the main loop learns of its exit through [`Core::process_exited`].
+    fn watch(&mut self, pid: Pid, pidfd: OwnedFd) -> std::io::Result<()>;
     /// Stops watching `pid` (unregistered).
     fn unwatch(&mut self, pid: Pid);
 }
@@ -84,6 +101,9 @@ struct Outstanding {
 struct ProcTable {
     /// RSS of every process, in bytes.
     rss_bytes: HashMap<Pid, u64>,
+    /// Start time of every process, clock ticks since boot: a descendant is acted on
+    /// only if it is still the process this poll saw.
+    starttime_ticks: HashMap<Pid, u64>,
     children: HashMap<Pid, Vec<Pid>>,
 }
 
@@ -119,6 +139,10 @@ pub struct Core {
     registry: Registry,
     actuator: Box<dyn Actuator>,
     watcher: Box<dyn ExitWatcher>,
+    /// Finds and re-checks processes; every action goes through what it proved.
+    prover: Box<dyn Prover>,
+    /// The pidfd, start time and credentials of every registered process.
+    proven: HashMap<Pid, Arc<ProvenProcess>>,
     metrics: Arc<Metrics>,
     events: EventLog,
     conns: HashMap<u64, mpsc::Sender<Reply>>,
@@ -149,6 +173,7 @@ impl Core {
         scope: Scope,
         actuator: Box<dyn Actuator>,
         watcher: Box<dyn ExitWatcher>,
+        prover: Box<dyn Prover>,
         metrics: Arc<Metrics>,
         events: EventLog,
     ) -> anyhow::Result<Core> {
@@ -178,6 +203,8 @@ impl Core {
             registry: Registry::default(),
             actuator,
             watcher,
+            prover,
+            proven: HashMap::new(),
             metrics,
             events,
             conns: HashMap::new(),
@@ -200,16 +227,35 @@ impl Core {
         };
         let mut kept = 0;
         for e in saved.iter() {
-            match core.procfs.read_pid_stat(e.pid) {
-                Ok(st) if st.starttime_ticks == e.starttime_ticks => {
-                    if let Err(err) = core.watcher.watch(e.pid) {
+            // The same process: same pid, start time and (when recorded) credentials.
+            let found = core
+                .prover
+                .open(e.pid, Some(e.starttime_ticks))
+                .and_then(|p| match &e.creds {
+                    Some(c) if p.credentials() != c => Err(IdentityError::CredentialsChanged {
+                        pid: e.pid,
+                        was: c.uids,
+                        now: p.credentials().uids,
+                        was_g: c.gids,
+                        now_g: p.credentials().gids,
+                    }),
+                    _ => Ok(p),
+                });
+            match found {
+                Ok(p) => {
+                    let mut e = e.clone();
+                    e.creds = Some(*p.credentials());
+                    if let Err(err) = core.track(p) {
                         tracing::warn!(pid = e.pid, error = %err, "cannot watch restored process");
                         continue;
                     }
-                    core.registry.insert(e.clone());
+                    core.registry.insert(e);
                     kept += 1;
                 }
-                _ => {
+                Err(err) => {
+                    if !err.is_gone() {
+                        tracing::warn!(pid = e.pid, error = %err, "not restoring a registration");
+                    }
                     core.monitor.forget(e.pid);
                 }
             }
@@ -239,13 +285,13 @@ impl Core {
     }
 
     /// Answers one client request.
-    pub fn handle(&mut self, conn: u64, peer: Peer, req: Request, now: Duration) -> Reply {
+    pub fn handle(&mut self, conn: u64, peer: &Peer, req: Request, now: Duration) -> Reply {
         match req {
             Request::Ping => Reply::Pong {
                 agent_version: env!("CARGO_PKG_VERSION").into(),
             },
-            Request::Status => Reply::Status {
-                status: self.status_json(),
+            Request::Status { offset } => Reply::Status {
+                status: self.status_page(offset),
             },
             Request::Register {
                 pid,
@@ -261,7 +307,6 @@ impl Core {
                 };
                 match self.registry.remove(target) {
                     Some(e) => {
-                        self.watcher.unwatch(target);
                         self.forget(target);
                         self.events
                             .record("unregistered", json!({"pid": target, "name": e.name}));
@@ -287,8 +332,8 @@ impl Core {
                 let target = match (from_seq, pid) {
                     (Some(p), _)
                         if peer.uid == 0
-                            || Some(p) == peer.pid
-                            || self.registry.get(p).and_then(|e| e.conn) == Some(conn) =>
+                            || self.registry.get(p).and_then(|e| e.conn) == Some(conn)
+                            || (Some(p) == peer.pid && self.self_pid(peer).is_ok()) =>
                     {
                         p
                     }
@@ -332,39 +377,154 @@ impl Core {
                 );
                 Reply::Ok
             }
-            Request::Cgroup { name } => match &self.scope {
-                Scope::Cgroup(cg) => match cg.create_child(&name) {
-                    Ok(child) => Reply::Cgroup {
-                        path: child.path().display().to_string(),
-                    },
-                    Err(e) => err(
+            Request::Cgroup { name } => self.cgroup(peer, &name),
+        }
+    }
+
+    /// `memcolo run --cgroup NAME`: a child cgroup of the scope for root, and for
+    /// another user one below its own group `memcolo-uid-<uid>` (at most
+    /// `limits.cgroups_per_uid` of them), whose `cgroup.procs` (and v1 `tasks`) it
+    /// may write so that its process can move itself in. Names are 1-64 characters of
+    /// `A-Z a-z 0-9 _ . -`, not starting with a dot.
+    fn cgroup(&mut self, peer: &Peer, name: &str) -> Reply {
+        let Scope::Cgroup(cg) = &self.scope else {
+            return err(
+                ErrorCode::BadRequest,
+                "the agent's scope is the host; --cgroup needs --scope cgroup:PATH".to_string(),
+            );
+        };
+        let valid = (1..=64).contains(&name.len())
+            && !name.starts_with('.')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !valid {
+            return err(
+                ErrorCode::BadRequest,
+                "a cgroup name is 1-64 characters of A-Z a-z 0-9 _ . - and does not start with a dot".into(),
+            );
+        }
+        let made = if peer.uid == 0 {
+            cg.create_child(name)
+        } else {
+            let limit = self.cfg.limits.cgroups_per_uid;
+            let parent = match cg.create_child(&format!("memcolo-uid-{}", peer.uid)) {
+                Ok(p) => p,
+                Err(e) => {
+                    return err(
                         ErrorCode::Internal,
-                        format!("cannot create cgroup `{name}`: {e}"),
+                        format!("cannot create cgroup for user {}: {e}", peer.uid),
+                    )
+                }
+            };
+            let exists = parent.path().join(name).is_dir();
+            let held = parent.children().map(|c| c.len()).unwrap_or(usize::MAX);
+            if !exists && held >= limit {
+                return err(
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "user {} has {held} cgroups (limits.cgroups_per_uid = {limit})",
+                        peer.uid
                     ),
-                },
-                Scope::Host(_) => err(
-                    ErrorCode::BadRequest,
-                    "the agent's scope is the host; --cgroup needs --scope cgroup:PATH".to_string(),
-                ),
+                );
+            }
+            parent.create_child(name).and_then(|child| {
+                for f in ["cgroup.procs", "tasks"] {
+                    let path = child.path().join(f);
+                    if path.exists() {
+                        std::os::unix::fs::chown(&path, Some(peer.uid), None)
+                            .map_err(|e| memcolo_linux::Error::io(&path, e))?;
+                    }
+                }
+                Ok(child)
+            })
+        };
+        match made {
+            Ok(child) => Reply::Cgroup {
+                path: child.path().display().to_string(),
             },
+            Err(e) => err(
+                ErrorCode::Internal,
+                format!("cannot create cgroup `{name}`: {e}"),
+            ),
         }
     }
 
     /// The pid a request acts on: the peer itself, or any pid for a root peer.
-    fn target_pid(&self, peer: Peer, pid: Option<Pid>) -> Result<Pid, Reply> {
-        match (pid, peer.pid) {
-            (None, Some(p)) => Ok(p),
-            (None, None) => Err(err(
-                ErrorCode::BadRequest,
-                "no pid given and the peer's pid is unknown".into(),
-            )),
-            (Some(p), _) if p <= 0 => Err(err(ErrorCode::BadRequest, format!("invalid pid {p}"))),
-            (Some(p), Some(me)) if p == me => Ok(p),
-            (Some(p), _) if peer.uid == 0 => Ok(p),
-            (Some(p), _) => Err(err(
+    fn target_pid(&self, peer: &Peer, pid: Option<Pid>) -> Result<Pid, Reply> {
+        match pid {
+            Some(p) if p <= 0 => Err(err(ErrorCode::BadRequest, format!("invalid pid {p}"))),
+            Some(p) if peer.uid == 0 && Some(p) != peer.pid => Ok(p),
+            Some(p) if Some(p) != peer.pid => Err(err(
                 ErrorCode::PermissionDenied,
                 format!("only root may act on another process (pid {p})"),
             )),
+            _ => self.self_pid(peer).map(|p| p.pid()),
+        }
+    }
+
+    /// The connecting process itself, proved again now: a peer that exited since it
+    /// connected (leaving, say, a forked child on the socket while its pid goes to
+    /// another process) or that changed credentials (a set-user-ID exec) is refused.
+    fn self_pid(&self, peer: &Peer) -> Result<Arc<ProvenProcess>, Reply> {
+        let Some(p) = &peer.process else {
+            return Err(err(
+                ErrorCode::PermissionDenied,
+                "the connecting process could not be identified (it exited or changed credentials before the agent looked); connect again from the process itself".into(),
+            ));
+        };
+        match self.prover.verify(p) {
+            Ok(()) => Ok(p.clone()),
+            Err(e) => Err(err(
+                ErrorCode::PermissionDenied,
+                format!("the process that connected is no longer the same ({e}); connect again from the process itself"),
+            )),
+        }
+    }
+
+    /// Keeps `p`'s pidfd for actions and watches it for exit.
+    fn track(&mut self, p: ProvenProcess) -> std::io::Result<()> {
+        self.track_arc(Arc::new(p))
+    }
+
+    fn track_arc(&mut self, p: Arc<ProvenProcess>) -> std::io::Result<()> {
+        let fd = p.dup_pidfd().map_err(std::io::Error::other)?;
+        self.watcher.watch(p.pid(), fd)?;
+        self.proven.insert(p.pid(), p);
+        Ok(())
+    }
+
+    /// The registered process `pid`, verified now; a process that exited or changed
+    /// credentials loses its registration here (an exec of a set-user-ID program by
+    /// a registered BE process must not make the agent kill that program).
+    fn verified(&mut self, pid: Pid) -> Option<Arc<ProvenProcess>> {
+        let p = self.proven.get(&pid)?.clone();
+        match self.prover.verify(&p) {
+            Ok(()) => Some(p),
+            Err(e) => {
+                self.end_registration(pid, &e);
+                None
+            }
+        }
+    }
+
+    /// Ends the registration of a process that is no longer the one registered.
+    fn end_registration(&mut self, pid: Pid, why: &IdentityError) {
+        if let Some(e) = self.registry.remove(pid) {
+            self.forget(pid);
+            if !why.is_gone() {
+                self.metrics
+                    .errors
+                    .with_label_values(&["identity_changed"])
+                    .inc();
+                tracing::warn!(pid, name = %e.name, error = %why, "registration ended: the process is no longer the one registered");
+            }
+            self.events.record(
+                "registration_ended",
+                json!({"pid": pid, "name": e.name, "class": e.class, "reason": why.to_string()}),
+            );
+            self.persist();
+            self.update_registry_metrics();
         }
     }
 
@@ -372,29 +532,13 @@ impl Core {
     fn register(
         &mut self,
         conn: u64,
-        peer: Peer,
+        peer: &Peer,
         pid: Option<Pid>,
         class: Class,
         name: Option<String>,
         expected_reclaim_bytes: Option<u64>,
         notify: NotifyMode,
     ) -> Reply {
-        let target = match self.target_pid(peer, pid) {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
-        let stat = match self.procfs.read_pid_stat(target) {
-            Ok(s) => s,
-            Err(e) if e.is_not_found() => {
-                return err(ErrorCode::NoSuchProcess, format!("no process {target}"))
-            }
-            Err(e) => {
-                return err(
-                    ErrorCode::Internal,
-                    format!("cannot read process {target}: {e}"),
-                )
-            }
-        };
         if let Some(n) = &name {
             if n.len() > 256 || n.chars().any(|c| c.is_control()) {
                 return err(
@@ -403,13 +547,60 @@ impl Core {
                 );
             }
         }
+        // The process, proved: the peer itself, or (root only) any pid.
+        let proc_ = match pid {
+            Some(p) if p > 0 && peer.uid == 0 && Some(p) != peer.pid => {
+                match self.prover.open(p, None) {
+                    Ok(x) => Arc::new(x),
+                    Err(e) if e.is_gone() => {
+                        return err(ErrorCode::NoSuchProcess, format!("no process {p}"))
+                    }
+                    Err(e) => {
+                        return err(ErrorCode::Internal, format!("cannot read process {p}: {e}"))
+                    }
+                }
+            }
+            _ => match self.target_pid(peer, pid).and_then(|_| self.self_pid(peer)) {
+                Ok(x) => x,
+                Err(r) => return r,
+            },
+        };
+        let target = proc_.pid();
+        let creds = *proc_.credentials();
         let fresh = self
             .registry
             .get(target)
-            .map(|e| e.starttime_ticks != stat.starttime_ticks)
+            .map(|e| e.starttime_ticks != proc_.starttime_ticks() || e.creds != Some(creds))
             .unwrap_or(true);
+        if fresh && peer.uid != 0 {
+            let limit = self.cfg.limits.registrations_per_uid;
+            let held = self
+                .registry
+                .iter()
+                .filter(|e| e.creds.is_some_and(|c| c.ruid() == peer.uid))
+                .count();
+            if held >= limit {
+                self.metrics
+                    .errors
+                    .with_label_values(&["registration_limit"])
+                    .inc();
+                return err(
+                    ErrorCode::LimitExceeded,
+                    format!("user {} already has {held} registered processes (limits.registrations_per_uid = {limit})", peer.uid),
+                );
+            }
+        }
+        let comm = match self.procfs.read_pid_stat(target) {
+            Ok(s) => s.comm,
+            Err(_) => String::new(),
+        };
         if fresh {
-            if let Err(e) = self.watcher.watch(target) {
+            if let Some(old) = self.registry.remove(target) {
+                // Another process (or the same one under other credentials) held
+                // this pid's registration: it is gone.
+                self.forget(old.pid);
+            }
+            if let Err(e) = self.track_arc(proc_.clone()) {
                 return err(
                     ErrorCode::NoSuchProcess,
                     format!("cannot watch process {target}: {e}"),
@@ -421,8 +612,8 @@ impl Core {
         let entry = Entry {
             pid: target,
             class,
-            name: name.unwrap_or_else(|| stat.comm.clone()),
-            starttime_ticks: stat.starttime_ticks,
+            name: name.unwrap_or(comm),
+            starttime_ticks: proc_.starttime_ticks(),
             expected_reclaim_bytes,
             notify,
             registered_unix_s: prev
@@ -432,6 +623,7 @@ impl Core {
             signals_sent: prev.as_ref().map(|p| p.signals_sent).unwrap_or(0),
             reclaimed_bytes: prev.as_ref().map(|p| p.reclaimed_bytes).unwrap_or(0),
             failed_reclaims: prev.as_ref().map(|p| p.failed_reclaims).unwrap_or(0),
+            creds: Some(creds),
             conn: (notify == NotifyMode::Socket).then_some(conn),
         };
         self.events.record(
@@ -468,6 +660,9 @@ impl Core {
     }
 
     fn forget(&mut self, pid: Pid) {
+        if self.proven.remove(&pid).is_some() {
+            self.watcher.unwatch(pid);
+        }
         self.monitor.forget(pid);
         self.seen.remove(&pid);
         self.outstanding.retain(|_, o| o.pid != pid);
@@ -538,6 +733,7 @@ impl Core {
             if let Ok(st) = self.procfs.read_pid_stat(pid) {
                 t.rss_bytes
                     .insert(pid, st.rss_pages.saturating_mul(self.page_size));
+                t.starttime_ticks.insert(pid, st.starttime_ticks);
                 t.children.entry(st.ppid).or_default().push(pid);
             }
         }
@@ -619,7 +815,11 @@ impl Core {
                         Level::High => 2,
                         Level::Top => 3,
                     };
-                if let Err(err) = self.actuator.signal(pid, sig) {
+                // Through the registered process's pidfd, proved again just now.
+                let Some(p) = self.verified(pid) else {
+                    return;
+                };
+                if let Err(err) = self.actuator.signal(&p, sig) {
                     self.metrics.errors.with_label_values(&["signal"]).inc();
                     tracing::warn!(pid, error = %err, "cannot signal process");
                     return;
@@ -671,6 +871,13 @@ impl Core {
             return;
         }
         let name = e.name.clone();
+        // The registered process proved again: one that exec'd a set-user-ID program
+        // or otherwise changed credentials since it registered is no longer the BE job
+        // that was registered, and loses its registration instead.
+        let Some(job) = self.verified(pid) else {
+            return;
+        };
+        let job_creds = *job.credentials();
         let lc_pids: HashSet<Pid> = self
             .registry
             .iter()
@@ -683,14 +890,38 @@ impl Core {
         victims.retain(|p| !lc_pids.contains(p));
         victims.reverse();
         let rss = self.seen.get(&pid).map(|s| s.rss_bytes).unwrap_or(0);
-        for v in &victims {
-            if let Err(err) = self.actuator.kill(*v, reason) {
-                if !err.is_not_found() {
-                    self.metrics.errors.with_label_values(&["kill"]).inc();
-                    tracing::warn!(pid = v, error = %err, "kill failed");
+        let mut killed = Vec::with_capacity(victims.len());
+        for v in victims {
+            let target = if v == pid {
+                job.clone()
+            } else {
+                // A descendant: still the process this poll saw, and running as the
+                // job's user (a set-user-ID program the job started is not the job's).
+                match self.prover.open(v, procs.starttime_ticks.get(&v).copied()) {
+                    Ok(p) if same_user(p.credentials(), &job_creds) => Arc::new(p),
+                    Ok(p) => {
+                        self.metrics
+                            .errors
+                            .with_label_values(&["kill_refused"])
+                            .inc();
+                        tracing::warn!(pid = v, uids = ?p.credentials().uids, job_uids = ?job_creds.uids,
+                            "not killing a descendant of a BE job that runs as another user");
+                        continue;
+                    }
+                    Err(_) => continue, // exited since the poll
+                }
+            };
+            match self.actuator.kill(&target, reason) {
+                Ok(()) => killed.push(v),
+                Err(err) => {
+                    if !err.is_not_found() {
+                        self.metrics.errors.with_label_values(&["kill"]).inc();
+                        tracing::warn!(pid = v, error = %err, "kill failed");
+                    }
                 }
             }
         }
+        let victims = killed;
         self.kills += 1;
         self.metrics.kills.inc();
         self.events.record(
@@ -940,29 +1171,71 @@ impl Core {
         &self.monitor
     }
 
-    /// `memcolo status --json`.
+    /// `memcolo status --json`: the whole state, every registered process included.
     pub fn status_json(&self) -> serde_json::Value {
+        let mut st = self.status_page(0);
+        st["processes"] = self.registry.iter().map(|e| self.process_json(e)).collect();
+        st["next_offset"] = serde_json::Value::Null;
+        st
+    }
+
+    /// One page of the state for a `status` request: the registered processes from
+    /// index `offset` on, as many as keep the encoded reply under the protocol's
+    /// line limit, and `next_offset` (null after the last page). Reclaim's list of
+    /// targets is cut to its first 32 (`targets_total` counts them all).
+    pub fn status_page(&self, offset: u64) -> serde_json::Value {
+        let mut st = self.status_header();
+        if let Some(targets) = st
+            .get_mut("reclaim")
+            .and_then(|r| r.get_mut("targets"))
+            .and_then(|t| t.as_array_mut())
+        {
+            let n = targets.len();
+            targets.truncate(32);
+            st["reclaim"]["targets_total"] = n.into();
+        }
+        // Room for the envelope ({"v":1,"type":"status","status":...}) and the
+        // paging fields.
+        let mut budget = memcolo_proto::MAX_LINE_BYTES
+            .saturating_sub(serde_json::to_vec(&st).map(|v| v.len()).unwrap_or(0) + 256);
+        let mut page = Vec::new();
+        let mut next = None;
+        for (i, e) in self.registry.iter().enumerate().skip(offset as usize) {
+            let p = self.process_json(e);
+            let len = serde_json::to_vec(&p).map(|v| v.len()).unwrap_or(0) + 1;
+            if len > budget {
+                next = Some(i);
+                break;
+            }
+            budget -= len;
+            page.push(p);
+        }
+        st["processes"] = page.into();
+        st["processes_total"] = self.registry.len().into();
+        st["processes_offset"] = offset.into();
+        st["next_offset"] = next.into();
+        st
+    }
+
+    fn process_json(&self, e: &Entry) -> serde_json::Value {
+        let seen = self.seen.get(&e.pid);
+        json!({
+            "pid": e.pid, "class": e.class, "name": e.name, "notify": e.notify,
+            "connected": e.conn.is_some(),
+            "rss_bytes": seen.map(|s| s.rss_bytes), "descendants": seen.map(|s| s.descendants),
+            "signals_sent": e.signals_sent, "reclaimed_bytes": e.reclaimed_bytes,
+            "failed_reclaims": e.failed_reclaims,
+            "expected_reclaim_bytes": self.monitor.expected_reclaim_bytes(&ProcView {
+                pid: e.pid, class: e.class, started_at: Duration::ZERO,
+                rss_bytes: seen.map(|s| s.rss_bytes).unwrap_or(0), notifiable: true,
+                expected_reclaim_bytes: e.expected_reclaim_bytes,
+            }),
+        })
+    }
+
+    fn status_header(&self) -> serde_json::Value {
         let t = self.monitor.thresholds();
         let s = self.last_sample.as_ref();
-        let procs: Vec<_> = self
-            .registry
-            .iter()
-            .map(|e| {
-                let seen = self.seen.get(&e.pid);
-                json!({
-                    "pid": e.pid, "class": e.class, "name": e.name, "notify": e.notify,
-                    "connected": e.conn.is_some(),
-                    "rss_bytes": seen.map(|s| s.rss_bytes), "descendants": seen.map(|s| s.descendants),
-                    "signals_sent": e.signals_sent, "reclaimed_bytes": e.reclaimed_bytes,
-                    "failed_reclaims": e.failed_reclaims,
-                    "expected_reclaim_bytes": self.monitor.expected_reclaim_bytes(&ProcView {
-                        pid: e.pid, class: e.class, started_at: Duration::ZERO,
-                        rss_bytes: seen.map(|s| s.rss_bytes).unwrap_or(0), notifiable: true,
-                        expected_reclaim_bytes: e.expected_reclaim_bytes,
-                    }),
-                })
-            })
-            .collect();
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "scope": self.scope.describe(),
@@ -984,10 +1257,20 @@ impl Core {
                 "dropped_notifications": self.dropped_notifications,
                 "outstanding_notifications": self.outstanding.len(),
             },
-            "processes": procs,
             "reclaim": self.reclaim.as_ref().map(|r| r.status()),
         })
     }
+}
+
+/// Whether a process runs as the same user as a registered job: the same real and
+/// effective uid and gid, and no capability the job did not have.
+fn same_user(c: &Credentials, job: &Credentials) -> bool {
+    c.ruid() == job.ruid()
+        && c.euid() == job.euid()
+        && c.gids[0] == job.gids[0]
+        && c.egid() == job.egid()
+        && c.cap_eff & !job.cap_eff == 0
+        && c.cap_prm & !job.cap_prm == 0
 }
 
 fn err(code: ErrorCode, message: String) -> Reply {

@@ -58,8 +58,7 @@ impl PidfdWatcher {
 }
 
 impl ExitWatcher for PidfdWatcher {
-    fn watch(&mut self, pid: Pid) -> std::io::Result<()> {
-        let fd = memcolo_linux::pidfd::pidfd_open(pid).map_err(std::io::Error::other)?;
+    fn watch(&mut self, pid: Pid, fd: OwnedFd) -> std::io::Result<()> {
         // SAFETY: an OwnedFd stays open and is the same fd for the AsyncFd's lifetime.
         let afd = unsafe { AsyncFd::register(fd) }.map_err(std::io::Error::from)?;
         let exits = self.exits.clone();
@@ -265,6 +264,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let poll = cfg.poll_interval();
     let min_gap = Duration::from_millis(cfg.events.min_gap_ms);
     let socket = cfg.socket.clone();
+    let limits = cfg.limits.clone();
     let reclaim = if cfg.reclaim.enabled {
         Some(reclaim::ReclaimService::start(&cfg, metrics.clone())?)
     } else {
@@ -280,6 +280,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         scope,
         Box::new(LinuxActuator),
         Box::new(PidfdWatcher::new(exit_tx)),
+        Box::new(memcolo_linux::identity::LinuxProver {
+            procfs: procfs.clone(),
+        }),
         metrics.clone(),
         events,
     )?;
@@ -288,7 +291,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         service
     });
     tracing::info!(status = %core.status_json(), "memcolo agent started");
-    let server_task = tokio::spawn(server::serve(listener, cmd_tx));
+    let server_task = tokio::spawn(server::serve(listener, cmd_tx, limits, procfs));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(poll);
@@ -323,7 +326,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 Command::Opened { conn, push } => core.conn_opened(conn, push),
                 Command::Closed { conn } => core.conn_closed(conn),
                 Command::Request { conn, peer, req, reply } => {
-                    let r = core.handle(conn, peer, req, boot_time_now());
+                    let r = core.handle(conn, &peer, req, boot_time_now());
                     let _ = reply.send(r);
                 }
             },

@@ -36,6 +36,12 @@ pub struct Entry {
     /// Reclaim answers that reported a failed handler.
     #[serde(default)]
     pub failed_reclaims: u64,
+    /// The registered process's credentials when it registered; an action finds the
+    /// process again only with these (a change of credentials ends the registration).
+    /// Absent in registries saved before it was recorded: the process's credentials
+    /// at restore are adopted then.
+    #[serde(default)]
+    pub creds: Option<memcolo_linux::identity::Credentials>,
     /// The connection notifications go to (notify = socket); not persisted: a process
     /// re-registers when it reconnects.
     #[serde(skip)]
@@ -189,6 +195,7 @@ mod tests {
             signals_sent: 3,
             reclaimed_bytes: 9,
             failed_reclaims: 0,
+            creds: None,
             conn: Some(5),
         }
     }

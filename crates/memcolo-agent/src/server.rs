@@ -6,18 +6,20 @@
 //! of a newer protocol version is answered with an error and the connection stays
 //! open: nothing a client sends can stop the agent.
 
+use crate::config::LimitsSection;
 use crate::core::Peer;
+use memcolo_linux::identity::ProvenProcess;
+use memcolo_linux::procfs::ProcFs;
 use memcolo_proto::{decode_request, encode, ErrorCode, Reply, Request, MAX_LINE_BYTES};
+use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
-
-/// The most connections served at once; more are closed on accept.
-pub const MAX_CONNECTIONS: usize = 1024;
 
 /// What a connection asks of the main loop.
 pub enum Command {
@@ -77,10 +79,66 @@ fn prepare_alloc_stats_dir(socket_dir: &Path) {
     }
 }
 
-/// Accepts connections until the listener fails; each gets its own task.
-pub async fn serve(listener: UnixListener, cmds: mpsc::Sender<Command>) {
+/// Connections held per user, and all together, against `[limits]`.
+#[derive(Default)]
+struct Slots {
+    total: usize,
+    per_uid: HashMap<u32, usize>,
+}
+
+impl Slots {
+    /// Takes a slot for a connection of `uid`, or says which limit it would cross.
+    /// Root may use every connection; other users share all but the reserved ones,
+    /// and each holds at most `connections_per_uid`.
+    fn take(&mut self, uid: u32, l: &LimitsSection) -> Result<(), String> {
+        let mine = self.per_uid.get(&uid).copied().unwrap_or(0);
+        if self.total >= l.connections {
+            return Err(format!(
+                "the agent serves {} connections already",
+                self.total
+            ));
+        }
+        if uid != 0 {
+            if self.total >= l.connections - l.root_reserved_connections {
+                return Err(format!(
+                    "the last {} connections are kept for root",
+                    l.root_reserved_connections
+                ));
+            }
+            if mine >= l.connections_per_uid {
+                return Err(format!(
+                    "user {uid} holds {mine} connections (limits.connections_per_uid)"
+                ));
+            }
+        }
+        self.total += 1;
+        *self.per_uid.entry(uid).or_default() += 1;
+        Ok(())
+    }
+
+    fn give_back(&mut self, uid: u32) {
+        self.total = self.total.saturating_sub(1);
+        if let Some(n) = self.per_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_uid.remove(&uid);
+            }
+        }
+    }
+}
+
+/// Accepts connections until the listener fails; each gets its own task. A
+/// connection over `limits` is answered `limit_exceeded` (without waiting for the
+/// client to read it) and closed.
+pub async fn serve(
+    listener: UnixListener,
+    cmds: mpsc::Sender<Command>,
+    limits: LimitsSection,
+    procfs: ProcFs,
+) {
     let next = AtomicU64::new(1);
-    let live = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Mutex::new(Slots::default()));
+    let limits = Arc::new(limits);
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -90,20 +148,49 @@ pub async fn serve(listener: UnixListener, cmds: mpsc::Sender<Command>) {
                 continue;
             }
         };
-        if live.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-            tracing::warn!("too many connections; closing a new one");
+        let accepted_at = crate::boot_time_now();
+        let uid = match stream.peer_cred() {
+            Ok(c) => c.uid(),
+            Err(e) => {
+                tracing::debug!(error = %e, "no peer credentials; closing");
+                continue;
+            }
+        };
+        if let Err(why) = slots.lock().unwrap().take(uid, &limits) {
+            let reply = Reply::Error {
+                code: ErrorCode::LimitExceeded,
+                message: format!("connection refused: {why}"),
+            };
+            // Best effort, never waiting on the client.
+            let _ = stream.try_write(encode(&reply).as_bytes());
+            tracing::debug!(uid, why, "connection refused");
             continue;
         }
         let conn = next.fetch_add(1, Ordering::Relaxed);
         let cmds = cmds.clone();
-        let live = live.clone();
-        live.fetch_add(1, Ordering::Relaxed);
+        let (slots, limits, procfs) = (slots.clone(), limits.clone(), procfs.clone());
         tokio::spawn(async move {
-            if let Err(e) = connection(conn, stream, cmds.clone()).await {
+            let ticks = ProcFs::clock_ticks_per_sec();
+            let accepted_ticks = accepted_at.as_secs() * ticks
+                + u64::from(accepted_at.subsec_nanos()) * ticks / 1_000_000_000
+                + 1;
+            let process = ProvenProcess::from_peer(&procfs, stream.as_fd(), accepted_ticks);
+            let peer = Peer {
+                pid: stream.peer_cred().ok().and_then(|c| c.pid()),
+                uid,
+                process: match process {
+                    Ok(p) => Some(Arc::new(p)),
+                    Err(e) => {
+                        tracing::debug!(conn, uid, error = %e, "connecting process not identified");
+                        None
+                    }
+                },
+            };
+            let timeout = std::time::Duration::from_millis(limits.write_timeout_ms);
+            if let Err(e) = connection(conn, stream, peer, cmds, timeout).await {
                 tracing::debug!(conn, error = %e, "connection ended with an error");
             }
-            let _ = cmds.send(Command::Closed { conn }).await;
-            live.fetch_sub(1, Ordering::Relaxed);
+            slots.lock().unwrap().give_back(uid);
         });
     }
 }
@@ -144,71 +231,207 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
     }
 }
 
+/// How many replies and notifications may wait for a slow reader.
+const OUT_QUEUE: usize = 64;
+
+/// Serves one connection: a reader that takes one line at a time (never cancelled
+/// mid-line, so a notification pushed meanwhile cannot cut a request in two) and a
+/// writer that sends replies and notifications in order. A client that does not read
+/// for `write_timeout` is disconnected; it holds up nobody else (notifications to it
+/// are dropped once its queue is full, see [`crate::core`]).
 async fn connection(
     conn: u64,
     stream: UnixStream,
+    peer: Peer,
     cmds: mpsc::Sender<Command>,
+    write_timeout: std::time::Duration,
 ) -> std::io::Result<()> {
-    let cred = stream.peer_cred()?;
-    let peer = Peer {
-        pid: cred.pid(),
-        uid: cred.uid(),
-    };
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
-    let (push_tx, mut push_rx) = mpsc::channel::<Reply>(64);
+    let (out_tx, mut out_rx) = mpsc::channel::<Reply>(OUT_QUEUE);
+    let cmds_closed = cmds.clone();
     if cmds
         .send(Command::Opened {
             conn,
-            push: push_tx,
+            push: out_tx.clone(),
         })
         .await
         .is_err()
     {
         return Ok(());
     }
-    let mut buf = Vec::with_capacity(512);
-    loop {
-        tokio::select! {
-            line = read_line(&mut rd, &mut buf) => {
-                let reply = match line? {
-                    None => return Ok(()),
-                    Some(Err(n)) => Reply::Error {
-                        code: ErrorCode::BadRequest,
-                        message: format!("line of {n} bytes is over the {MAX_LINE_BYTES}-byte limit"),
-                    },
-                    Some(Ok(())) => {
-                        let text = String::from_utf8_lossy(&buf);
-                        if text.trim().is_empty() {
-                            continue;
-                        }
-                        match decode_request(&text) {
-                            Err(e) => Reply::Error { code: e.code(), message: e.to_string() },
-                            Ok(req) => {
-                                let (tx, rx) = oneshot::channel();
-                                if cmds.send(Command::Request { conn, peer, req, reply: tx }).await.is_err() {
-                                    return Ok(());
-                                }
-                                match rx.await {
-                                    Ok(r) => r,
-                                    Err(_) => return Ok(()),
-                                }
+    let writer = async move {
+        while let Some(msg) = out_rx.recv().await {
+            match tokio::time::timeout(write_timeout, wr.write_all(encode(&msg).as_bytes())).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client did not read its replies",
+                    ))
+                }
+            }
+        }
+        Ok(())
+    };
+    let reader = async move {
+        let mut buf = Vec::with_capacity(512);
+        loop {
+            let reply = match read_line(&mut rd, &mut buf).await? {
+                None => return Ok(()),
+                Some(Err(n)) => Reply::Error {
+                    code: ErrorCode::BadRequest,
+                    message: format!("line of {n} bytes is over the {MAX_LINE_BYTES}-byte limit"),
+                },
+                Some(Ok(())) => {
+                    let text = String::from_utf8_lossy(&buf);
+                    if text.trim().is_empty() {
+                        continue;
+                    }
+                    match decode_request(&text) {
+                        Err(e) => Reply::Error {
+                            code: e.code(),
+                            message: e.to_string(),
+                        },
+                        Ok(req) => {
+                            let (tx, rx) = oneshot::channel();
+                            let cmd = Command::Request {
+                                conn,
+                                peer: peer.clone(),
+                                req,
+                                reply: tx,
+                            };
+                            if cmds.send(cmd).await.is_err() {
+                                return Ok(());
+                            }
+                            match rx.await {
+                                Ok(r) => r,
+                                Err(_) => return Ok(()),
                             }
                         }
                     }
-                };
-                wr.write_all(encode(&reply).as_bytes()).await?;
-            }
-            Some(msg) = push_rx.recv() => {
-                wr.write_all(encode(&msg).as_bytes()).await?;
+                }
+            };
+            if out_tx.send(reply).await.is_err() {
+                return Ok(());
             }
         }
-    }
+    };
+    let mut writer = tokio::spawn(writer);
+    let res = tokio::select! {
+        r = reader => r,
+        w = &mut writer => {
+            // The writer failed (the client stopped reading): stop reading too.
+            let _ = cmds_closed.send(Command::Closed { conn }).await;
+            return w.unwrap_or(Ok(()));
+        }
+    };
+    // The client is done sending: the core forgets the connection (dropping its
+    // sender of notifications), then what is queued is still written out.
+    let _ = cmds_closed.send(Command::Closed { conn }).await;
+    let _ = writer.await;
+    res
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// A notification pushed while the client is halfway through a request line
+    /// neither loses nor corrupts that request.
+    #[tokio::test]
+    async fn a_push_in_the_middle_of_a_request_keeps_the_request_whole() {
+        let (agent_end, mut client) = UnixStream::pair().unwrap();
+        let (cmds, mut rx) = mpsc::channel(8);
+        let peer = Peer {
+            pid: None,
+            uid: 0,
+            process: None,
+        };
+        let conn = tokio::spawn(connection(
+            1,
+            agent_end,
+            peer,
+            cmds,
+            std::time::Duration::from_secs(5),
+        ));
+        let Some(Command::Opened { push, .. }) = rx.recv().await else {
+            panic!("no Opened")
+        };
+        client.write_all(br#"{"v":1,"type":"pi"#).await.unwrap();
+        // Let the reader take in the first half before the push.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        push.send(Reply::Notify {
+            seq: 1,
+            level: memcolo_policy::Level::Low,
+            target_bytes: 4096,
+        })
+        .await
+        .unwrap();
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\n") {
+            client.read_exact(&mut byte).await.unwrap();
+            got.push(byte[0]);
+        }
+        assert!(String::from_utf8_lossy(&got).contains("notify"));
+        client.write_all(b"ng\"}\n").await.unwrap();
+        let Some(Command::Request { req, reply, .. }) = rx.recv().await else {
+            panic!("the request was lost")
+        };
+        assert_eq!(req, Request::Ping);
+        reply
+            .send(Reply::Pong {
+                agent_version: "t".into(),
+            })
+            .unwrap();
+        got.clear();
+        while !got.ends_with(b"\n") {
+            client.read_exact(&mut byte).await.unwrap();
+            got.push(byte[0]);
+        }
+        assert!(String::from_utf8_lossy(&got).contains("pong"), "{got:?}");
+        drop(client);
+        drop(push);
+        let _ = conn.await;
+    }
+
+    /// A client that never reads is disconnected after the write timeout; its task
+    /// ends instead of holding its slot.
+    #[tokio::test]
+    async fn a_client_that_never_reads_is_disconnected() {
+        let (agent_end, client) = UnixStream::pair().unwrap();
+        let (cmds, mut rx) = mpsc::channel(8);
+        let peer = Peer {
+            pid: None,
+            uid: 0,
+            process: None,
+        };
+        let conn = tokio::spawn(connection(
+            1,
+            agent_end,
+            peer,
+            cmds,
+            std::time::Duration::from_millis(200),
+        ));
+        let Some(Command::Opened { push, .. }) = rx.recv().await else {
+            panic!("no Opened")
+        };
+        let big = Reply::Status {
+            status: serde_json::json!({"pad": "x".repeat(60_000)}),
+        };
+        // Fill the socket buffer and the queue; try_send never waits.
+        for _ in 0..(OUT_QUEUE * 4) {
+            let _ = push.try_send(big.clone());
+        }
+        let res = tokio::time::timeout(std::time::Duration::from_secs(60), conn)
+            .await
+            .expect("the connection outlived its write timeout")
+            .unwrap();
+        assert_eq!(res.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+        drop(client);
+    }
 
     #[tokio::test]
     async fn read_line_bounds_and_recovers() {

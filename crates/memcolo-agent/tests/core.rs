@@ -7,6 +7,7 @@ use memcolo_agent::core::{Core, ExitWatcher, Peer, Trigger};
 use memcolo_agent::eventlog::EventLog;
 use memcolo_agent::metrics::Metrics;
 use memcolo_linux::actuate::{Actuator, ActuatorCall, RecordingActuator};
+use memcolo_linux::identity::ProvenProcess;
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::scope::Scope;
 use memcolo_policy::{Class, Level, Pid};
@@ -22,11 +23,11 @@ const KIB: u64 = 1 << 10;
 #[derive(Clone, Default)]
 struct Shared(Arc<Mutex<RecordingActuator>>);
 impl Actuator for Shared {
-    fn signal(&mut self, pid: Pid, sig: i32) -> memcolo_linux::Result<()> {
-        self.0.lock().unwrap().signal(pid, sig)
+    fn signal(&mut self, p: &ProvenProcess, sig: i32) -> memcolo_linux::Result<()> {
+        self.0.lock().unwrap().signal(p, sig)
     }
-    fn kill(&mut self, pid: Pid, reason: &str) -> memcolo_linux::Result<()> {
-        self.0.lock().unwrap().kill(pid, reason)
+    fn kill(&mut self, p: &ProvenProcess, reason: &str) -> memcolo_linux::Result<()> {
+        self.0.lock().unwrap().kill(p, reason)
     }
     fn drop_file_cache(&mut self, path: &Path) -> memcolo_linux::Result<u64> {
         self.0.lock().unwrap().drop_file_cache(path)
@@ -41,7 +42,7 @@ impl Shared {
 #[derive(Clone, Default)]
 struct Watched(Arc<Mutex<Vec<Pid>>>);
 impl ExitWatcher for Watched {
-    fn watch(&mut self, pid: Pid) -> std::io::Result<()> {
+    fn watch(&mut self, pid: Pid, _pidfd: std::os::fd::OwnedFd) -> std::io::Result<()> {
         self.0.lock().unwrap().push(pid);
         Ok(())
     }
@@ -76,6 +77,10 @@ impl FakeProc {
         std::fs::write(self.root.join("meminfo"), text).unwrap();
     }
     fn add(&self, pid: Pid, ppid: Pid, comm: &str, starttime: u64, rss_pages: u64) {
+        self.add_as(pid, ppid, comm, starttime, rss_pages, 0)
+    }
+    /// [`add`](Self::add) of a process running as `uid` (all four uids and gids).
+    fn add_as(&self, pid: Pid, ppid: Pid, comm: &str, starttime: u64, rss_pages: u64, uid: u32) {
         let d = self.root.join(pid.to_string());
         std::fs::create_dir_all(d.join("fd")).unwrap();
         std::fs::write(
@@ -87,7 +92,7 @@ impl FakeProc {
         std::fs::write(
             d.join("status"),
             format!(
-                "Name:\t{comm}\nUid:\t0\t0\t0\t0\nVmRSS:\t{} kB\n",
+                "Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nVmRSS:\t{} kB\n",
                 rss_pages * 4
             ),
         )
@@ -154,6 +159,9 @@ fn new_core(cfg: &AgentConfig, act: &Shared, watched: &Watched) -> Core {
         scope,
         Box::new(act.clone()),
         Box::new(watched.clone()),
+        Box::new(memcolo_linux::fake::FakeProver {
+            procfs: ProcFs::new(cfg.procfs.clone()),
+        }),
         Arc::new(Metrics::new()),
         EventLog::off(),
     )
@@ -163,12 +171,22 @@ fn new_core(cfg: &AgentConfig, act: &Shared, watched: &Watched) -> Core {
 const ROOT: Peer = Peer {
     pid: Some(1),
     uid: 0,
+    process: None,
 };
+
+/// The process `pid` of the fake tree as a connected peer of user `uid`.
+fn peer_of(h: &Harness, pid: Pid, uid: u32) -> Peer {
+    use memcolo_linux::identity::Prover;
+    let prover = memcolo_linux::fake::FakeProver {
+        procfs: ProcFs::new(h.cfg.procfs.clone()),
+    };
+    Peer::proven(uid, prover.open(pid, None).unwrap())
+}
 
 fn register(
     core: &mut Core,
     conn: u64,
-    peer: Peer,
+    peer: &Peer,
     pid: Option<Pid>,
     class: Class,
     notify: NotifyMode,
@@ -192,16 +210,13 @@ fn registration_follows_the_peer_credential_rule() {
     let mut h = harness(|_| {});
     h.proc_.add(100, 1, "app", 500, 10);
     h.proc_.add(200, 1, "other", 600, 10);
-    let user = Peer {
-        pid: Some(100),
-        uid: 1000,
-    };
+    let user = peer_of(&h, 100, 1000);
     // A process registers itself.
     assert_eq!(
         register(
             &mut h.core,
             1,
-            user,
+            &user,
             None,
             Class::Elastic,
             NotifyMode::Socket
@@ -213,7 +228,14 @@ fn registration_follows_the_peer_credential_rule() {
     );
     // An unprivileged peer may not register another process...
     assert!(matches!(
-        register(&mut h.core, 1, user, Some(200), Class::Be, NotifyMode::None),
+        register(
+            &mut h.core,
+            1,
+            &user,
+            Some(200),
+            Class::Be,
+            NotifyMode::None
+        ),
         Reply::Error {
             code: ErrorCode::PermissionDenied,
             ..
@@ -221,19 +243,33 @@ fn registration_follows_the_peer_credential_rule() {
     ));
     // ...root may.
     assert!(matches!(
-        register(&mut h.core, 2, ROOT, Some(200), Class::Be, NotifyMode::None),
+        register(
+            &mut h.core,
+            2,
+            &ROOT,
+            Some(200),
+            Class::Be,
+            NotifyMode::None
+        ),
         Reply::Registered { pid: 200, .. }
     ));
     // A pid that does not exist is refused with its own code.
     assert!(matches!(
-        register(&mut h.core, 2, ROOT, Some(999), Class::Be, NotifyMode::None),
+        register(
+            &mut h.core,
+            2,
+            &ROOT,
+            Some(999),
+            Class::Be,
+            NotifyMode::None
+        ),
         Reply::Error {
             code: ErrorCode::NoSuchProcess,
             ..
         }
     ));
     assert!(matches!(
-        register(&mut h.core, 2, ROOT, Some(-3), Class::Be, NotifyMode::None),
+        register(&mut h.core, 2, &ROOT, Some(-3), Class::Be, NotifyMode::None),
         Reply::Error {
             code: ErrorCode::BadRequest,
             ..
@@ -245,7 +281,7 @@ fn registration_follows_the_peer_credential_rule() {
     assert!(matches!(
         h.core.handle(
             1,
-            user,
+            &user,
             Request::Unregister { pid: Some(200) },
             Duration::ZERO
         ),
@@ -257,7 +293,7 @@ fn registration_follows_the_peer_credential_rule() {
     assert_eq!(
         h.core.handle(
             2,
-            ROOT,
+            &ROOT,
             Request::Unregister { pid: Some(200) },
             Duration::ZERO
         ),
@@ -276,14 +312,11 @@ fn red_zone_notifies_over_the_socket_and_records_the_answer() {
     h.proc_.add(100, 1, "cache", 500, 1000);
     let (tx, mut rx) = mpsc::channel(8);
     h.core.conn_opened(7, tx);
-    let peer = Peer {
-        pid: Some(100),
-        uid: 1000,
-    };
+    let peer = peer_of(&h, 100, 1000);
     register(
         &mut h.core,
         7,
-        peer,
+        &peer,
         None,
         Class::Elastic,
         NotifyMode::Socket,
@@ -307,7 +340,7 @@ fn red_zone_notifies_over_the_socket_and_records_the_answer() {
     let seq = *seqs.last().unwrap();
     let r = h.core.handle(
         7,
-        peer,
+        &peer,
         Request::Reclaimed {
             pid: None,
             seq: Some(seq),
@@ -338,7 +371,7 @@ fn red_zone_notifies_over_the_socket_and_records_the_answer() {
     };
     let r = h.core.handle(
         7,
-        peer,
+        &peer,
         Request::Reclaimed {
             pid: None,
             seq: Some(low_seq),
@@ -352,14 +385,12 @@ fn red_zone_notifies_over_the_socket_and_records_the_answer() {
     let st = h.core.status_json();
     assert_eq!(st["processes"][0]["expected_reclaim_bytes"], 3 * GIB);
     // Another process may not answer for it.
-    let stranger = Peer {
-        pid: Some(555),
-        uid: 1000,
-    };
+    h.proc_.add(555, 1, "stranger", 700, 1);
+    let stranger = peer_of(&h, 555, 1000);
     assert!(matches!(
         h.core.handle(
             9,
-            stranger,
+            &stranger,
             Request::Reclaimed {
                 pid: None,
                 seq: Some(seq),
@@ -385,7 +416,7 @@ fn signal_mode_uses_realtime_signals() {
     register(
         &mut h.core,
         1,
-        ROOT,
+        &ROOT,
         Some(100),
         Class::Elastic,
         NotifyMode::Signal,
@@ -408,12 +439,26 @@ fn above_top_only_be_is_killed_and_only_after_kill_after() {
     h.proc_.add(200, 1, "batch", 200, 2_000_000);
     h.proc_.add(201, 200, "batch-worker", 210, 1_000_000);
     h.proc_.add(300, 1, "cache", 300, 3_000_000);
-    register(&mut h.core, 1, ROOT, Some(100), Class::Lc, NotifyMode::None);
-    register(&mut h.core, 1, ROOT, Some(200), Class::Be, NotifyMode::None);
     register(
         &mut h.core,
         1,
-        ROOT,
+        &ROOT,
+        Some(100),
+        Class::Lc,
+        NotifyMode::None,
+    );
+    register(
+        &mut h.core,
+        1,
+        &ROOT,
+        Some(200),
+        Class::Be,
+        NotifyMode::None,
+    );
+    register(
+        &mut h.core,
+        1,
+        &ROOT,
         Some(300),
         Class::Elastic,
         NotifyMode::Signal,
@@ -460,8 +505,22 @@ fn hermes_drops_be_files_but_never_files_an_lc_process_holds() {
     h.proc_.open_file(200, 3, &be_only);
     h.proc_.open_file(200, 4, &shared);
     h.proc_.open_file(100, 5, &shared);
-    register(&mut h.core, 1, ROOT, Some(100), Class::Lc, NotifyMode::None);
-    register(&mut h.core, 1, ROOT, Some(200), Class::Be, NotifyMode::None);
+    register(
+        &mut h.core,
+        1,
+        &ROOT,
+        Some(100),
+        Class::Lc,
+        NotifyMode::None,
+    );
+    register(
+        &mut h.core,
+        1,
+        &ROOT,
+        Some(200),
+        Class::Be,
+        NotifyMode::None,
+    );
     // Below adv_thr (32 GiB of 64): nothing.
     h.proc_.set_meminfo(64 * GIB, 40 * GIB);
     h.core.poll(Duration::from_secs(1), Trigger::Tick);
@@ -492,8 +551,22 @@ fn registry_survives_a_restart_but_not_a_reused_pid() {
     let mut h = harness(|_| {});
     h.proc_.add(100, 1, "redis", 100, 10);
     h.proc_.add(200, 1, "batch", 200, 10);
-    register(&mut h.core, 1, ROOT, Some(100), Class::Lc, NotifyMode::None);
-    register(&mut h.core, 1, ROOT, Some(200), Class::Be, NotifyMode::None);
+    register(
+        &mut h.core,
+        1,
+        &ROOT,
+        Some(100),
+        Class::Lc,
+        NotifyMode::None,
+    );
+    register(
+        &mut h.core,
+        1,
+        &ROOT,
+        Some(200),
+        Class::Be,
+        NotifyMode::None,
+    );
     h.core.shutdown();
     // While the agent was down, pid 200 exited and the pid was reused.
     h.proc_.remove(200);
@@ -510,7 +583,7 @@ fn requests_on_a_host_scope_for_a_cgroup_are_refused_clearly() {
     let mut h = harness(|_| {});
     match h.core.handle(
         1,
-        ROOT,
+        &ROOT,
         Request::Cgroup { name: "be".into() },
         Duration::ZERO,
     ) {
@@ -521,7 +594,109 @@ fn requests_on_a_host_scope_for_a_cgroup_are_refused_clearly() {
         r => panic!("{r:?}"),
     }
     assert!(matches!(
-        h.core.handle(1, ROOT, Request::Ping, Duration::ZERO),
+        h.core.handle(1, &ROOT, Request::Ping, Duration::ZERO),
         Reply::Pong { .. }
     ));
+}
+
+#[test]
+fn one_user_may_register_only_its_share_of_processes() {
+    let mut h = harness(|c| c.limits.registrations_per_uid = 3);
+    for pid in 100..105 {
+        h.proc_.add_as(pid, 1, "job", 500 + pid as u64, 1, 1000);
+    }
+    h.proc_.add_as(200, 1, "other", 900, 1, 1001);
+    for pid in 100..103 {
+        let p = peer_of(&h, pid, 1000);
+        assert!(matches!(
+            register(&mut h.core, 1, &p, None, Class::Be, NotifyMode::None),
+            Reply::Registered { .. }
+        ));
+    }
+    let p = peer_of(&h, 103, 1000);
+    assert!(matches!(
+        register(&mut h.core, 1, &p, None, Class::Be, NotifyMode::None),
+        Reply::Error {
+            code: ErrorCode::LimitExceeded,
+            ..
+        }
+    ));
+    // Registering again the same process is no new registration.
+    let p = peer_of(&h, 100, 1000);
+    assert!(matches!(
+        register(&mut h.core, 1, &p, None, Class::Elastic, NotifyMode::None),
+        Reply::Registered { .. }
+    ));
+    // Another user, and root, are not held back by it.
+    let p = peer_of(&h, 200, 1001);
+    assert!(matches!(
+        register(&mut h.core, 1, &p, None, Class::Be, NotifyMode::None),
+        Reply::Registered { .. }
+    ));
+    assert!(matches!(
+        register(
+            &mut h.core,
+            2,
+            &ROOT,
+            Some(104),
+            Class::Be,
+            NotifyMode::None
+        ),
+        Reply::Registered { .. }
+    ));
+}
+
+#[test]
+fn status_fits_the_protocol_line_in_pages_at_ten_thousand_registrations() {
+    let mut h = harness(|_| {});
+    let long = "n".repeat(256);
+    for pid in 1000..11_000 {
+        h.proc_.add(pid, 1, "p", pid as u64, 1);
+        let r = h.core.handle(
+            1,
+            &ROOT,
+            Request::Register {
+                pid: Some(pid),
+                class: Class::Be,
+                name: Some(long.clone()),
+                expected_reclaim_bytes: None,
+                notify: NotifyMode::None,
+            },
+            Duration::ZERO,
+        );
+        assert!(matches!(r, Reply::Registered { .. }), "{r:?}");
+    }
+    let mut offset = 0;
+    let mut seen = 0;
+    let mut pages = 0;
+    loop {
+        let reply = h
+            .core
+            .handle(1, &ROOT, Request::Status { offset }, Duration::ZERO);
+        let line = memcolo_proto::encode(&reply);
+        assert!(
+            line.len() <= memcolo_proto::MAX_LINE_BYTES,
+            "a status page of {} bytes",
+            line.len()
+        );
+        assert!(matches!(
+            memcolo_proto::decode_reply(&line),
+            Ok(Reply::Status { .. })
+        ));
+        let Reply::Status { status } = reply else {
+            unreachable!()
+        };
+        assert_eq!(status["processes_total"], 10_000);
+        seen += status["processes"].as_array().unwrap().len();
+        pages += 1;
+        match status["next_offset"].as_u64() {
+            Some(n) => {
+                assert!(n > offset);
+                offset = n;
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, 10_000);
+    assert!(pages > 1);
 }

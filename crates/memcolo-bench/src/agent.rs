@@ -158,7 +158,7 @@ pub fn status(socket: &Path) -> Result<serde_json::Value> {
     let mut s = UnixStream::connect(socket).map_err(io)?;
     s.set_read_timeout(Some(Duration::from_millis(500)))
         .map_err(io)?;
-    s.write_all(encode(&Request::Status).as_bytes())
+    s.write_all(encode(&Request::Status { offset: 0 }).as_bytes())
         .map_err(io)?;
     let mut line = String::new();
     BufReader::new(&s).read_line(&mut line).map_err(io)?;

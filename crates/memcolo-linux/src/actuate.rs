@@ -12,11 +12,11 @@
 
 use crate::error::{Error, Result};
 use crate::filecache;
+use crate::identity::ProvenProcess;
 use crate::pidfd;
 use crate::procfs::ProcFs;
 use crate::reclaim::{self, ReclaimAdvice, VmaKind};
 use memcolo_policy::types::Pid;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 /// One side effect, as recorded by [`RecordingActuator`].
@@ -42,10 +42,12 @@ pub enum ActuatorCall {
 
 /// The side effects the agent may have.
 pub trait Actuator: Send {
-    /// Sends signal `sig` to process `pid`.
-    fn signal(&mut self, pid: Pid, sig: i32) -> Result<()>;
-    /// Kills process `pid` with `SIGKILL`; `reason` is logged.
-    fn kill(&mut self, pid: Pid, reason: &str) -> Result<()>;
+    /// Sends signal `sig` to process `p` through its pidfd. The caller re-verified
+    /// `p` ([`crate::identity::Prover::verify`]) just before.
+    fn signal(&mut self, p: &ProvenProcess, sig: i32) -> Result<()>;
+    /// Kills process `p` with `SIGKILL` through its pidfd; `reason` is logged. The
+    /// caller re-verified `p` just before.
+    fn kill(&mut self, p: &ProvenProcess, reason: &str) -> Result<()>;
     /// Drops the clean page cache of `path`; returns the bytes dropped (resident
     /// before minus resident after, 0 if it grew meanwhile).
     fn drop_file_cache(&mut self, path: &Path) -> Result<u64>;
@@ -60,41 +62,20 @@ pub trait Actuator: Send {
     }
 }
 
-/// The real actuator: signals through a pidfd (no pid-reuse race), falling back to
-/// `kill(2)` on kernels without pidfds.
+/// The real actuator: signals only through the pidfd of a proven process, so a
+/// recycled pid is never hit (there is no fallback to `kill(2)`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LinuxActuator;
 
-impl LinuxActuator {
-    fn send(pid: Pid, sig: i32) -> Result<()> {
-        if pid <= 0 {
-            return Err(Error::InvalidArgument {
-                what: format!("pid {pid} (would signal a process group)"),
-            });
-        }
-        match pidfd::pidfd_open(pid) {
-            Ok(fd) => pidfd::pidfd_send_signal(fd.as_fd(), sig),
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-                // SAFETY: kill takes no pointers.
-                if unsafe { libc::kill(pid, sig) } < 0 {
-                    return Err(Error::last_os_error(format!("kill({pid}, {sig})")));
-                }
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
-    }
-}
-
 impl Actuator for LinuxActuator {
-    fn signal(&mut self, pid: Pid, sig: i32) -> Result<()> {
-        tracing::debug!(pid, sig, "signal");
-        Self::send(pid, sig)
+    fn signal(&mut self, p: &ProvenProcess, sig: i32) -> Result<()> {
+        tracing::debug!(pid = p.pid(), sig, "signal");
+        pidfd::pidfd_send_signal(p.pidfd(), sig)
     }
 
-    fn kill(&mut self, pid: Pid, reason: &str) -> Result<()> {
-        tracing::warn!(pid, reason, "killing process");
-        Self::send(pid, libc::SIGKILL)
+    fn kill(&mut self, p: &ProvenProcess, reason: &str) -> Result<()> {
+        tracing::warn!(pid = p.pid(), reason, "killing process");
+        pidfd::pidfd_send_signal(p.pidfd(), libc::SIGKILL)
     }
 
     fn drop_file_cache(&mut self, path: &Path) -> Result<u64> {
@@ -124,14 +105,14 @@ pub struct RecordingActuator {
 }
 
 impl Actuator for RecordingActuator {
-    fn signal(&mut self, pid: Pid, sig: i32) -> Result<()> {
-        self.calls.push(ActuatorCall::Signal { pid, sig });
+    fn signal(&mut self, p: &ProvenProcess, sig: i32) -> Result<()> {
+        self.calls.push(ActuatorCall::Signal { pid: p.pid(), sig });
         Ok(())
     }
 
-    fn kill(&mut self, pid: Pid, reason: &str) -> Result<()> {
+    fn kill(&mut self, p: &ProvenProcess, reason: &str) -> Result<()> {
         self.calls.push(ActuatorCall::Kill {
-            pid,
+            pid: p.pid(),
             reason: reason.to_string(),
         });
         Ok(())
@@ -152,11 +133,11 @@ impl Actuator for RecordingActuator {
 }
 
 impl<A: Actuator + ?Sized> Actuator for Box<A> {
-    fn signal(&mut self, pid: Pid, sig: i32) -> Result<()> {
-        (**self).signal(pid, sig)
+    fn signal(&mut self, p: &ProvenProcess, sig: i32) -> Result<()> {
+        (**self).signal(p, sig)
     }
-    fn kill(&mut self, pid: Pid, reason: &str) -> Result<()> {
-        (**self).kill(pid, reason)
+    fn kill(&mut self, p: &ProvenProcess, reason: &str) -> Result<()> {
+        (**self).kill(p, reason)
     }
     fn drop_file_cache(&mut self, path: &Path) -> Result<u64> {
         (**self).drop_file_cache(path)
@@ -169,6 +150,13 @@ impl<A: Actuator + ?Sized> Actuator for Box<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::Prover;
+
+    fn me() -> ProvenProcess {
+        crate::identity::LinuxProver::root()
+            .open(std::process::id() as Pid, None)
+            .unwrap()
+    }
 
     #[test]
     fn recording_actuator_records_in_order() {
@@ -176,23 +164,24 @@ mod tests {
             drop_result_bytes: 4096,
             ..Default::default()
         };
-        a.signal(10, libc::SIGUSR1).unwrap();
+        let p = me();
+        a.signal(&p, 0).unwrap();
         assert_eq!(a.drop_file_cache(Path::new("/data/x")).unwrap(), 4096);
-        a.kill(11, "above top").unwrap();
+        a.kill(&p, "above top").unwrap();
         a.reclaim_process(12, ReclaimAdvice::Pageout, VmaKind::File)
             .unwrap();
         assert_eq!(
             a.calls,
             vec![
                 ActuatorCall::Signal {
-                    pid: 10,
-                    sig: libc::SIGUSR1
+                    pid: p.pid(),
+                    sig: 0
                 },
                 ActuatorCall::DropFileCache {
                     path: "/data/x".into()
                 },
                 ActuatorCall::Kill {
-                    pid: 11,
+                    pid: p.pid(),
                     reason: "above top".into()
                 },
                 ActuatorCall::ReclaimProcess {
@@ -205,12 +194,8 @@ mod tests {
     }
 
     #[test]
-    fn linux_actuator_refuses_group_pids() {
-        let mut a = LinuxActuator;
-        assert!(matches!(a.signal(0, 0), Err(Error::InvalidArgument { .. })));
-        assert!(matches!(
-            a.kill(-1, "x"),
-            Err(Error::InvalidArgument { .. })
-        ));
+    fn linux_actuator_signals_through_the_pidfd() {
+        // Signal 0 checks deliverability only.
+        LinuxActuator.signal(&me(), 0).unwrap();
     }
 }

@@ -77,3 +77,60 @@ pub fn create_tree(root: &Path, entries: &[FakeEntry]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// A [`Prover`](crate::identity::Prover) over a fake procfs tree, for tests of code
+/// that acts on processes: a pid "exists" while `<root>/<pid>/stat` and `status` do,
+/// its start time and credentials are read from them, and a removed directory reads as
+/// an exited process. The pidfd it hands out is one of the calling process (never
+/// used to act: tests pair it with a recording actuator).
+#[derive(Clone, Debug)]
+pub struct FakeProver {
+    pub procfs: crate::procfs::ProcFs,
+}
+
+impl crate::identity::Prover for FakeProver {
+    fn open(
+        &self,
+        pid: memcolo_policy::types::Pid,
+        expect_start: Option<u64>,
+    ) -> Result<crate::identity::ProvenProcess, crate::identity::IdentityError> {
+        use crate::identity::{Credentials, IdentityError, ProvenProcess};
+        let stat = self.procfs.read_pid_stat(pid)?;
+        let status = self.procfs.read_pid_status(pid)?;
+        if let Some(start) = expect_start {
+            if stat.starttime_ticks != start {
+                return Err(IdentityError::Mismatch {
+                    pid,
+                    why: format!(
+                        "started at tick {} instead of {start}",
+                        stat.starttime_ticks
+                    ),
+                });
+            }
+        }
+        Ok(ProvenProcess {
+            pidfd: crate::pidfd::pidfd_open(std::process::id() as memcolo_policy::types::Pid)?,
+            pid,
+            starttime_ticks: stat.starttime_ticks,
+            creds: Credentials::of(&status),
+        })
+    }
+
+    fn verify(
+        &self,
+        p: &crate::identity::ProvenProcess,
+    ) -> Result<(), crate::identity::IdentityError> {
+        use crate::identity::{Credentials, IdentityError};
+        let (stat, status) = match (
+            self.procfs.read_pid_stat(p.pid),
+            self.procfs.read_pid_status(p.pid),
+        ) {
+            (Ok(a), Ok(b)) => (a, b),
+            _ => return Err(IdentityError::Exited { pid: p.pid }),
+        };
+        if stat.starttime_ticks != p.starttime_ticks {
+            return Err(IdentityError::Exited { pid: p.pid });
+        }
+        p.same_creds(&Credentials::of(&status))
+    }
+}

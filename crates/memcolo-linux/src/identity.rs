@@ -120,10 +120,10 @@ impl IdentityError {
 /// A process proved to be a given one: its pidfd, pid, start time and credentials.
 #[derive(Debug)]
 pub struct ProvenProcess {
-    pidfd: OwnedFd,
-    pid: Pid,
-    starttime_ticks: u64,
-    creds: Credentials,
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) pid: Pid,
+    pub(crate) starttime_ticks: u64,
+    pub(crate) creds: Credentials,
 }
 
 impl ProvenProcess {
@@ -243,7 +243,7 @@ impl ProvenProcess {
         })
     }
 
-    fn same_creds(&self, want: &Credentials) -> std::result::Result<(), IdentityError> {
+    pub(crate) fn same_creds(&self, want: &Credentials) -> std::result::Result<(), IdentityError> {
         if self.creds != *want {
             return Err(IdentityError::CredentialsChanged {
                 pid: self.pid,
@@ -295,6 +295,47 @@ impl ProvenProcess {
             call: "dup(pidfd)".into(),
             source,
         })
+    }
+}
+
+/// Finds and re-checks processes: the agent's real one ([`LinuxProver`]) or a fake
+/// over a fake procfs tree for tests ([`crate::fake::FakeProver`]).
+pub trait Prover: Send {
+    /// [`ProvenProcess::open`].
+    fn open(
+        &self,
+        pid: Pid,
+        expect_start: Option<u64>,
+    ) -> std::result::Result<ProvenProcess, IdentityError>;
+    /// [`ProvenProcess::verify`].
+    fn verify(&self, p: &ProvenProcess) -> std::result::Result<(), IdentityError>;
+}
+
+/// The real [`Prover`]: pidfds of real processes, read through `procfs`.
+#[derive(Clone, Debug)]
+pub struct LinuxProver {
+    pub procfs: ProcFs,
+}
+
+impl LinuxProver {
+    /// Over the real `/proc`.
+    pub fn root() -> Self {
+        LinuxProver {
+            procfs: ProcFs::root(),
+        }
+    }
+}
+
+impl Prover for LinuxProver {
+    fn open(
+        &self,
+        pid: Pid,
+        expect_start: Option<u64>,
+    ) -> std::result::Result<ProvenProcess, IdentityError> {
+        ProvenProcess::open(&self.procfs, pid, expect_start)
+    }
+    fn verify(&self, p: &ProvenProcess) -> std::result::Result<(), IdentityError> {
+        p.verify(&self.procfs)
     }
 }
 

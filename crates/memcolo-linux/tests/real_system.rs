@@ -15,6 +15,7 @@ use memcolo_linux::events::{
     wait_for_event,
 };
 use memcolo_linux::filecache::{cache_stat, fadvise_dontneed, resident_bytes};
+use memcolo_linux::identity::Prover;
 use memcolo_linux::pidfd::{pidfd_exited, pidfd_open, pidfd_send_signal};
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::scope::Scope;
@@ -267,12 +268,13 @@ fn pidfd_readable_after_exit_and_signals() {
         .is_not_found());
 
     let mut victim = Reaped(Command::new("sleep").arg("1000").spawn().unwrap());
-    LinuxActuator.kill(victim.0.id() as i32, "test").unwrap();
+    let prover = memcolo_linux::identity::LinuxProver::root();
+    let p = prover.open(victim.0.id() as i32, None).unwrap();
+    LinuxActuator.kill(&p, "test").unwrap();
     assert_eq!(victim.0.wait().unwrap().signal(), Some(libc::SIGKILL));
     let mut usr = Reaped(Command::new("sleep").arg("1000").spawn().unwrap());
-    LinuxActuator
-        .signal(usr.0.id() as i32, libc::SIGUSR1)
-        .unwrap();
+    let p = prover.open(usr.0.id() as i32, None).unwrap();
+    LinuxActuator.signal(&p, libc::SIGUSR1).unwrap();
     assert_eq!(usr.0.wait().unwrap().signal(), Some(libc::SIGUSR1));
 }
 

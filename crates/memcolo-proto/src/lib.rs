@@ -79,8 +79,14 @@ pub enum Request {
         #[serde(default = "default_true")]
         ok: bool,
     },
-    /// Ask for the agent's state ([`Reply::Status`]).
-    Status,
+    /// Ask for the agent's state ([`Reply::Status`]). The registered processes come
+    /// in pages that keep the reply under [`MAX_LINE_BYTES`]: `offset` is the index of
+    /// the first process wanted (0 by default), and the reply's `next_offset` that of
+    /// the next page (null after the last).
+    Status {
+        #[serde(default, skip_serializing_if = "is_zero")]
+        offset: u64,
+    },
     /// Ask the agent to create (if needed) a child cgroup of its scope for `memcolo
     /// run --cgroup NAME`; answered with [`Reply::Cgroup`].
     Cgroup { name: String },
@@ -90,6 +96,10 @@ pub enum Request {
 
 fn default_true() -> bool {
     true
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// A message from the agent to a client.
@@ -134,6 +144,9 @@ pub enum ErrorCode {
     NotRegistered,
     /// The agent could not carry the request out (a cgroup write failed, say).
     Internal,
+    /// The peer's user holds as much of the agent as it may (`[limits]`: connections,
+    /// registrations); nothing was done.
+    LimitExceeded,
 }
 
 /// A message with its version, as it travels.

@@ -6,13 +6,36 @@ use memcolo_proto::{Reply, Request};
 use serde_json::Value;
 use std::path::Path;
 
-/// Fetches the agent's state.
+/// Fetches the agent's state, every page of registered processes (protocol
+/// `status`, `offset`/`next_offset`) joined into one `processes` array.
 pub fn fetch(socket: &Path) -> Result<Value> {
     let mut c = Client::connect(socket)?;
-    match c.call_ok(&Request::Status)? {
-        Reply::Status { status } => Ok(status),
-        r => bail!("unexpected reply {r:?}"),
+    let mut offset = 0u64;
+    let mut whole: Option<Value> = None;
+    loop {
+        let mut page = match c.call_ok(&Request::Status { offset })? {
+            Reply::Status { status } => status,
+            r => bail!("unexpected reply {r:?}"),
+        };
+        let next = page["next_offset"].as_u64();
+        let procs = page["processes"].take();
+        let w = whole.get_or_insert(page);
+        match (w["processes"].as_array_mut(), procs) {
+            (Some(all), Value::Array(more)) => all.extend(more),
+            (_, more) => w["processes"] = more,
+        }
+        match next {
+            Some(n) if n > offset => offset = n,
+            Some(n) => bail!("the agent's status page at {offset} points back to {n}"),
+            None => break,
+        }
     }
+    let mut w = whole.unwrap_or(Value::Null);
+    if let Some(obj) = w.as_object_mut() {
+        obj.remove("next_offset");
+        obj.remove("processes_offset");
+    }
+    Ok(w)
 }
 
 /// Bytes as MiB with one decimal.

@@ -56,14 +56,15 @@ static const char *const classes[] = {"lc", "be", "elastic", 0};
 static const char *const levels[] = {"low", "high", "top", 0};
 static const char *const notify_modes[] = {"socket", "signal", "none", 0};
 static const char *const codes[] = {"bad_request", "unsupported_version", "permission_denied",
-                                    "no_such_process", "not_registered", "internal", 0};
+                                    "no_such_process", "not_registered", "internal",
+                                    "limit_exceeded", 0};
 
 const char *memcolo_level_name(memcolo_level level) {
   return (unsigned)level < 3 ? levels[level] : NULL;
 }
 
 const char *memcolo_error_code_name(int code) {
-  return code >= 1 && code <= 6 ? codes[code - 1] : NULL;
+  return code >= 1 && code <= 7 ? codes[code - 1] : NULL;
 }
 
 static int in_list(const mj *v, const char *const *list) {

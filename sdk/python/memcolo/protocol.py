@@ -23,6 +23,7 @@ ERROR_CODES = (
     "no_such_process",
     "not_registered",
     "internal",
+    "limit_exceeded",
 )
 
 _U64_MAX = (1 << 64) - 1

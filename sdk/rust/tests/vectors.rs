@@ -181,7 +181,7 @@ fn requests() -> Value {
                 ok: true,
             },
         ),
-        canonical("status", &Request::Status),
+        canonical("status", &Request::Status { offset: 0 }),
         canonical(
             "cgroup",
             &Request::Cgroup {
@@ -220,7 +220,7 @@ fn requests() -> Value {
     valid.push(accepted(
         "whitespace",
         "{ \"v\" : 1 , \"type\" : \"status\" }",
-        &Request::Status,
+        &Request::Status { offset: 0 },
     ));
     let mut bad = common_invalid();
     bad.extend([

@@ -56,6 +56,7 @@ typedef enum {
   MEMCOLO_E_NO_SUCH_PROCESS,
   MEMCOLO_E_NOT_REGISTERED,
   MEMCOLO_E_INTERNAL,
+  MEMCOLO_E_LIMIT_EXCEEDED,
 } memcolo_error_code;
 
 /* "bad_request", ...; NULL for other values. */

@@ -89,7 +89,7 @@ public final class Protocol {
                 new Field("target_bytes", U64, REQUIRED)));
         REPLIES.put("error", List.of(
                 new Field("code", oneOf("bad_request", "unsupported_version", "permission_denied",
-                        "no_such_process", "not_registered", "internal"), REQUIRED),
+                        "no_such_process", "not_registered", "internal", "limit_exceeded"), REQUIRED),
                 new Field("message", STR, REQUIRED)));
     }
 

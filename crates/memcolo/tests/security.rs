@@ -1,0 +1,533 @@
+//! The agent socket against an unprivileged tenant (docs/security.md): each test is
+//! an attack by a process running as an unused uid, against a real `memcolo agent`.
+//!
+//! - a connection whose process exited (its pid reused by a root process, forced with
+//!   `/proc/sys/kernel/ns_last_pid`) cannot register, and so signal or kill, that
+//!   root process;
+//! - a registered BE process that execs a set-user-ID program, or starts one, does not
+//!   get that program killed (a plain BE process registered beside them is, so the
+//!   kill path provably ran);
+//! - one user holding more connections than its share locks out neither root nor
+//!   another user.
+//!
+//! Needs root (for `setuid` and `ns_last_pid`) and, for the kill test, the cgroup v1
+//! memory controller: without them each test fails saying what it lacks. Every
+//! wait is bounded; nothing depends on the machine's speed. `MEMCOLO_EXE` runs the
+//! tests against another build of `memcolo` (how they were shown to fail before
+//! the fixes).
+
+mod common;
+
+use common::wait_for;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Unused uids the attacks run as (no passwd entry is needed for setuid).
+const ATTACKER: u32 = 61_001;
+const OTHER_USER: u32 = 61_002;
+const PYTHON: &str = "/usr/bin/python3";
+
+fn exe() -> String {
+    std::env::var("MEMCOLO_EXE").unwrap_or_else(|_| env!("CARGO_BIN_EXE_memcolo").to_string())
+}
+
+fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "these tests attack the agent as other users: run them as root"
+    );
+    assert!(Path::new(PYTHON).exists(), "{PYTHON} is needed");
+}
+
+/// A running agent in its own directory (socket, state, config), killed on drop.
+struct Agent {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Agent {
+    fn start(config: &str) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        // Other users must reach the socket's directory (as /run/memcolo).
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cfg = dir.path().join("agent.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let child = Command::new(exe())
+            .arg("agent")
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--socket")
+            .arg(dir.path().join("agent.sock"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .args(["--metrics-addr", "off", "--event-log"])
+            .arg(dir.path().join("events.jsonl"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let a = Agent { dir, child };
+        wait_for("the agent's socket", Duration::from_secs(20), || {
+            UnixStream::connect(a.socket()).is_ok()
+        });
+        a
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("agent.sock")
+    }
+
+    /// `memcolo status --json` as root.
+    fn status(&self) -> Value {
+        common::agent_status(&exe(), &self.socket())
+    }
+
+    fn registered(&self) -> Vec<i64> {
+        self.status()["processes"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|p| p["pid"].as_i64()).collect())
+            .unwrap_or_default()
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Children killed on drop.
+#[derive(Default)]
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A command that runs as `uid` (and gid `uid`), with no supplementary groups.
+fn as_user(program: &str, uid: u32) -> Command {
+    let mut c = Command::new(program);
+    // std drops supplementary groups when root sets a uid without naming any.
+    c.uid(uid).gid(uid);
+    c
+}
+
+/// One request line and its answer, with a bounded wait.
+fn call(sock: &Path, line: &str) -> Value {
+    let mut s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(line.as_bytes()).unwrap();
+    let mut r = String::new();
+    BufReader::new(&s).read_line(&mut r).unwrap();
+    serde_json::from_str(&r).unwrap_or_else(|e| panic!("answer `{r}`: {e}"))
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is dead for this purpose.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let after = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
+            !after.trim_start().starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+fn euid(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1)?.parse().ok())
+}
+
+/// The attack of a connection outliving its process: the process connects, forks a
+/// child that keeps the socket, and exits; the kernel gives its pid to a root
+/// process; the child then asks to register "itself", which the agent resolved to
+/// the connector's pid, now the root process — so that the agent would signal or,
+/// as BE, kill root's process.
+const REUSE: &str = r#"
+import os, socket, sys, time
+sock, go = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_UNIX)
+s.connect(sock)
+if os.fork() != 0:
+    os._exit(0)  # the connector exits; its pid is free for the taking
+while not os.path.exists(go):
+    time.sleep(0.02)
+s.sendall(b'{"v":1,"type":"register","class":"be","notify":"signal"}\n')
+print(s.makefile().readline().strip(), flush=True)
+"#;
+
+#[test]
+fn a_connection_outliving_its_process_cannot_register_the_process_that_reuses_its_pid() {
+    require_root();
+    let agent = Agent::start("[hermes]\nenabled = false\n");
+    let go = agent.dir.path().join("go");
+    let mut procs = Procs::default();
+    // Up to 50 tries to make the kernel hand the connector's pid to a root process.
+    let mut attack = None;
+    for _ in 0..50 {
+        let mut connector = as_user(PYTHON, ATTACKER)
+            .args(["-c", REUSE])
+            .arg(agent.socket())
+            .arg(&go)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let freed = connector.id();
+        let out = connector.stdout.take().unwrap();
+        connector.wait().unwrap(); // the connector has exited and is reaped
+        std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", freed - 1)).unwrap();
+        let victim = Command::new("sleep").arg("600").spawn().unwrap();
+        if victim.id() == freed {
+            attack = Some((victim, out));
+            break;
+        }
+        procs.0.push(victim);
+        std::fs::write(&go, "").unwrap(); // let this try's child finish
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::remove_file(&go).unwrap();
+    }
+    let (victim, out) = attack.expect("the kernel never reused the connector's pid in 50 tries");
+    let victim_pid = victim.id();
+    procs.0.push(victim);
+    assert_eq!(euid(victim_pid), Some(0));
+    std::fs::write(&go, "").unwrap();
+    let mut answer = String::new();
+    BufReader::new(out).read_line(&mut answer).unwrap();
+    let answer: Value = serde_json::from_str(&answer)
+        .unwrap_or_else(|e| panic!("the attacker's answer `{answer}`: {e}"));
+    assert_eq!(
+        answer["type"], "error",
+        "the agent registered root's process {victim_pid} for a connection of uid {ATTACKER}: {answer}"
+    );
+    assert_eq!(answer["code"], "permission_denied", "{answer}");
+    assert!(!agent.registered().contains(&(victim_pid as i64)));
+    assert!(alive(victim_pid));
+}
+
+/// Registers itself as BE (no notifications), then becomes what `mode` says:
+/// `exec` the set-user-ID program, `child` start it as a child and exec `sleep`,
+/// `plain` exec `sleep`.
+const BE_JOB: &str = r#"
+import os, socket, sys
+sock, mode, suid = sys.argv[1], sys.argv[2], sys.argv[3]
+s = socket.socket(socket.AF_UNIX)
+s.connect(sock)
+s.sendall(b'{"v":1,"type":"register","class":"be","notify":"none"}\n')
+print(s.makefile().readline().strip(), flush=True)
+s.close()
+if mode == "child":
+    if os.fork() == 0:
+        os.execv(suid, [suid, "600"])
+if mode == "exec":
+    os.execv(suid, [suid, "600"])
+os.execv("/usr/bin/sleep", ["sleep", "600"])
+"#;
+
+/// The scratch memory cgroup (v1) below this process's own: removed on drop with
+/// whatever runs in it.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(limit_bytes: u64) -> Scratch {
+        let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let rel = text
+            .lines()
+            .find_map(|l| {
+                let mut p = l.splitn(3, ':');
+                let (_, ctrl, path) = (p.next()?, p.next()?, p.next()?);
+                ctrl.split(',')
+                    .any(|c| c == "memory")
+                    .then(|| path.to_string())
+            })
+            .expect("this test needs the cgroup v1 memory controller");
+        let own = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
+        let path = own.join(format!("memcolo-security-{}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("memory.limit_in_bytes"), limit_bytes.to_string()).unwrap();
+        Scratch(path)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let pids = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+            if pids.trim().is_empty() {
+                break;
+            }
+            for p in pids.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        rmdir_tree(&self.0);
+    }
+}
+
+/// Removes a cgroup and its child groups, deepest first.
+fn rmdir_tree(p: &Path) {
+    if let Ok(d) = std::fs::read_dir(p) {
+        for e in d.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                rmdir_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(p);
+}
+
+#[test]
+fn a_be_registration_never_kills_a_set_user_id_program() {
+    require_root();
+    const MIB: u64 = 1 << 20;
+    let scratch = Scratch::new(256 * MIB);
+    // Top of memory at 16 MiB of a scope that a 48 MiB holder keeps above it: after
+    // 1 s the M3 monitor kills registered BE processes (rule R5).
+    let agent = Agent::start(&format!(
+        "scope = \"cgroup:{}\"\npoll_ms = 200\n[m3]\ntop_bytes = {}\nlow_bytes = {}\nhigh_bytes = {}\nkill_after_s = 1\n[hermes]\nenabled = false\n",
+        scratch.0.display(),
+        16 * MIB,
+        8 * MIB,
+        12 * MIB
+    ));
+    let bin = agent.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let suid = bin.join("suid-sleep");
+    std::fs::copy("/usr/bin/sleep", &suid).unwrap();
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let mut procs = Procs::default();
+    let mut job = |mode: &str| {
+        let mut c = as_user(PYTHON, ATTACKER)
+            .args(["-c", BE_JOB])
+            .arg(agent.socket())
+            .arg(mode)
+            .arg(&suid)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(c.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("registered"), "{mode}: {line}");
+        let pid = c.id();
+        procs.0.push(c);
+        pid
+    };
+    let exec_pid = job("exec");
+    let child_parent = job("child");
+    let plain = job("plain");
+    // The set-user-ID exec happened: the registered pid now runs as root.
+    wait_for(
+        "the exec of the set-user-ID program",
+        Duration::from_secs(10),
+        || euid(exec_pid) == Some(0),
+    );
+    let suid_child = {
+        let mut found = None;
+        wait_for("the set-user-ID child", Duration::from_secs(10), || {
+            found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let ppid: u32 = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()?;
+                (ppid == child_parent && euid(pid) == Some(0)).then_some(pid)
+            });
+            found.is_some()
+        });
+        found.unwrap()
+    };
+    // Above top: the holder, as root, in the scope.
+    let holder = Command::new(PYTHON)
+        .args([
+            "-c",
+            "import sys,time\nb=bytearray(48<<20)\nfor i in range(0,len(b),4096): b[i]=1\nprint('held',flush=True)\ntime.sleep(600)",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::fs::write(scratch.0.join("cgroup.procs"), holder.id().to_string()).unwrap();
+    procs.0.push(holder);
+    // The plain BE process is killed: the kill path ran.
+    wait_for(
+        "the kill of the plain BE process",
+        Duration::from_secs(30),
+        || !alive(plain),
+    );
+    wait_for(
+        "the kill of the parent of the set-user-ID child",
+        Duration::from_secs(30),
+        || !alive(child_parent),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        alive(exec_pid),
+        "the agent killed pid {exec_pid}, a set-user-ID program exec'd by a BE registration of uid {ATTACKER}"
+    );
+    assert!(
+        alive(suid_child),
+        "the agent killed pid {suid_child}, a set-user-ID child of a BE job of uid {ATTACKER}"
+    );
+    assert!(!agent.registered().contains(&(exec_pid as i64)));
+    assert!(agent
+        .events()
+        .iter()
+        .any(|e| e["event"] == "registration_ended" && e["pid"] == exec_pid as i64));
+}
+
+/// Opens `n` connections to the socket and holds them until stdin closes; prints how
+/// many it got.
+const HOLD: &str = r#"
+import resource, socket, sys
+sock, n = sys.argv[1], int(sys.argv[2])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(sock)
+    except OSError:
+        break
+    held.append(s)
+print(len(held), flush=True)
+sys.stdin.read()
+"#;
+
+#[test]
+fn one_user_holding_connections_locks_out_neither_root_nor_another_user() {
+    require_root();
+    let agent = Agent::start("[hermes]\nenabled = false\n");
+    let mut procs = Procs::default();
+    for _ in 0..2 {
+        let mut c = as_user(PYTHON, ATTACKER)
+            .args(["-c", HOLD])
+            .arg(agent.socket())
+            .arg("600")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(c.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(
+            line.trim(),
+            "600",
+            "the attacker could not open its connections"
+        );
+        procs.0.push(c);
+    }
+    // Let the agent take in all 1,200 connections.
+    std::thread::sleep(Duration::from_secs(1));
+    let ping = r#"{"v":1,"type":"ping"}"#.to_string() + "\n";
+    assert_eq!(
+        call(&agent.socket(), &ping)["type"],
+        "pong",
+        "root is locked out"
+    );
+    let other = as_user(PYTHON, OTHER_USER)
+        .args([
+            "-c",
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.settimeout(10)\ns.connect(sys.argv[1])\ns.sendall(b'{\"v\":1,\"type\":\"ping\"}\\n')\nprint(s.makefile().readline().strip())",
+        ])
+        .arg(agent.socket())
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&other.stdout);
+    assert!(
+        answer.contains("pong"),
+        "another user is locked out: `{answer}`"
+    );
+    assert!(agent.status()["polls"].as_u64().is_some());
+}
+
+#[test]
+fn a_user_makes_cgroups_only_below_its_own_group_with_plain_names_and_few_of_them() {
+    require_root();
+    let scratch = Scratch::new(256 << 20);
+    let agent = Agent::start(&format!(
+        "scope = \"cgroup:{}\"\n[limits]\ncgroups_per_uid = 2\n[hermes]\nenabled = false\n",
+        scratch.0.display()
+    ));
+    let ask = |name: &str| -> Value {
+        let line = serde_json::json!({"v": 1, "type": "cgroup", "name": name}).to_string();
+        let o = as_user(PYTHON, ATTACKER)
+            .args([
+                "-c",
+                "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.settimeout(10)\ns.connect(sys.argv[1])\ns.sendall(sys.argv[2].encode()+b'\\n')\nprint(s.makefile().readline().strip())",
+            ])
+            .arg(agent.socket())
+            .arg(&line)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("answer `{out}`: {e}"))
+    };
+    for bad in [
+        "with space",
+        "tab\there",
+        &"x".repeat(255),
+        ".hidden",
+        "..",
+        "a/b",
+    ] {
+        let r = ask(bad);
+        assert_eq!(r["code"], "bad_request", "cgroup `{bad}`: {r}");
+    }
+    let r = ask("job-1");
+    let path = PathBuf::from(r["path"].as_str().unwrap_or_else(|| panic!("{r}")));
+    assert_eq!(
+        path,
+        scratch
+            .0
+            .join(format!("memcolo-uid-{ATTACKER}"))
+            .join("job-1")
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(path.join("cgroup.procs")).unwrap().uid(),
+        ATTACKER,
+        "the user cannot move its process into the group"
+    );
+    // The limit holds, and asking for a group it already has is no new group.
+    assert_eq!(ask("job-2")["type"], "cgroup");
+    assert_eq!(ask("job-1")["type"], "cgroup");
+    assert_eq!(ask("job-3")["code"], "limit_exceeded");
+    // No group was made outside the user's own.
+    let top: Vec<String> = std::fs::read_dir(&scratch.0)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(top, vec![format!("memcolo-uid-{ATTACKER}")]);
+}
