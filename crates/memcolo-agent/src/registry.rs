@@ -385,7 +385,11 @@ pub fn load(path: &Path) -> Result<Loaded, RegistryError> {
             kind: file_kind(meta.file_type()),
         });
     }
+    if meta.len() > MAX_REGISTRY_BYTES {
+        return set_aside(path, format!("larger than {MAX_REGISTRY_BYTES} bytes"));
+    }
     let mut bytes = Vec::new();
+    // Bounded again: the file may grow between fstat and read.
     (&mut f)
         .take(MAX_REGISTRY_BYTES + 1)
         .read_to_end(&mut bytes)
