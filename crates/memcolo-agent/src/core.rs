@@ -163,6 +163,10 @@ pub struct Core {
     reclaim: Option<crate::reclaim::ReclaimLink>,
     /// CPUs the agent confined itself to (None: not confined).
     agent_cpus: Option<Vec<usize>>,
+    /// The registry or monitor state changed since the last write.
+    state_dirty: bool,
+    /// The last write failed (its error is logged once per failing streak).
+    state_write_failing: bool,
 }
 
 impl Core {
@@ -175,7 +179,7 @@ impl Core {
         watcher: Box<dyn ExitWatcher>,
         prover: Box<dyn Prover>,
         metrics: Arc<Metrics>,
-        events: EventLog,
+        mut events: EventLog,
     ) -> anyhow::Result<Core> {
         let procfs = ProcFs::new(cfg.procfs.clone());
         let sample = scope.sample()?;
@@ -184,13 +188,21 @@ impl Core {
             anyhow::anyhow!("M3 configuration for a scope of {scope_total_bytes} bytes: {e}")
         })?;
         let state_path = registry::registry_path(&cfg.state_dir);
-        let (saved, monitor_state) = match registry::load(&state_path) {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(error = %e, "ignoring unreadable saved registry");
-                (Registry::default(), None)
-            }
-        };
+        // Refused (the agent does not start, the file is untouched): an unknown
+        // version, a non-regular or unreadable file. Dropped and reported: anything
+        // that does not parse, entry by entry.
+        let loaded = registry::load(&state_path)?;
+        for p in &loaded.problems {
+            tracing::error!(path = %state_path.display(), "{p}");
+            metrics
+                .state_load_problems
+                .with_label_values(&[p.kind()])
+                .inc();
+            let (kind, mut fields) = p.event();
+            fields["path"] = json!(state_path);
+            events.record(kind, fields);
+        }
+        let (saved, monitor_state) = (loaded.registry, loaded.monitor);
         if let Some(st) = monitor_state {
             if let Err(e) = monitor.try_restore(st) {
                 tracing::warn!(error = %e, "ignoring saved monitor state");
@@ -223,6 +235,8 @@ impl Core {
             sense_error_logged: false,
             reclaim: None,
             agent_cpus: None,
+            state_dirty: false,
+            state_write_failing: false,
             cfg,
         };
         let mut kept = 0;
@@ -540,7 +554,7 @@ impl Core {
         notify: NotifyMode,
     ) -> Reply {
         if let Some(n) = &name {
-            if n.len() > 256 || n.chars().any(|c| c.is_control()) {
+            if n.len() > registry::MAX_NAME_BYTES || n.chars().any(|c| c.is_control()) {
                 return err(
                     ErrorCode::BadRequest,
                     "name must be at most 256 printable characters".into(),
@@ -711,7 +725,8 @@ impl Core {
         self.publish_reclaim_targets(&procs);
         self.update_poll_metrics(&sample);
         self.last_sample = Some(sample);
-        // The registry is saved on every change; the adapted thresholds every 10 polls.
+        // The registry is marked for saving on every change; the adapted thresholds
+        // every 10 polls.
         if self.polls.is_multiple_of(10) {
             self.persist();
         }
@@ -1146,17 +1161,48 @@ impl Core {
         }
     }
 
+    /// Marks the state (registry and monitor) changed: [`Core::flush_state`] writes
+    /// it at the main loop's next flush, at most once per
+    /// [`registry::FLUSH_INTERVAL`].
     fn persist(&mut self) {
-        if let Err(e) = registry::save(&self.state_path, &self.registry, Some(self.monitor.state()))
-        {
-            self.metrics.errors.with_label_values(&["state"]).inc();
-            tracing::warn!(error = %e, "cannot save state; the registry lives in memory until this recovers");
+        self.state_dirty = true;
+    }
+
+    /// Writes the state if it changed since the last write (the main loop calls this
+    /// every [`registry::FLUSH_INTERVAL`]). A failed write (full disk, read-only
+    /// file system) is logged, counted (`memcolo_state_write_errors_total`) and
+    /// retried at the next flush; the state stays in memory meanwhile. Returns
+    /// whether the state is saved.
+    pub fn flush_state(&mut self) -> bool {
+        if !self.state_dirty {
+            return true;
+        }
+        match registry::save(&self.state_path, &self.registry, Some(self.monitor.state())) {
+            Ok(()) => {
+                self.state_dirty = false;
+                self.metrics.state_writes.inc();
+                if self.state_write_failing {
+                    tracing::info!(path = %self.state_path.display(), "state saved again");
+                    self.state_write_failing = false;
+                }
+                true
+            }
+            Err(e) => {
+                self.metrics.state_write_errors.inc();
+                self.metrics.errors.with_label_values(&["state"]).inc();
+                if !self.state_write_failing {
+                    tracing::error!(error = %e, "cannot save state; it stays in memory and the write is retried every second");
+                    self.state_write_failing = true;
+                }
+                false
+            }
         }
     }
 
     /// Saves the state (clean shutdown).
     pub fn shutdown(&mut self) {
         self.persist();
+        self.flush_state();
         self.events
             .record("shutdown", json!({"registered": self.registry.len()}));
     }
@@ -1256,6 +1302,11 @@ impl Core {
                 "kills": self.kills,
                 "dropped_notifications": self.dropped_notifications,
                 "outstanding_notifications": self.outstanding.len(),
+            },
+            "state": {
+                "path": self.state_path, "dirty": self.state_dirty,
+                "writes": self.metrics.state_writes.get(),
+                "write_errors": self.metrics.state_write_errors.get(),
             },
             "reclaim": self.reclaim.as_ref().map(|r| r.status()),
         })

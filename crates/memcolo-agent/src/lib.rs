@@ -245,6 +245,9 @@ async fn serve_metrics(addr: String, metrics: Arc<Metrics>) -> anyhow::Result<Jo
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     cfg.validate()?;
+    // First of all: nothing (a stale socket, the reclaim journals, the registry) is
+    // touched while another agent owns the state directory. Held until we return.
+    let _state_lock = registry::lock_state_dir(&cfg.state_dir)?;
     let procfs = ProcFs::new(cfg.procfs.clone());
     let scope = Scope::parse(&cfg.scope, ProcFs::new(cfg.procfs.clone()))
         .map_err(|e| anyhow::anyhow!("scope `{}`: {e}", cfg.scope))?;
@@ -296,6 +299,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Changes to the registry are written at most once per interval, not once each.
+    let mut flush = tokio::time::interval(registry::FLUSH_INTERVAL);
+    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_poll = Instant::now() - min_gap;
     // An event within `min_gap` of the last poll is not dropped: it polls when the gap
     // has passed (a usage threshold crossed just after a poll must still be seen).
@@ -331,6 +337,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 }
             },
             Some(pid) = exit_rx.recv() => core.process_exited(pid),
+            _ = flush.tick() => {
+                core.flush_state();
+            }
             _ = term.recv() => break,
             _ = int.recv() => break,
         }

@@ -38,6 +38,14 @@ pub struct Metrics {
     pub pressure_events: IntCounterVec,
     /// `memcolo_errors_total{kind}`.
     pub errors: IntCounterVec,
+    /// `memcolo_state_writes_total`: registry writes (`registry.json` replaced).
+    pub state_writes: IntCounter,
+    /// `memcolo_state_write_errors_total`: failed registry writes (retried at the
+    /// next flush; the state stays in memory).
+    pub state_write_errors: IntCounter,
+    /// `memcolo_state_load_problems_total{kind}`: what the registry load found wrong
+    /// (malformed, copied, bad_entry, duplicate_pid, bad_monitor).
+    pub state_load_problems: IntCounterVec,
     /// `memcolo_reclaim_workers{kind}`: budget, desired, active (Hermit).
     pub reclaim_workers: IntGaugeVec,
     /// `memcolo_reclaim_marks_bytes{mark}`: headroom, low, high.
@@ -133,6 +141,16 @@ impl Metrics {
                 &["source"],
             ),
             errors: cv("memcolo_errors_total", "Errors by kind", &["kind"]),
+            state_writes: c("memcolo_state_writes_total", "Registry writes (registry.json replaced)"),
+            state_write_errors: c(
+                "memcolo_state_write_errors_total",
+                "Failed registry writes, retried at the next flush",
+            ),
+            state_load_problems: cv(
+                "memcolo_state_load_problems_total",
+                "Problems found loading the registry: malformed, copied, bad_entry, duplicate_pid, bad_monitor",
+                &["kind"],
+            ),
             reclaim_workers: gv(
                 "memcolo_reclaim_workers",
                 "Asynchronous reclaim workers: budget (CPU cap), desired (scheduler), active",

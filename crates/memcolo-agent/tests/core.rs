@@ -700,3 +700,72 @@ fn status_fits_the_protocol_line_in_pages_at_ten_thousand_registrations() {
     assert_eq!(seen, 10_000);
     assert!(pages > 1);
 }
+
+/// A core whose metrics the test can read.
+fn core_with_metrics(cfg: &AgentConfig) -> (Core, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new());
+    let core = Core::new(
+        cfg.clone(),
+        Scope::Host(ProcFs::new(cfg.procfs.clone())),
+        Box::new(Shared::default()),
+        Box::new(Watched::default()),
+        Box::new(memcolo_linux::fake::FakeProver {
+            procfs: ProcFs::new(cfg.procfs.clone()),
+        }),
+        metrics.clone(),
+        EventLog::off(),
+    )
+    .unwrap();
+    (core, metrics)
+}
+
+#[test]
+fn a_burst_of_registrations_is_one_write_at_the_next_flush() {
+    let h = harness(|_| {});
+    for pid in 1000..4000 {
+        h.proc_.add(pid, 1, "job", pid as u64, 10);
+    }
+    let (mut core, metrics) = core_with_metrics(&h.cfg);
+    assert!(core.flush_state());
+    let at_start = metrics.state_writes.get();
+    for pid in 1000..4000 {
+        let r = register(&mut core, 1, &ROOT, Some(pid), Class::Be, NotifyMode::None);
+        assert!(matches!(r, Reply::Registered { .. }), "{r:?}");
+    }
+    assert_eq!(
+        metrics.state_writes.get(),
+        at_start,
+        "no write per registration"
+    );
+    assert!(core.flush_state());
+    assert!(core.flush_state(), "nothing new: nothing written");
+    assert_eq!(metrics.state_writes.get(), at_start + 1);
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(h.cfg.state_dir.join("registry.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["entries"].as_array().unwrap().len(), 3000);
+}
+
+#[test]
+fn a_failed_state_write_loses_nothing_and_is_retried() {
+    let h = harness(|_| {});
+    h.proc_.add(100, 1, "redis", 100, 10);
+    let (mut core, metrics) = core_with_metrics(&h.cfg);
+    assert!(core.flush_state());
+    // The temporary file's name is taken by a directory: every write fails.
+    let blocker = h.cfg.state_dir.join("registry.json.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    std::fs::write(blocker.join("x"), b"").unwrap();
+    register(&mut core, 1, &ROOT, Some(100), Class::Lc, NotifyMode::None);
+    assert!(!core.flush_state());
+    assert!(!core.flush_state());
+    assert_eq!(metrics.state_write_errors.get(), 2);
+    assert_eq!(core.registry().get(100).unwrap().class, Class::Lc);
+    assert_eq!(core.status_json()["state"]["dirty"], true);
+    // The disk recovers: the next flush writes what was kept in memory.
+    std::fs::remove_dir_all(&blocker).unwrap();
+    assert!(core.flush_state());
+    drop(core);
+    let (core, _) = core_with_metrics(&h.cfg);
+    assert_eq!(core.registry().get(100).unwrap().class, Class::Lc);
+}
