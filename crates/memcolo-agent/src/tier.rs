@@ -24,6 +24,17 @@
 //!   each connection before it is closed. A library that sees its connection close
 //!   without it knows the agent died holding its pages and stops its process.
 //!
+//! Trust (`docs/protocol.md` §11): the socket is open to every user and every byte,
+//! descriptor and length sent is a tenant's. A connection acts only on the process
+//! that connected, a [`ProvenProcess`] (`SO_PEERPIDFD`) verified before each request;
+//! it ends when that process exits or changes credentials, and a lost page kills it
+//! through its pidfd only. A region is checked before anything is sized by it
+//! ([`Uffd::from_untrusted_fd`], [`check_memfd`], [`check_mapping`] over the proven
+//! process's `/proc/PID/maps`, the tier's scope). Connections are capped
+//! ([`MAX_CONNECTIONS`], [`ROOT_RESERVED_CONNECTIONS`], [`MAX_CONNECTIONS_PER_UID`]);
+//! answers are written outside shared locks and wait at most [`WRITE_TIMEOUT`], pushes
+//! never wait, so a client that does not read is dropped, not waited for.
+//!
 //! Status (`tier_status`, `memcolo tier status`) and metrics (`memcolo_tier_*`) give,
 //! per process: t_miss, a_miss, fast memory allotted and held, slow pages, and the
 //! infeasible flag of MaxMem's first-come-first-served rule (§3.1).
