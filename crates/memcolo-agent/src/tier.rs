@@ -895,11 +895,12 @@ fn connection(shared: &Arc<Shared>, id: u64, stream: UnixStream, accepted_at: u6
             pending.clear();
         }
     }
+    if shared.stop.load(Ordering::Acquire) {
+        // The stop hands the regions back, then pushes tier_released and hangs up.
+        return;
+    }
     conn.hang_up();
     lock(&shared.conns).remove(&id);
-    if shared.stop.load(Ordering::Acquire) {
-        return; // The stop hands the regions back.
-    }
     // The process exited (or closed its link): discard or hand back its regions.
     let mine: Vec<Region> = {
         let mut rs = lock(&shared.regions);
