@@ -148,7 +148,7 @@ pub async fn serve(
                 continue;
             }
         };
-        let accepted_at = crate::boot_time_now();
+        let accepted_ticks = memcolo_linux::identity::ticks_since_boot();
         let uid = match stream.peer_cred() {
             Ok(c) => c.uid(),
             Err(e) => {
@@ -170,10 +170,6 @@ pub async fn serve(
         let cmds = cmds.clone();
         let (slots, limits, procfs) = (slots.clone(), limits.clone(), procfs.clone());
         tokio::spawn(async move {
-            let ticks = ProcFs::clock_ticks_per_sec();
-            let accepted_ticks = accepted_at.as_secs() * ticks
-                + u64::from(accepted_at.subsec_nanos()) * ticks / 1_000_000_000
-                + 1;
             let process = ProvenProcess::from_peer(&procfs, stream.as_fd(), accepted_ticks);
             let peer = Peer {
                 pid: stream.peer_cred().ok().and_then(|c| c.pid()),

@@ -24,11 +24,24 @@
 //!   each connection before it is closed. A library that sees its connection close
 //!   without it knows the agent died holding its pages and stops its process.
 //!
+//! Trust (`docs/protocol.md` §11): the socket is open to every user and every byte,
+//! descriptor and length sent is a tenant's. A connection acts only on the process
+//! that connected, a [`ProvenProcess`] (`SO_PEERPIDFD`) verified before each request;
+//! it ends when that process exits or changes credentials, and a lost page kills it
+//! through its pidfd only. A region is checked before anything is sized by it
+//! ([`Uffd::from_untrusted_fd`], [`check_memfd`], [`check_mapping`] over the proven
+//! process's `/proc/PID/maps`, the tier's scope). Connections are capped
+//! ([`MAX_CONNECTIONS`], [`ROOT_RESERVED_CONNECTIONS`], [`MAX_CONNECTIONS_PER_UID`]);
+//! answers are written outside shared locks and wait at most [`WRITE_TIMEOUT`], pushes
+//! never wait, so a client that does not read is dropped, not waited for.
+//!
 //! Status (`tier_status`, `memcolo tier status`) and metrics (`memcolo_tier_*`) give,
 //! per process: t_miss, a_miss, fast memory allotted and held, slow pages, and the
 //! infeasible flag of MaxMem's first-come-first-served rule (§3.1).
 
 use crate::metrics::Metrics;
+use memcolo_linux::identity::{peer_cred, ticks_since_boot, ProvenProcess};
+use memcolo_linux::procfs::ProcFs;
 use memcolo_policy::maxmem::{validate_t_miss, MaxMemConfig};
 use memcolo_policy::{Pid, PolicyError};
 use memcolo_proto::tier::{decode_tier_request, TierReply, TierRequest, TIER_SOCKET_NAME};
@@ -36,16 +49,16 @@ use memcolo_proto::{encode, ErrorCode, MAX_LINE_BYTES};
 use memcolo_tier::compressed::CompressedStore;
 use memcolo_tier::manager::{TierConfig, TierManager};
 use memcolo_tier::node::{EpochApplied, NodeTiming, TierNode};
-use memcolo_tier::region::{SharedFile, PAGE};
+use memcolo_tier::region::{check_mapping, check_memfd, SharedFile, PAGE};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
 use memcolo_tier::shadow::Shadow;
 use memcolo_tier::uffd::{features, Uffd};
 use memcolo_tier::SlowTier;
 use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{IoSliceMut, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -228,6 +241,23 @@ const REGION_FEATURES: u64 = features::PAGEFAULT_FLAG_WP
     | features::WP_HUGETLBFS_SHMEM
     | features::EVENT_REMOVE;
 
+/// Most connections open at once on the tiering socket; the last
+/// [`ROOT_RESERVED_CONNECTIONS`] of them only for root (`docs/protocol.md` §11).
+pub const MAX_CONNECTIONS: usize = 512;
+/// Connections kept for root (the operator's `memcolo tier status` and `target`)
+/// however many other users hold.
+pub const ROOT_RESERVED_CONNECTIONS: usize = 32;
+/// Most connections open at once per non-root uid (libmemcolo holds one per process).
+pub const MAX_CONNECTIONS_PER_UID: usize = 64;
+/// Most regions managed at once per non-root uid (each has a fault thread and
+/// eviction workers).
+pub const MAX_REGIONS_PER_UID: usize = 128;
+/// How long an answer waits for its peer to read; a peer that does not read by then
+/// is dropped, its regions handled as on any disconnect.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most descriptors a request carries (userfaultfd, memfd, shadow).
+const MAX_FDS: usize = 3;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -239,6 +269,10 @@ struct Region {
     /// What `tier status` shows: this agent's sequence number of the region.
     seq: u64,
     pid: Pid,
+    /// The process the region is a mapping of: every signal goes through its pidfd.
+    proc_: Arc<ProvenProcess>,
+    /// Its effective uid when it connected.
+    uid: u32,
     start: u64,
     length: u64,
     first_page: u64,
@@ -334,8 +368,11 @@ struct Shared {
     node: TierNode,
     slow: Arc<dyn SlowTier>,
     regions: Mutex<Vec<Region>>,
-    /// Write halves of the open connections, by connection id.
-    conns: Mutex<HashMap<u64, (Pid, UnixStream)>>,
+    /// The open connections, by connection id.
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    /// Connections accepted and not yet closed, by peer uid (the caps).
+    slots: Mutex<HashMap<u32, usize>>,
+    procfs: ProcFs,
     /// Regions registered so far (their `tier status` numbers); hashed with
     /// [`Shared::ids`] into region keys.
     next_region: AtomicU64,
@@ -411,6 +448,8 @@ impl TierService {
             node,
             regions: Mutex::new(Vec::new()),
             conns: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::new()),
+            procfs: ProcFs::root(),
             next_region: AtomicU64::new(1),
             ids: Default::default(),
             next_conn: AtomicU64::new(1),
@@ -466,14 +505,13 @@ impl TierService {
         for r in regions {
             release(&self.shared, &r, true);
         }
-        let conns: Vec<(Pid, UnixStream)> =
-            lock(&self.shared.conns).drain().map(|(_, c)| c).collect();
-        for (pid, mut c) in conns {
-            let released = TierReply::TierReleased {
-                t_miss: targets.get(&pid).copied(),
-            };
-            let _ = c.write_all(encode(&released).as_bytes());
-            let _ = c.shutdown(std::net::Shutdown::Both);
+        let conns: Vec<Arc<Conn>> = lock(&self.shared.conns).drain().map(|(_, c)| c).collect();
+        for c in conns {
+            // Never waits for a peer: one that does not read misses it.
+            c.push(encode(&TierReply::TierReleased {
+                t_miss: targets.get(&c.pid()).copied(),
+            }));
+            c.hang_up();
         }
         let _ = std::fs::remove_file(&self.socket);
     }
@@ -487,7 +525,7 @@ fn release(shared: &Shared, r: &Region, restore: bool) {
         return;
     };
     match Arc::try_unwrap(m) {
-        Ok(m) => stop_or_discard(r, m, restore),
+        Ok(m) => stop_or_discard(shared, r, m, restore),
         Err(m) => {
             // Still referenced by a running epoch: it stops when the last reference
             // goes, bringing its pages back or discarding them as asked here.
@@ -507,10 +545,10 @@ fn release(shared: &Shared, r: &Region, restore: bool) {
     }
 }
 
-fn stop_or_discard(r: &Region, m: TierManager, restore: bool) {
+fn stop_or_discard(shared: &Shared, r: &Region, m: TierManager, restore: bool) {
     if restore {
         if let Err(why) = m.stop() {
-            if alive(r.pid) {
+            if r.proc_.verify(&shared.procfs).is_ok() {
                 tracing::error!(pid = r.pid, region = r.seq, reason = %why, "tiering: region could not be handed back");
             } else {
                 // It exited while its pages were being brought back: nothing is lost.
@@ -526,21 +564,66 @@ fn stop_or_discard(r: &Region, m: TierManager, restore: bool) {
     }
 }
 
-/// Whether `pid` still runs. A zombie does not: it has released its memory, but it
-/// answers signal 0 until its parent reaps it, and handing a region back to it fails
-/// page by page (`ESRCH`).
-fn alive(pid: Pid) -> bool {
-    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which is in parentheses and may hold
-        // anything, so read it after the last ')'.
-        return stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X");
+/// A connection's place in the caps; given back when dropped.
+struct Slot {
+    shared: Arc<Shared>,
+    uid: u32,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut slots = lock(&self.shared.slots);
+        if let Some(n) = slots.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                slots.remove(&self.uid);
+            }
+        }
     }
-    // No procfs: signal 0 only checks that the process exists.
-    // SAFETY: signal 0 sends nothing.
-    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+/// A place for a connection of `uid`, or why not: [`MAX_CONNECTIONS`] in all, of
+/// which [`ROOT_RESERVED_CONNECTIONS`] only for root, and
+/// [`MAX_CONNECTIONS_PER_UID`] per other uid.
+fn take_slot(shared: &Arc<Shared>, uid: u32) -> Result<Slot, String> {
+    let mut slots = lock(&shared.slots);
+    let total: usize = slots.values().sum();
+    let mine = slots.get(&uid).copied().unwrap_or(0);
+    if uid == 0 {
+        if total >= MAX_CONNECTIONS {
+            return Err(format!("{total} connections open (cap {MAX_CONNECTIONS})"));
+        }
+    } else if mine >= MAX_CONNECTIONS_PER_UID {
+        return Err(format!(
+            "uid {uid} holds {mine} connections (cap {MAX_CONNECTIONS_PER_UID} per uid)"
+        ));
+    } else if total >= MAX_CONNECTIONS - ROOT_RESERVED_CONNECTIONS {
+        return Err(format!(
+            "{total} connections open (cap {} for non-root peers)",
+            MAX_CONNECTIONS - ROOT_RESERVED_CONNECTIONS
+        ));
+    }
+    *slots.entry(uid).or_insert(0) += 1;
+    Ok(Slot {
+        shared: shared.clone(),
+        uid,
+    })
+}
+
+/// Answers a connection that is not served with `reply` and closes it, never
+/// waiting for the peer to read.
+fn refuse(stream: &UnixStream, reply: &TierReply) {
+    let line = encode(reply);
+    // SAFETY: a non-blocking send from a live buffer on our socket.
+    let _ = unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            line.as_ptr().cast(),
+            line.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
 fn accept_loop(shared: &Arc<Shared>, listener: UnixListener) {
@@ -561,12 +644,117 @@ fn accept_loop(shared: &Arc<Shared>, listener: UnixListener) {
                 continue;
             }
         };
+        let accepted_at = ticks_since_boot();
         let _ = stream.set_nonblocking(false);
+        let uid = match peer_cred(stream.as_fd()) {
+            Ok(c) => c.uid,
+            Err(e) => {
+                tracing::warn!(error = %e, "tiering: no peer credentials");
+                continue;
+            }
+        };
+        let slot = match take_slot(shared, uid) {
+            Ok(s) => s,
+            Err(why) => {
+                tracing::warn!(uid, reason = %why, "tiering: connection refused");
+                refuse(&stream, &err(ErrorCode::PermissionDenied, why));
+                continue;
+            }
+        };
         let s = shared.clone();
         let conn = s.next_conn.fetch_add(1, Ordering::Relaxed);
         let _ = std::thread::Builder::new()
             .name(format!("tier-conn-{conn}"))
-            .spawn(move || connection(&s, conn, stream));
+            .spawn(move || connection(&s, conn, stream, accepted_at, slot));
+    }
+}
+
+/// An open connection: its proven peer and how answers and pushes reach it.
+struct Conn {
+    id: u64,
+    /// The process that connected (`SO_PEERPIDFD`): the only process the
+    /// connection's requests act on.
+    proc_: Arc<ProvenProcess>,
+    /// Its effective uid when proved.
+    uid: u32,
+    /// The socket, to hang up on (never written through).
+    stream: UnixStream,
+    /// The socket to write through, held only while a message is written.
+    writer: Mutex<UnixStream>,
+    /// Pushes waiting for the writer (`tier_target_set`, `tier_released`).
+    outbox: Mutex<VecDeque<String>>,
+}
+
+impl Conn {
+    fn pid(&self) -> Pid {
+        self.proc_.pid()
+    }
+
+    /// Writes the connection's own answer, waiting up to [`WRITE_TIMEOUT`] for the
+    /// peer to read; false (and the connection hung up) if it did not.
+    fn answer(&self, line: &str) -> bool {
+        let mut w = lock(&self.writer);
+        let ok = w.write_all(line.as_bytes()).is_ok() && self.drain(&w);
+        drop(w);
+        if !ok {
+            self.hang_up();
+            return false;
+        }
+        self.flush()
+    }
+
+    /// Queues a push and writes what the writer is free to write now, never waiting
+    /// for the peer: a peer whose socket buffer is full is hung up on.
+    fn push(&self, line: String) {
+        lock(&self.outbox).push_back(line);
+        self.flush();
+    }
+
+    fn flush(&self) -> bool {
+        loop {
+            let w = match self.writer.try_lock() {
+                Ok(w) => w,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                // Its holder writes the outbox before it lets go.
+                Err(std::sync::TryLockError::WouldBlock) => return true,
+            };
+            let ok = self.drain(&w);
+            drop(w);
+            if !ok {
+                self.hang_up();
+                return false;
+            }
+            if lock(&self.outbox).is_empty() {
+                return true;
+            }
+        }
+    }
+
+    /// Writes the outbox without waiting; false if the peer's buffer is full.
+    fn drain(&self, w: &UnixStream) -> bool {
+        loop {
+            let Some(m) = lock(&self.outbox).pop_front() else {
+                return true;
+            };
+            // SAFETY: a non-blocking send from a live buffer on our socket.
+            let n = unsafe {
+                libc::send(
+                    w.as_raw_fd(),
+                    m.as_ptr().cast(),
+                    m.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            if n != m.len() as isize {
+                return false;
+            }
+        }
+    }
+
+    /// Ends the connection: its thread sees the end of the stream and hands its
+    /// regions back as on any disconnect.
+    fn hang_up(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -599,28 +787,79 @@ fn recv_with_fds(
     Ok(n)
 }
 
-fn connection(shared: &Arc<Shared>, conn: u64, stream: UnixStream) {
-    let cred =
-        match nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "tiering: no peer credentials");
-                return;
+/// Waits until `stream` is readable (true) or the process behind `pidfd` exited
+/// (false); wakes every second to look at `stop`.
+fn wait_readable(shared: &Shared, stream: &UnixStream, pidfd: RawFd) -> bool {
+    while !shared.stop.load(Ordering::Acquire) {
+        let mut fds = [
+            libc::pollfd {
+                fd: stream.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: polling two valid descriptors.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+        if n > 0 {
+            if fds[1].revents != 0 {
+                return false;
             }
-        };
-    let (pid, uid) = (cred.pid(), cred.uid());
-    let Ok(writer) = stream.try_clone() else {
+            return true;
+        }
+    }
+    false
+}
+
+fn connection(shared: &Arc<Shared>, id: u64, stream: UnixStream, accepted_at: u64, _slot: Slot) {
+    let proc_ = match ProvenProcess::from_peer(&shared.procfs, stream.as_fd(), accepted_at) {
+        Ok(p) => Arc::new(p),
+        Err(e) => {
+            tracing::warn!(error = %e, "tiering: the connecting process cannot be proved");
+            let code = if e.is_gone() {
+                ErrorCode::NoSuchProcess
+            } else {
+                ErrorCode::PermissionDenied
+            };
+            refuse(&stream, &err(code, format!("the connecting process: {e}")));
+            return;
+        }
+    };
+    let (Ok(writer), Ok(hangup)) = (stream.try_clone(), stream.try_clone()) else {
         return;
     };
-    lock(&shared.conns).insert(conn, (pid, writer));
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let conn = Arc::new(Conn {
+        id,
+        uid: proc_.credentials().euid(),
+        proc_,
+        stream: hangup,
+        writer: Mutex::new(writer),
+        outbox: Mutex::new(VecDeque::new()),
+    });
+    lock(&shared.conns).insert(id, conn.clone());
+    let pid = conn.pid();
+    let pidfd = conn.proc_.pidfd().as_raw_fd();
     let mut pending: Vec<u8> = Vec::new();
     let mut fds: Vec<OwnedFd> = Vec::new();
     let mut buf = vec![0u8; 16 << 10];
     'read: loop {
+        if !wait_readable(shared, &stream, pidfd) {
+            break;
+        }
         let n = match recv_with_fds(&stream, &mut buf, &mut fds) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if fds.len() > MAX_FDS {
+            // More than any request carries: none is kept (the request then lacks
+            // them and is refused).
+            fds.clear();
+        }
         pending.extend_from_slice(&buf[..n]);
         while let Some(i) = pending.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = pending.drain(..=i).collect();
@@ -628,18 +867,27 @@ fn connection(shared: &Arc<Shared>, conn: u64, stream: UnixStream) {
             if text.trim().is_empty() {
                 continue;
             }
+            // The connecting process is still the one proved, or the connection ends.
+            if let Err(e) = conn.proc_.verify(&shared.procfs) {
+                let code = if e.is_gone() {
+                    ErrorCode::NoSuchProcess
+                } else {
+                    ErrorCode::PermissionDenied
+                };
+                tracing::info!(pid, error = %e, "tiering: the connecting process changed; connection ends");
+                conn.answer(&encode(&err(code, format!("the connecting process: {e}"))));
+                break 'read;
+            }
             let reply = match decode_tier_request(&text) {
                 Err(e) => TierReply::Error {
                     code: e.code(),
                     message: e.to_string(),
                 },
-                Ok(req) => handle(shared, conn, pid, uid, req, &mut fds),
+                Ok(req) => handle(shared, &conn, req, &mut fds),
             };
-            let mut conns = lock(&shared.conns);
-            let Some((_, w)) = conns.get_mut(&conn) else {
-                break 'read;
-            };
-            if w.write_all(encode(&reply).as_bytes()).is_err() {
+            // Descriptors go with the line they came with.
+            fds.clear();
+            if !conn.answer(&encode(&reply)) {
                 break 'read;
             }
         }
@@ -647,18 +895,20 @@ fn connection(shared: &Arc<Shared>, conn: u64, stream: UnixStream) {
             pending.clear();
         }
     }
-    lock(&shared.conns).remove(&conn);
     if shared.stop.load(Ordering::Acquire) {
-        return; // The stop hands the regions back.
+        // The stop hands the regions back, then pushes tier_released and hangs up.
+        return;
     }
+    conn.hang_up();
+    lock(&shared.conns).remove(&id);
     // The process exited (or closed its link): discard or hand back its regions.
     let mine: Vec<Region> = {
         let mut rs = lock(&shared.regions);
-        let (mine, rest) = rs.drain(..).partition(|r| r.conn == conn);
+        let (mine, rest) = rs.drain(..).partition(|r| r.conn == id);
         *rs = rest;
         mine
     };
-    let restore = alive(pid);
+    let restore = conn.proc_.verify(&shared.procfs).is_ok();
     for r in &mine {
         tracing::info!(
             pid,
@@ -689,12 +939,11 @@ fn policy_err(e: PolicyError) -> TierReply {
 
 fn handle(
     shared: &Arc<Shared>,
-    conn: u64,
-    pid: Pid,
-    uid: u32,
+    conn: &Arc<Conn>,
     req: TierRequest,
     fds: &mut Vec<OwnedFd>,
 ) -> TierReply {
+    let (pid, uid) = (conn.pid(), conn.uid);
     match req {
         TierRequest::TierRegister {
             start,
@@ -707,7 +956,7 @@ fn handle(
                     "tier_register needs two or three descriptors (userfaultfd, memfd, shadow) as SCM_RIGHTS",
                 );
             };
-            register(shared, conn, pid, start, length, t_miss, fds, None)
+            register(shared, conn, start, length, t_miss, fds, None)
         }
         TierRequest::TierRecover {
             start,
@@ -723,7 +972,7 @@ fn handle(
                 );
             };
             let recover = Some((region, slow_instance));
-            register(shared, conn, pid, start, length, t_miss, fds, recover)
+            register(shared, conn, start, length, t_miss, fds, recover)
         }
         TierRequest::TierUnregister { start } => {
             let r = {
@@ -758,10 +1007,13 @@ fn handle(
                     tracing::info!(pid = target, t_miss, "tiering: target changed");
                     // The process keeps its target, for a new agent after a crash.
                     let push = encode(&TierReply::TierTargetSet { t_miss });
-                    for (p, w) in lock(&shared.conns).values_mut() {
-                        if *p == target {
-                            let _ = w.write_all(push.as_bytes());
-                        }
+                    let to: Vec<Arc<Conn>> = lock(&shared.conns)
+                        .values()
+                        .filter(|c| c.pid() == target)
+                        .cloned()
+                        .collect();
+                    for c in to {
+                        c.push(push.clone());
                     }
                     TierReply::Ok
                 }
@@ -804,8 +1056,7 @@ impl RegionFds {
 #[allow(clippy::too_many_arguments)]
 fn register(
     shared: &Arc<Shared>,
-    conn: u64,
-    pid: Pid,
+    conn: &Arc<Conn>,
     start: u64,
     length: u64,
     t_miss: Option<f64>,
@@ -813,6 +1064,7 @@ fn register(
     recover: Option<(u64, u64)>,
 ) -> TierReply {
     let RegionFds { ufd, memfd, shadow } = fds;
+    let (pid, uid) = (conn.pid(), conn.uid);
     if length == 0 || !start.is_multiple_of(PAGE as u64) || !length.is_multiple_of(PAGE as u64) {
         return err(
             ErrorCode::BadRequest,
@@ -822,6 +1074,50 @@ fn register(
     let t_miss = t_miss.unwrap_or(shared.cfg.default_t_miss);
     if let Err(e) = validate_t_miss(t_miss) {
         return err(ErrorCode::BadRequest, e.to_string());
+    }
+    // Nothing is sized by the client's numbers before they are checked: the region
+    // within the tier's scope, the uid's regions too, none overlapping another of
+    // the process.
+    if let Err(e) = check_scope(shared, conn, start, length) {
+        return e;
+    }
+    // The descriptors are what they claim to be, and the range is the memfd's
+    // mapping in the proved process.
+    let ufd = match Uffd::from_untrusted_fd(ufd, REGION_FEATURES) {
+        Ok(u) => u,
+        Err(e) => {
+            return err(
+                ErrorCode::BadRequest,
+                format!("the region's userfaultfd: {e}"),
+            )
+        }
+    };
+    let memfd_id = match check_memfd(memfd.as_fd()) {
+        Ok(id) => id,
+        Err(e) => return err(ErrorCode::BadRequest, format!("the region's memfd: {e}")),
+    };
+    if let Some(sh) = &shadow {
+        if let Err(e) = check_memfd(sh.as_fd()) {
+            return err(ErrorCode::BadRequest, format!("the region's shadow: {e}"));
+        }
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"));
+    // Read while the proved process was alive: its own maps.
+    if let Err(e) = conn.proc_.verify(&shared.procfs) {
+        return err(
+            ErrorCode::NoSuchProcess,
+            format!("the connecting process: {e}"),
+        );
+    }
+    let maps = match maps {
+        Ok(m) => m,
+        Err(e) => return err(ErrorCode::Internal, format!("/proc/{pid}/maps: {e}")),
+    };
+    if let Err(why) = check_mapping(&maps, start, length, &memfd_id) {
+        return err(
+            ErrorCode::BadRequest,
+            format!("the region is not the memfd's mapping in pid {pid}: {why}"),
+        );
     }
     let pages = (length / PAGE as u64) as usize;
     // A shadow serves only a recovery, which needs the stored pages to outlive this
@@ -884,7 +1180,7 @@ fn register(
         ..TierConfig::new(id)
     };
     let placement = shared.node.placement(pid, first_page);
-    let uffd = Uffd::from_fd(ufd, REGION_FEATURES);
+    let uffd = ufd;
     let (mem, slow, placement) = (Box::new(mem), shared.slow.clone(), Box::new(placement));
     let started = match (shadow, recover) {
         (Some(sh), Some((_, instance))) => {
@@ -919,10 +1215,12 @@ fn register(
         id,
         seq,
         pid,
+        proc_: conn.proc_.clone(),
+        uid,
         start,
         length,
         first_page,
-        conn,
+        conn: conn.id,
         durable,
     });
     tracing::info!(
@@ -941,6 +1239,79 @@ fn register(
         durable,
         slow_instance: if durable { shared.slow.instance() } else { 0 },
     }
+}
+
+/// Whether `[start, start + length)` may be managed for `conn`'s process: within the
+/// tier's scope (fast plus slow capacity, `tier.fast_bytes + tier.slow_capacity_bytes`),
+/// a non-root uid's regions within it too and at most [`MAX_REGIONS_PER_UID`] of
+/// them, and overlapping no region of the process. A region of an earlier process
+/// with the same pid still being released asks for a retry.
+fn check_scope(shared: &Shared, conn: &Conn, start: u64, length: u64) -> Result<(), TierReply> {
+    let scope = shared
+        .cfg
+        .fast_bytes
+        .saturating_add(shared.cfg.slow_capacity_bytes);
+    let too_long = |what: String| {
+        err(
+            ErrorCode::BadRequest,
+            format!("{what} exceeds the tier's scope of {scope} bytes (fast plus slow capacity)"),
+        )
+    };
+    if length > scope {
+        return Err(too_long(format!("a region of {length} bytes")));
+    }
+    let end = start.checked_add(length).ok_or_else(|| {
+        err(
+            ErrorCode::BadRequest,
+            format!("{start:#x}+{length} wraps around"),
+        )
+    })?;
+    let rs = lock(&shared.regions);
+    let (mut bytes, mut count) = (length, 1usize);
+    for r in rs.iter() {
+        if r.pid == conn.pid() {
+            if r.proc_.starttime_ticks() != conn.proc_.starttime_ticks() {
+                return Err(err(
+                    ErrorCode::Internal,
+                    format!(
+                        "an exited process's region with pid {} is being released; retry",
+                        r.pid
+                    ),
+                ));
+            }
+            if r.start < end && start < r.start + r.length {
+                return Err(err(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "{start:#x}+{length} overlaps the managed region {:#x}+{}",
+                        r.start, r.length
+                    ),
+                ));
+            }
+        }
+        if r.uid == conn.uid {
+            bytes = bytes.saturating_add(r.length);
+            count += 1;
+        }
+    }
+    if conn.uid != 0 {
+        if bytes > scope {
+            return Err(too_long(format!(
+                "uid {}'s regions ({bytes} bytes)",
+                conn.uid
+            )));
+        }
+        if count > MAX_REGIONS_PER_UID {
+            return Err(err(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "uid {} manages {MAX_REGIONS_PER_UID} regions already (the cap)",
+                    conn.uid
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A sequence number for `tier status`, and a key no region of this agent has: the
@@ -1066,14 +1437,23 @@ fn on_fatal(shared: &Arc<Shared>, applied: &EpochApplied) {
                 .position(|r| r.pid == *pid && r.first_page == *first_page)
                 .map(|k| rs.swap_remove(k))
         };
-        tracing::error!(pid, reason = %why, "tiering: a page cannot come back; stopping the process");
-        // SAFETY: sending SIGKILL to the process whose page is lost.
-        unsafe { libc::kill(*pid, libc::SIGKILL) };
-        shared.metrics.stopped.inc();
-        lock(&shared.stopped).push((*pid, why.clone()));
-        if let Some(r) = r {
-            release(shared, &r, false);
+        // Only the proved process the region is a mapping of, through its pidfd: a
+        // region already gone, or a process that exited (its pid perhaps reused) or
+        // changed credentials, is not signalled.
+        let Some(r) = r else {
+            continue;
+        };
+        match r.proc_.signal(&shared.procfs, libc::SIGKILL) {
+            Ok(()) => {
+                tracing::error!(pid, reason = %why, "tiering: a page cannot come back; stopping the process");
+                shared.metrics.stopped.inc();
+                lock(&shared.stopped).push((*pid, why.clone()));
+            }
+            Err(e) => {
+                tracing::warn!(pid, reason = %why, error = %e, "tiering: a region's page is lost; its process is not signalled");
+            }
         }
+        release(shared, &r, false);
     }
 }
 
@@ -1200,29 +1580,5 @@ mod tests {
             t.sample_fmmr_error = bad;
             assert!(t.validate().unwrap_err().contains("sample_fmmr_error"));
         }
-    }
-
-    #[test]
-    fn a_zombie_is_not_alive() {
-        assert!(alive(std::process::id() as Pid));
-        let mut child = std::process::Command::new("true")
-            .spawn()
-            .expect("spawn true");
-        let pid = child.id() as Pid;
-        // Not reaped yet: it turns into a zombie, which still answers signal 0.
-        let mut zombie = false;
-        for _ in 0..500 {
-            if !alive(pid) {
-                zombie = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // SAFETY: signal 0 sends nothing.
-        let answers = unsafe { libc::kill(pid, 0) } == 0;
-        child.wait().expect("reap");
-        assert!(zombie, "an exited, unreaped child counts as gone");
-        assert!(answers, "the zombie still answered signal 0");
-        assert!(!alive(pid));
     }
 }

@@ -339,6 +339,16 @@ impl Prover for LinuxProver {
     }
 }
 
+/// Now, in clock ticks since boot (`CLOCK_BOOTTIME`, the clock of `/proc/PID/stat`'s
+/// start time), rounded up: the `accepted_at_ticks` of [`ProvenProcess::from_peer`]
+/// for a connection accepted just before.
+pub fn ticks_since_boot() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .expect("CLOCK_BOOTTIME is always available on Linux");
+    let tps = ProcFs::clock_ticks_per_sec();
+    ts.tv_sec() as u64 * tps + ts.tv_nsec() as u64 * tps / 1_000_000_000 + 1
+}
+
 /// `SO_PEERCRED` of a connected Unix socket.
 pub fn peer_cred(sock: BorrowedFd<'_>) -> Result<libc::ucred> {
     let mut cred = libc::ucred {
@@ -410,9 +420,7 @@ mod tests {
     use std::os::unix::net::UnixStream;
 
     fn ticks_now() -> u64 {
-        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
-        let tps = ProcFs::clock_ticks_per_sec();
-        ts.tv_sec() as u64 * tps + ts.tv_nsec() as u64 * tps / 1_000_000_000 + 1
+        ticks_since_boot()
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! in-process management and for tests).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// The page size of managed regions: the base page, 4 KiB.
 pub const PAGE: usize = 4096;
@@ -385,6 +385,122 @@ impl RegionMemory for SharedFile {
     }
 }
 
+/// What identifies a memfd: its device and inode (as `/proc/PID/maps` shows them) and
+/// its size, bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemfdId {
+    /// Device major number.
+    pub major: u32,
+    /// Device minor number.
+    pub minor: u32,
+    /// Inode number.
+    pub inode: u64,
+    /// `st_size`, bytes.
+    pub size: u64,
+}
+
+/// Checks that `fd`, from anyone, is a memfd (`memfd_create(2)`: its name in
+/// `/proc/self/fd/N` starts with `/memfd:`, it is a regular file, and `F_GET_SEALS`
+/// works on it, as on tmpfs and hugetlbfs files only) and identifies it.
+///
+/// # Errors
+/// `InvalidInput` naming what the descriptor is instead; `fstat(2)` or
+/// `/proc/self`'s error.
+pub fn check_memfd(fd: BorrowedFd<'_>) -> io::Result<MemfdId> {
+    let n = fd.as_raw_fd();
+    let target = std::fs::read_link(format!("/proc/self/fd/{n}"))?;
+    let target = target.to_string_lossy();
+    let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
+    if !target.starts_with("/memfd:") {
+        return Err(bad(format!("not a memfd but {target}")));
+    }
+    // SAFETY: fstat into a zeroed struct of the right type, on a valid descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(n, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(bad(format!("{target} is not a regular file")));
+    }
+    // SAFETY: F_GET_SEALS only reads the file's seals.
+    if unsafe { libc::fcntl(n, libc::F_GET_SEALS) } < 0 {
+        return Err(bad(format!("{target} takes no seals: not a memfd")));
+    }
+    Ok(MemfdId {
+        major: libc::major(st.st_dev),
+        minor: libc::minor(st.st_dev),
+        inode: st.st_ino,
+        size: st.st_size as u64,
+    })
+}
+
+/// Checks, in a process's `/proc/PID/maps` text, that `[start, start + length)` is
+/// covered by `MAP_SHARED` mappings of the file `id` with file offset `address -
+/// start` throughout (the region's page `i` is the file's page `i`, as
+/// [`SharedFile`] assumes), and that the file is that long.
+///
+/// # Errors
+/// A message saying where the range and the mappings part.
+pub fn check_mapping(maps: &str, start: u64, length: u64, id: &MemfdId) -> Result<(), String> {
+    let end = start
+        .checked_add(length)
+        .ok_or_else(|| format!("{start:#x}+{length} wraps around"))?;
+    if id.size < length {
+        return Err(format!(
+            "the memfd holds {} bytes, the region {length}",
+            id.size
+        ));
+    }
+    let mut at = start;
+    for l in maps.lines() {
+        if at >= end {
+            break;
+        }
+        let f: Vec<&str> = l.split_whitespace().take(5).collect();
+        let [range, perms, off, dev, ino] = f[..] else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) else {
+            continue;
+        };
+        if hi <= at || lo > at {
+            if lo > at {
+                break; // a hole at `at`
+            }
+            continue;
+        }
+        let same_file = dev
+            .split_once(':')
+            .and_then(|(ma, mi)| {
+                Some((
+                    u32::from_str_radix(ma, 16).ok()?,
+                    u32::from_str_radix(mi, 16).ok()?,
+                ))
+            })
+            .is_some_and(|d| d == (id.major, id.minor))
+            && ino.parse::<u64>().ok() == Some(id.inode);
+        let offset = u64::from_str_radix(off, 16).ok();
+        if !same_file || !perms.ends_with('s') || offset.map(|o| o + (at - lo)) != Some(at - start)
+        {
+            return Err(format!(
+                "{at:#x} is not a shared mapping of the memfd at offset {:#x}: {l}",
+                at - start
+            ));
+        }
+        at = hi;
+    }
+    if at < end {
+        return Err(format!(
+            "{at:#x} (in {start:#x}+{length}) is not a mapping of the memfd"
+        ));
+    }
+    Ok(())
+}
+
 /// A private anonymous mapping owned by this process, to manage in-process. Unmapped
 /// when dropped (after its manager has stopped).
 #[derive(Debug)]
@@ -499,5 +615,62 @@ impl Drop for MemfdRegion {
     fn drop(&mut self) {
         // SAFETY: unmapping the mapping this struct made.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    const ID: MemfdId = MemfdId {
+        major: 0,
+        minor: 1,
+        inode: 1057,
+        size: 0x4000,
+    };
+
+    #[test]
+    fn a_range_must_be_the_memfd_mapped_shared_from_offset_zero() {
+        let maps = "\
+55d0-55e0 r-xp 00000000 08:01 99 /bin/x
+7000-9000 rw-s 00000000 00:01 1057 /memfd:memcolo-tier (deleted)
+9000-b000 rw-s 00002000 00:01 1057 /memfd:memcolo-tier (deleted)
+c000-d000 rw-p 00000000 00:00 0
+";
+        assert_eq!(check_mapping(maps, 0x7000, 0x4000, &ID), Ok(()));
+        assert_eq!(check_mapping(maps, 0x7000, 0x2000, &ID), Ok(()));
+        // Past the mapping, a hole, a private mapping, another inode, a moved offset.
+        assert!(check_mapping(maps, 0x7000, 0x5000, &ID).is_err());
+        assert!(check_mapping(maps, 0x9000, 0x2000, &ID).is_err());
+        assert!(check_mapping(maps, 0xc000, 0x1000, &ID).is_err());
+        let other = MemfdId { inode: 1, ..ID };
+        assert!(check_mapping(maps, 0x7000, 0x1000, &other).is_err());
+        let private = maps.replace("rw-s 00000000", "rw-p 00000000");
+        assert!(check_mapping(&private, 0x7000, 0x1000, &ID).is_err());
+        // A memfd shorter than the region, and a range that wraps.
+        let short = MemfdId { size: 0x1000, ..ID };
+        assert!(check_mapping(maps, 0x7000, 0x2000, &short).is_err());
+        assert!(check_mapping(maps, u64::MAX - 0xfff, 0x2000, &ID).is_err());
+    }
+
+    #[test]
+    fn only_a_memfd_is_a_memfd() {
+        let r = MemfdRegion::new(2).unwrap();
+        let fd = r.dup_fd().unwrap();
+        let id = check_memfd(fd.as_fd()).unwrap();
+        assert_eq!(id.size, 2 * PAGE as u64);
+        let f = tempfile_in_tmp();
+        assert!(check_memfd(f.as_fd()).is_err());
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let e = check_memfd(null.as_fd()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    fn tempfile_in_tmp() -> std::fs::File {
+        let p = std::env::temp_dir().join(format!("memcolo-region-test-{}", std::process::id()));
+        let f = std::fs::File::create(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        f
     }
 }

@@ -210,6 +210,17 @@ fn parse(msg: &[u8; 32]) -> Event {
     }
 }
 
+/// The features a userfaultfd's handshake granted, from its `/proc/PID/fdinfo`
+/// (`API:\t<api>:<features>:<ioctls>`, hexadecimal, `userfaultfd_show_fdinfo` in
+/// `fs/userfaultfd.c`; 0 before the handshake). `None` without that line.
+fn parse_fdinfo_features(fdinfo: &str) -> Option<u64> {
+    let api = fdinfo.lines().find_map(|l| l.strip_prefix("API:"))?;
+    let mut it = api.trim().split(':');
+    let version = u64::from_str_radix(it.next()?, 16).ok()?;
+    let features = u64::from_str_radix(it.next()?, 16).ok()?;
+    (version == UFFD_API).then_some(features)
+}
+
 /// Whether this process may create a userfaultfd that handles kernel-mode faults:
 /// `Ok` when it runs as root (`CAP_SYS_PTRACE`) or
 /// `/proc/sys/vm/unprivileged_userfaultfd` is 1; otherwise the reason.
@@ -266,9 +277,51 @@ impl Uffd {
     }
 
     /// Wraps a userfaultfd received from another process (`SCM_RIGHTS`), on which
-    /// that process already did the API handshake asking for `features`.
+    /// that process already did the API handshake asking for `features`. Trusts the
+    /// sender: see [`Uffd::from_untrusted_fd`] for a descriptor from a tenant.
     pub fn from_fd(fd: OwnedFd, features: u64) -> Self {
         Uffd { fd, features }
+    }
+
+    /// [`Uffd::from_fd`] for a descriptor that anyone may have sent: it must be a
+    /// userfaultfd (its anonymous inode is `[userfaultfd]`, `/proc/self/fd/N`) whose
+    /// API handshake granted every feature of `features` (`API:` line of
+    /// `/proc/self/fdinfo/N`; none before the handshake).
+    ///
+    /// # Errors
+    /// `InvalidInput` naming what the descriptor is instead (another file, a
+    /// userfaultfd without the handshake or without a feature); the error of reading
+    /// `/proc/self`.
+    pub fn from_untrusted_fd(fd: OwnedFd, features: u64) -> io::Result<Self> {
+        let n = fd.as_raw_fd();
+        let target = std::fs::read_link(format!("/proc/self/fd/{n}"))?;
+        let target = target.to_string_lossy();
+        if target != "anon_inode:[userfaultfd]" {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("not a userfaultfd but {target}"),
+            ));
+        }
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{n}"))?;
+        let granted = parse_fdinfo_features(&info).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a userfaultfd whose fdinfo has no API line",
+            )
+        })?;
+        if granted & features != features {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a userfaultfd without features {:#x} (granted {granted:#x})",
+                    features & !granted
+                ),
+            ));
+        }
+        Ok(Uffd {
+            fd,
+            features: granted,
+        })
     }
 
     /// Does the API handshake on a fresh userfaultfd.
@@ -488,6 +541,23 @@ mod tests {
         assert_eq!(UFFDIO_WRITEPROTECT, 0xC018_AA06);
         assert_eq!(std::mem::size_of::<CopyArg>(), 40);
         assert_eq!(std::mem::size_of::<RegisterArg>(), 32);
+    }
+
+    #[test]
+    fn fdinfo_features_parse() {
+        let done = "pos:\t0\nflags:\t02004002\nmnt_id:\t16\nino:\t1057\npending:\t0\ntotal:\t0\nAPI:\taa:1b1:c000000000000000\n";
+        assert_eq!(parse_fdinfo_features(done), Some(0x1b1));
+        let fresh = "pending:\t0\ntotal:\t0\nAPI:\taa:0:c000000000000000\n";
+        assert_eq!(parse_fdinfo_features(fresh), Some(0));
+        assert_eq!(parse_fdinfo_features("pos:\t0\n"), None);
+    }
+
+    #[test]
+    fn an_untrusted_descriptor_must_be_a_userfaultfd() {
+        let null = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let e = Uffd::from_untrusted_fd(null, 0).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("/dev/null"), "{e}");
     }
 
     #[test]
