@@ -9,12 +9,14 @@
 //! stops the process once the manager reports a lost page, as the agent and
 //! `gups` do. Needs userfaultfd (root, or vm.unprivileged_userfaultfd = 1).
 
+use memcolo_tier::channel::Auth;
 use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
 use memcolo_tier::region::{AnonRegion, PAGE};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
 use memcolo_tier::uffd::{self, features, mode, Uffd};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -23,6 +25,34 @@ use std::time::{Duration, Instant};
 const PAGES: usize = 64;
 const TOUCHED: usize = 10;
 
+/// The secret of these tests' memory servers and clients: written once per test
+/// process into a private directory (mode 0600), removed at exit.
+fn secret_file() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("secret");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"memcolo memserver test secret, 32+ bytes long")
+            .unwrap();
+        d
+    });
+    Box::leak(dir.path().join("secret").into_boxed_path())
+}
+
+fn auth() -> Auth {
+    // A child reads the file its parent named.
+    let path = std::env::var_os("MEMCOLO_TIER_SECRET")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| secret_file().to_owned());
+    Auth::from_file(&path).unwrap()
+}
+
 fn quick(addr: &str) -> RemoteConfig {
     RemoteConfig {
         connect_timeout: Duration::from_millis(200),
@@ -30,7 +60,7 @@ fn quick(addr: &str) -> RemoteConfig {
         attempts: 3,
         backoff: Duration::from_millis(20),
         max_backoff: Duration::from_millis(50),
-        ..RemoteConfig::new(addr, PAGE)
+        ..RemoteConfig::new(addr, PAGE, auth())
     }
 }
 
@@ -117,6 +147,8 @@ fn memserver() -> (Killed, String) {
             "127.0.0.1:0",
             "--capacity-mib",
             "64",
+            "--secret-file",
+            secret_file().to_str().unwrap(),
         ])
         .env("MEMCOLO_LOG", "warn")
         .stdout(Stdio::piped())
@@ -150,6 +182,7 @@ fn managed_child(addr: &str) -> ChildRun {
             "1",
         ])
         .env("MEMCOLO_TIER_CHILD", addr)
+        .env("MEMCOLO_TIER_SECRET", secret_file())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -240,24 +273,25 @@ fn killed_memserver_stops_the_process_with_a_reason_never_zeros() {
     );
 }
 
-/// Forwards one connection both ways; in the server-to-client direction it parses
-/// response frames (24-byte header, payload length at 16..20) and, while `damage`
-/// is set, flips one bit of every page-sized payload.
+/// Bytes the server sends in a handshake that succeeds: greeting and verdict.
+const HANDSHAKE_FROM_SERVER: usize = 40 + 40;
+
+/// Forwards one connection from the server to the client; past the handshake, while
+/// `damage` is set, flips one bit in every chunk forwarded (inside a sealed record).
 fn pump_responses(mut from: TcpStream, mut to: TcpStream, damage: Arc<AtomicBool>) {
-    let mut hdr = [0u8; 24];
+    let mut seen = 0usize;
+    let mut buf = vec![0u8; 64 << 10];
     loop {
-        if from.read_exact(&mut hdr).is_err() {
-            return;
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let past = HANDSHAKE_FROM_SERVER.saturating_sub(seen);
+        if past < n && damage.load(Ordering::Relaxed) {
+            buf[n - 1] ^= 0x10;
         }
-        let len = u32::from_le_bytes(hdr[16..20].try_into().unwrap()) as usize;
-        let mut payload = vec![0u8; len];
-        if from.read_exact(&mut payload).is_err() {
-            return;
-        }
-        if len == PAGE && damage.load(Ordering::Relaxed) {
-            payload[100] ^= 0x10;
-        }
-        if to.write_all(&hdr).is_err() || to.write_all(&payload).is_err() {
+        seen += n;
+        if to.write_all(&buf[..n]).is_err() {
             return;
         }
     }
@@ -298,10 +332,12 @@ fn pages_damaged_in_transit_stop_the_process_with_a_reason() {
     drop(server);
     assert!(!returned, "the access returned: {err}");
     assert_eq!(code, Some(70), "{err}");
+    // The altered records fail to open: every attempt's connection is dropped, and
+    // the page is given up, never handed over altered.
     assert!(
         err.contains("STOPPED")
             && err.contains(&format!("page {TOUCHED} "))
-            && err.contains("checksum mismatch"),
+            && err.contains("record failed authentication"),
         "{err}"
     );
 }
