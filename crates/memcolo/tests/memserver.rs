@@ -14,6 +14,7 @@ use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
 use memcolo_tier::region::{AnonRegion, PAGE};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
 use memcolo_tier::uffd::{self, features, mode, Uffd};
+use memcolo_tier::SlowTier;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::OpenOptionsExt;
@@ -340,4 +341,93 @@ fn pages_damaged_in_transit_stop_the_process_with_a_reason() {
             && err.contains("record failed authentication"),
         "{err}"
     );
+}
+
+/// Without a secret the server does not start (unless told `--insecure-no-auth`),
+/// and a secret file others may read, or too short, is refused with its reason.
+#[test]
+fn memserver_refuses_to_start_without_a_private_secret() {
+    use std::os::unix::fs::PermissionsExt;
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_memcolo"))
+            .args(["memserver", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run(&[]).contains("--secret-file"));
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s");
+    std::fs::write(&f, [7u8; 40]).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(run(&["--secret-file", f.to_str().unwrap()]).contains("chmod 600"));
+    std::fs::write(&f, [7u8; 8]).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(run(&["--secret-file", f.to_str().unwrap()]).contains("needs 32"));
+}
+
+/// A scratch pids cgroup (v1) below this test's own, removed when dropped.
+struct PidsCgroup(std::path::PathBuf);
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// A connection whose thread cannot be started is refused; the server goes on
+/// serving (before: the accept loop returned the spawn's error and the process
+/// exited, its pages lost).
+#[test]
+fn a_failed_thread_spawn_refuses_one_connection_and_the_server_goes_on() {
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.split_once(":pids:").map(|(_, p)| p.to_string()))
+        .expect("no pids cgroup (v1) controller");
+    let cg = PidsCgroup(std::path::PathBuf::from(format!(
+        "/sys/fs/cgroup/pids{}/memcolo-memserver-test-{}",
+        own.trim_end_matches('/'),
+        std::process::id()
+    )));
+    std::fs::create_dir(&cg.0).unwrap();
+    let (mut server, addr) = memserver();
+    let pid = server.0.id();
+    let tasks = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .count()
+    };
+    std::fs::write(cg.0.join("cgroup.procs"), pid.to_string()).unwrap();
+    // Room for one connection thread, none more.
+    std::fs::write(cg.0.join("pids.max"), (tasks() + 1).to_string()).unwrap();
+    let t = RemoteTier::connect(quick(&addr)).unwrap();
+    t.store(memcolo_tier::PageKey::new(1, 1), &[9u8; PAGE])
+        .unwrap();
+    // The next connections find no thread: refused with a reason.
+    for _ in 0..3 {
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        let _ = c.read_to_end(&mut got);
+        assert!(
+            String::from_utf8_lossy(&got).contains("no thread"),
+            "{got:?}"
+        );
+    }
+    assert!(server.0.try_wait().unwrap().is_none(), "the server exited");
+    let mut out = vec![0u8; PAGE];
+    t.load(memcolo_tier::PageKey::new(1, 1), &mut out).unwrap();
+    assert_eq!(out, vec![9u8; PAGE]);
+    std::fs::write(cg.0.join("pids.max"), "max").unwrap();
+    drop(t);
+    let again = RemoteTier::connect(quick(&addr)).unwrap();
+    again
+        .load(memcolo_tier::PageKey::new(1, 1), &mut out)
+        .unwrap();
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    // Move nothing back: the killed server left the cgroup empty.
 }
