@@ -162,9 +162,18 @@ def start_agent(inc, memcolo, cfg, sock, state, log):
                             stderr=open(log, "w"))
 
 
-def start_memserver(inc, memcolo, capacity_mib, log):
+def write_secret(path):
+    """A shared secret for the memory server and the agents: 32 random bytes, mode 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(32))
+    return path
+
+
+def start_memserver(inc, memcolo, capacity_mib, secret, log):
     """``memcolo memserver`` on a free port: (process, address)."""
-    p = subprocess.Popen(inc + [memcolo, "memserver", "--listen", "127.0.0.1:0", "--capacity-mib", str(capacity_mib)],
+    p = subprocess.Popen(inc + [memcolo, "memserver", "--listen", "127.0.0.1:0", "--capacity-mib", str(capacity_mib),
+                                "--secret-file", secret],
                          env=dict(os.environ, MEMCOLO_LOG="warn"), stdout=subprocess.PIPE,
                          stderr=open(log, "w"), text=True)
     got = []
@@ -220,10 +229,12 @@ def one(config, rep, args, bins, cg):
     lib_lines = []
     rec = {"run": name, "config": config, "rep": rep, "library_retry": library_retry()}
     try:
-        server, addr = start_memserver(inc, memcolo, args.server_capacity_mib, os.path.join(logs, name + "-memserver.err"))
+        secret = write_secret(os.path.join(tmp, "memserver.secret"))
+        server, addr = start_memserver(inc, memcolo, args.server_capacity_mib, secret,
+                                       os.path.join(logs, name + "-memserver.err"))
         with open(cfg, "w") as f:
             f.write('metrics_addr = "off"\n[tier]\nenabled = true\nfast_bytes = %d\nmigration_cap_bytes = %d\n'
-                    'slow = "remote:%s"\n' % (args.fast_mib << 20, args.cap_mib << 20, addr))
+                    'slow = "remote:%s"\nslow_secret_file = "%s"\n' % (args.fast_mib << 20, args.cap_mib << 20, addr, secret))
         agent = start_agent(inc, memcolo, cfg, sock, state, os.path.join(logs, name + "-agentA.log"))
         ev["agent_a_start"] = time.time()
         deadline = time.monotonic() + 30

@@ -30,6 +30,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use memcolo_policy::maxmem::MaxMemConfig;
+use memcolo_tier::channel::Auth;
 use memcolo_tier::compressed::CompressedStore;
 use memcolo_tier::manager::{TierConfig, TierManager};
 use memcolo_tier::node::{NodeTiming, TierNode};
@@ -39,6 +40,7 @@ use memcolo_tier::uffd::{self, features, mode, Uffd};
 use memcolo_tier::SlowTier;
 use serde_json::json;
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -102,6 +104,14 @@ struct Args {
     /// `memcolo memserver`).
     #[arg(long, default_value = "compressed")]
     slow: String,
+    /// With `--slow remote:`: the file of the secret shared with the memory server
+    /// (its `--secret-file`).
+    #[arg(long, value_name = "PATH", conflicts_with = "slow_insecure_no_auth")]
+    slow_secret_file: Option<PathBuf>,
+    /// With `--slow remote:` and no secret: a memory server started with
+    /// `--insecure-no-auth` (tests on loopback only).
+    #[arg(long)]
+    slow_insecure_no_auth: bool,
     /// Policy migrations per epoch, MiB (MaxMem §3.1: 4 GB per epoch for 192 GB
     /// of DRAM; the default keeps about that share of a 1 GiB table).
     #[arg(long, default_value_t = 64)]
@@ -307,7 +317,8 @@ struct Managed {
     epochs: Arc<Mutex<Vec<EpochView>>>,
 }
 
-fn slow_tier(spec: &str, footprint: u64) -> Result<Arc<dyn SlowTier>> {
+fn slow_tier(args: &Args, footprint: u64) -> Result<Arc<dyn SlowTier>> {
+    let spec = args.slow.as_str();
     if spec == "compressed" {
         return Ok(Arc::new(CompressedStore::new(
             PAGE,
@@ -315,7 +326,12 @@ fn slow_tier(spec: &str, footprint: u64) -> Result<Arc<dyn SlowTier>> {
         )));
     }
     if let Some(addr) = spec.strip_prefix("remote:") {
-        let t = RemoteTier::connect(RemoteConfig::new(addr, PAGE))
+        let auth = match &args.slow_secret_file {
+            Some(path) => Auth::from_file(path)?,
+            None if args.slow_insecure_no_auth => Auth::InsecureNoAuth,
+            None => bail!("--slow {spec}: needs --slow-secret-file (or --slow-insecure-no-auth)"),
+        };
+        let t = RemoteTier::connect(RemoteConfig::new(addr, PAGE, auth))
             .with_context(|| format!("connecting to the memory server {addr}"))?;
         return Ok(Arc::new(t));
     }
@@ -341,7 +357,7 @@ fn manage(region: &AnonRegion, args: &Args) -> Result<Managed> {
     let u = Uffd::open(features::PAGEFAULT_FLAG_WP).context("opening a userfaultfd")?;
     u.register(base, region.len() as u64, mode::MISSING | mode::WP)
         .context("registering the table")?;
-    let tier = slow_tier(&args.slow, footprint)?;
+    let tier = slow_tier(args, footprint)?;
     let tcfg = TierConfig {
         sample_pages: args.sample_pages,
         sample_target_hits: args.sample_target_hits,

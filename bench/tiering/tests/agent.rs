@@ -13,6 +13,7 @@
 //! binary built next to `gups` (as `cargo test --workspace` does).
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -225,7 +226,13 @@ impl Rig {
         }
         let cfg = tmp.path().join("agent.toml");
         let slow = slow
-            .map(|s| format!("slow = \"{s}\"\n"))
+            .map(|s| match s.starts_with("remote:") {
+                true => format!(
+                    "slow = \"{s}\"\nslow_secret_file = \"{}\"\n",
+                    secret_file().display()
+                ),
+                false => format!("slow = \"{s}\"\n"),
+            })
             .unwrap_or_default();
         std::fs::write(
             &cfg,
@@ -417,11 +424,36 @@ fn processes_hand_regions_to_the_agent_and_keep_their_semantics() {
     drop(agent);
 }
 
+/// The secret the memory servers and agents of these tests share: a file of 32
+/// random bytes, mode 0600, in a directory removed when the tests end.
+fn secret_file() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(d.path().join("secret"))
+            .unwrap();
+        let mut bytes = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .unwrap()
+            .read_exact(&mut bytes)
+            .unwrap();
+        f.write_all(&bytes).unwrap();
+        d
+    });
+    Box::leak(dir.path().join("secret").into_boxed_path())
+}
+
 /// `memcolo memserver` on `listen` (port 0: a free port), and its address.
 fn memserver(memcolo: &Path, listen: &str) -> (Kill, String) {
+    let secret = secret_file().to_str().unwrap().to_string();
     let mut child = Kill(
         Command::new(memcolo)
             .args(["memserver", "--listen", listen, "--capacity-mib", "256"])
+            .args(["--secret-file", &secret])
             .env("MEMCOLO_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()
@@ -533,6 +565,7 @@ fn regions_on_a_memory_server_survive_an_agent_crash() {
         memcolo_tier::remote::RemoteTier::connect(memcolo_tier::remote::RemoteConfig::new(
             addr.clone(),
             4096,
+            memcolo_tier::channel::Auth::from_file(secret_file()).unwrap(),
         ))
         .unwrap()
         .server_stats()

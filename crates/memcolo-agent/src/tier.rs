@@ -46,6 +46,7 @@ use memcolo_policy::maxmem::{validate_t_miss, MaxMemConfig};
 use memcolo_policy::{Pid, PolicyError};
 use memcolo_proto::tier::{decode_tier_request, TierReply, TierRequest, TIER_SOCKET_NAME};
 use memcolo_proto::{encode, ErrorCode, MAX_LINE_BYTES};
+use memcolo_tier::channel::Auth;
 use memcolo_tier::compressed::CompressedStore;
 use memcolo_tier::manager::{TierConfig, TierManager};
 use memcolo_tier::node::{EpochApplied, NodeTiming, TierNode};
@@ -83,6 +84,14 @@ pub struct TierSection {
     /// Slow tier: `compressed` (LZ4 in the agent's memory) or `remote:HOST:PORT`
     /// (a `memcolo memserver`). Default `compressed`.
     pub slow: String,
+    /// With `remote:`: the file holding the secret shared with the memory server
+    /// (its `--secret-file`; a regular file of 32 to 4096 bytes, mode 0600 or
+    /// stricter). Default none.
+    pub slow_secret_file: Option<PathBuf>,
+    /// With `remote:` and no `slow_secret_file`: talk to a memory server started
+    /// with `--insecure-no-auth` (anyone who reaches it reads and writes every
+    /// page). For tests on the loopback interface only. Default false.
+    pub slow_insecure_no_auth: bool,
     /// Bytes the compressed slow tier may hold. Default 8 GiB.
     pub slow_capacity_bytes: u64,
     /// Policy migrations per epoch, bytes (MaxMem §3.1: 4 GB per epoch; half for
@@ -166,6 +175,8 @@ impl Default for TierSection {
             fast_bytes: 1 << 30,
             default_t_miss: 1.0,
             slow: "compressed".into(),
+            slow_secret_file: None,
+            slow_insecure_no_auth: false,
             slow_capacity_bytes: 8 << 30,
             migration_cap_bytes: 256 << 20,
             window_ms: 50,
@@ -203,6 +214,23 @@ impl TierSection {
                 "tier.slow {:?}: `compressed` or `remote:HOST:PORT`",
                 self.slow
             ));
+        }
+        if self.slow.starts_with("remote:") {
+            match (&self.slow_secret_file, self.slow_insecure_no_auth) {
+                (Some(_), true) => {
+                    return Err(
+                        "tier.slow_secret_file and tier.slow_insecure_no_auth: one or the other"
+                            .into(),
+                    )
+                }
+                (None, false) => {
+                    return Err(format!(
+                        "tier.slow {:?} needs tier.slow_secret_file (the memory server's --secret-file), or tier.slow_insecure_no_auth for tests on loopback",
+                        self.slow
+                    ))
+                }
+                _ => {}
+            }
         }
         if !(self.sample_fmmr_error >= 0.0 && self.sample_fmmr_error < 1.0) {
             return Err(format!(
@@ -399,7 +427,14 @@ pub struct TierService {
 
 fn slow_tier(cfg: &TierSection) -> anyhow::Result<Arc<dyn SlowTier>> {
     if let Some(addr) = cfg.slow.strip_prefix("remote:") {
-        let t = RemoteTier::connect(RemoteConfig::new(addr, PAGE))
+        let auth = match &cfg.slow_secret_file {
+            Some(path) => {
+                Auth::from_file(path).map_err(|e| anyhow::anyhow!("tier.slow_secret_file: {e}"))?
+            }
+            None if cfg.slow_insecure_no_auth => Auth::InsecureNoAuth,
+            None => anyhow::bail!("tier.slow {:?}: no tier.slow_secret_file", cfg.slow),
+        };
+        let t = RemoteTier::connect(RemoteConfig::new(addr, PAGE, auth))
             .map_err(|e| anyhow::anyhow!("tier.slow: {e}"))?;
         Ok(Arc::new(t))
     } else {

@@ -72,6 +72,16 @@ pub enum TierError {
         /// What was wrong.
         reason: String,
     },
+    /// The memory server and this client did not authenticate each other (a
+    /// different secret, one side without authentication, a peer that is not a
+    /// memory server of this protocol); retrying cannot help.
+    #[error("memory server {addr}: authentication failed: {reason}")]
+    Auth {
+        /// The server's address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
     /// The memory server refused a request for a reason of its own.
     #[error("memory server {addr}: {message}")]
     Server {

@@ -31,6 +31,8 @@
 //! - [`remote`]: the memory-server client.
 //! - [`memserver`]: the memory server.
 //! - [`wire`]: the memory server's wire protocol (documentation of the frames).
+//! - [`channel`]: the memory server's handshake (mutual authentication with a
+//!   shared secret) and sealed records.
 //! - [`uffd`]: userfaultfd(2) ioctls.
 //! - [`region`]: managed regions and how a manager reads and drops their pages.
 //! - [`manager`]: the tier manager of one region.
@@ -41,6 +43,7 @@
 //! - [`node`]: regions of several processes sharing one fast tier; the epoch loop.
 //! - [`numa`]: the NUMA backend (CPU-less memory nodes, `move_pages`), tested with fakes.
 
+pub mod channel;
 pub mod compressed;
 pub mod error;
 pub mod manager;

@@ -19,7 +19,17 @@
 //! after an answer was lost is safe.
 //!
 //! Connections are pooled ([`RemoteConfig::max_idle_conns`] kept idle), so a fault
-//! thread and eviction workers can talk to the server at the same time.
+//! thread and eviction workers can talk to the server at the same time. A pooled
+//! connection idle for half the server's idle timeout (which the server's hello
+//! answers) is dropped rather than reused, so a request does not meet a connection
+//! the server has closed.
+//!
+//! **Authentication.** Every connection opens with the handshake of
+//! [`crate::channel`] under [`RemoteConfig::auth`]: the server must prove it holds
+//! the shared secret before a page is sent, and every frame is sealed. A server with
+//! another secret or mode fails with [`TierError::Auth`] at once (not retried); a
+//! frame altered in transit fails to open, and the request is retried on a new
+//! connection like any network failure.
 //!
 //! **Durability.** The pages belong to their region on the server, not to this
 //! client or its connections: they stay when the client is dropped or its process
@@ -27,6 +37,7 @@
 //! [`SlowTier::list_region`] (paged by [`RemoteConfig::list_batch`] indices per
 //! request) and loads them.
 
+use crate::channel::{self, Auth, Dir, HandshakeError};
 use crate::wire::{self, Op, Request, Response, Status};
 use crate::{checksum, PageKey, SlowTier, TierError, TierStats};
 use std::io::{self, BufReader, BufWriter, Write};
@@ -36,10 +47,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How to reach a memory server and how hard to try.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct RemoteConfig {
     /// `host:port` of the server.
     pub addr: String,
+    /// The shared secret to prove and to demand of the server, or
+    /// [`Auth::InsecureNoAuth`] (tests on the loopback interface only).
+    pub auth: Auth,
     /// Page size, bytes; must equal the server's (checked when connecting).
     pub page_bytes: usize,
     /// Longest wait for a connection, per attempt (1 s).
@@ -61,10 +75,12 @@ pub struct RemoteConfig {
 }
 
 impl RemoteConfig {
-    /// The defaults above for a server at `addr` with pages of `page_bytes` bytes.
-    pub fn new(addr: impl Into<String>, page_bytes: usize) -> Self {
+    /// The defaults above for a server at `addr` with pages of `page_bytes` bytes,
+    /// authenticated by `auth`.
+    pub fn new(addr: impl Into<String>, page_bytes: usize, auth: Auth) -> Self {
         RemoteConfig {
             addr: addr.into(),
+            auth,
             page_bytes,
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(2),
@@ -95,6 +111,10 @@ impl RemoteConfig {
 struct Conn {
     r: BufReader<TcpStream>,
     w: BufWriter<TcpStream>,
+    tx: Dir,
+    rx: Dir,
+    /// When the connection last finished a request.
+    used: Instant,
 }
 
 /// How one attempt ended, when it did not succeed.
@@ -130,6 +150,8 @@ pub struct RemoteTier {
     retries: AtomicU64,
     /// The server instance the last hello answered (0 before the first).
     instance: AtomicU64,
+    /// Half the server's idle timeout, ms: pooled connections idle longer are dropped.
+    reuse_ms: AtomicU64,
 }
 
 impl RemoteTier {
@@ -148,6 +170,7 @@ impl RemoteTier {
             corrupt: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             instance: AtomicU64::new(0),
+            reuse_ms: AtomicU64::new(u64::MAX),
         };
         tier.call(|_| Ok(()))?;
         Ok(tier)
@@ -193,29 +216,41 @@ impl RemoteTier {
         let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
         for sa in self.cfg.addr.to_socket_addrs()? {
             match TcpStream::connect_timeout(&sa, self.cfg.connect_timeout) {
-                Ok(s) => {
+                Ok(mut s) => {
                     s.set_nodelay(true)?;
                     s.set_read_timeout(Some(self.cfg.io_timeout))?;
                     s.set_write_timeout(Some(self.cfg.io_timeout))?;
+                    let keys = match channel::client_handshake(&mut s, &self.cfg.auth) {
+                        Ok(k) => k,
+                        Err(HandshakeError::Io(e)) => return Err(Failed::Retry(e)),
+                        Err(HandshakeError::Denied(reason)) => {
+                            return Err(Failed::Broken(TierError::Auth {
+                                addr: self.cfg.addr.clone(),
+                                reason,
+                            }))
+                        }
+                    };
                     let mut c = Conn {
-                        r: BufReader::new(s.try_clone()?),
-                        w: BufWriter::new(s),
+                        r: BufReader::with_capacity(32 << 10, s.try_clone()?),
+                        w: BufWriter::with_capacity(32 << 10, s),
+                        tx: keys.send,
+                        rx: keys.recv,
+                        used: Instant::now(),
                     };
                     let hello = (self.cfg.page_bytes as u32).to_le_bytes().to_vec();
                     let resp = self.round_trip(&mut c, Op::Hello, PageKey::new(0, 0), hello)?;
                     let ours = (self.cfg.page_bytes as u32).to_le_bytes();
-                    if !matches!(resp.payload.len(), 4 | 12) || resp.payload[..4] != ours {
+                    if resp.payload.len() != 16 || resp.payload[..4] != ours {
                         return Err(Failed::Broken(
                             self.protocol(format!("hello answered {:?}", resp.payload)),
                         ));
                     }
-                    // A server from before instance ids answers the page size alone:
-                    // instance 0, which no recovery accepts (the agent does not call
-                    // such a tier durable).
-                    let instance = resp
-                        .payload
-                        .get(4..12)
-                        .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+                    let instance =
+                        u64::from_le_bytes(resp.payload[4..12].try_into().expect("8 bytes"));
+                    let idle_ms =
+                        u32::from_le_bytes(resp.payload[12..16].try_into().expect("4 bytes"));
+                    self.reuse_ms
+                        .store(u64::from(idle_ms / 2), Ordering::Relaxed);
                     let was = self.instance.swap(instance, Ordering::AcqRel);
                     if was != 0 && was != instance {
                         tracing::error!(
@@ -245,7 +280,7 @@ impl RemoteTier {
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(self.cfg.max_backoff);
             }
-            let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let pooled = self.pooled();
             let failed = match pooled.map_or_else(|| self.open(), Ok) {
                 Err(e) => e,
                 Ok(mut conn) => match f(&mut conn) {
@@ -292,7 +327,21 @@ impl RemoteTier {
         })
     }
 
-    fn put_back(&self, c: Conn) {
+    /// The most recently used pooled connection that the server has not closed for
+    /// idleness (older ones are dropped).
+    fn pooled(&self) -> Option<Conn> {
+        let reuse = Duration::from_millis(self.reuse_ms.load(Ordering::Relaxed));
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(c) = pool.pop() {
+            if c.used.elapsed() < reuse {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn put_back(&self, mut c: Conn) {
+        c.used = Instant::now();
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         if pool.len() < self.cfg.max_idle_conns {
             pool.push(c);
@@ -310,8 +359,8 @@ impl RemoteTier {
     }
 
     fn read_answer(&self, c: &mut Conn, id: u64) -> Result<Response, Failed> {
-        let resp = wire::read_response(&mut c.r).map_err(|e| {
-            if e.kind() == io::ErrorKind::InvalidData {
+        let resp = wire::read_response(&mut c.r, &mut c.rx).map_err(|e| {
+            if e.kind() == io::ErrorKind::InvalidData && !channel::Unopened::is(&e) {
                 Failed::Broken(self.protocol(e.to_string()))
             } else {
                 Failed::Retry(e)
@@ -335,7 +384,7 @@ impl RemoteTier {
         payload: Vec<u8>,
     ) -> Result<Response, Failed> {
         let req = self.request(op, key, payload);
-        wire::write_request(&mut c.w, &req)?;
+        wire::write_request(&mut c.w, &mut c.tx, &req)?;
         c.w.flush()?;
         let resp = self.read_answer(c, req.id)?;
         self.check_status(op, key, resp)
@@ -436,7 +485,7 @@ impl SlowTier for RemoteTier {
                 .map(|(key, data)| self.request(Op::Store, *key, data.to_vec()))
                 .collect();
             for r in &reqs {
-                wire::write_request(&mut c.w, r)?;
+                wire::write_request(&mut c.w, &mut c.tx, r)?;
             }
             c.w.flush()?;
             // Read every answer (keeping the connection in sync), report the first
@@ -580,8 +629,9 @@ impl SlowTier for RemoteTier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::channel::Secret;
     use crate::compressed::CompressedStore;
-    use crate::memserver::{MemServer, MemServerHandle};
+    use crate::memserver::{MemServer, MemServerHandle, ServerConfig};
     use std::net::TcpListener;
     use std::sync::Arc;
 
@@ -605,11 +655,48 @@ mod tests {
 
     fn server(capacity: u64) -> (MemServerHandle, Arc<CompressedStore>) {
         let store = Arc::new(CompressedStore::new(PAGE, capacity));
-        let h = MemServer::bind("127.0.0.1:0", store.clone())
-            .unwrap()
-            .spawn()
-            .unwrap();
+        let h = MemServer::bind(
+            "127.0.0.1:0",
+            store.clone(),
+            ServerConfig::new(auth(), capacity),
+        )
+        .unwrap()
+        .spawn()
+        .unwrap();
         (h, store)
+    }
+
+    fn auth() -> Auth {
+        Auth::Secret(Arc::new(Secret::from_bytes(vec![5; 32]).unwrap()))
+    }
+
+    /// Serves every connection of `l` through the handshake with `serve`, which
+    /// answers each request (a fake server).
+    fn fake_server(
+        serve: impl Fn(Request) -> Response + Send + Sync + 'static,
+    ) -> std::net::SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let serve = Arc::new(serve);
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                let serve = serve.clone();
+                std::thread::spawn(move || {
+                    let Ok(mut k) = channel::server_handshake(&mut s, &auth()) else {
+                        return;
+                    };
+                    let mut r = BufReader::new(s.try_clone().unwrap());
+                    let mut w = s;
+                    while let Ok(Some(req)) = wire::read_request(&mut r, &mut k.recv) {
+                        if wire::write_response(&mut w, &mut k.send, &serve(req)).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
     }
 
     /// Short timeouts and back-offs so failure tests finish quickly.
@@ -620,7 +707,7 @@ mod tests {
             attempts: 3,
             backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(40),
-            ..RemoteConfig::new(addr.to_string(), PAGE)
+            ..RemoteConfig::new(addr.to_string(), PAGE, auth())
         }
     }
 
@@ -691,40 +778,35 @@ mod tests {
         assert_eq!(t.stats().retries, 0);
     }
 
+    /// A server's hello answer: the page size asked, an instance id, an idle timeout.
+    fn hello(req: &Request) -> Vec<u8> {
+        [
+            &req.payload[..],
+            &7u64.to_le_bytes(),
+            &60_000u32.to_le_bytes(),
+        ]
+        .concat()
+    }
+
     /// A server that answers hellos properly and every load with a damaged page.
     fn lying_server() -> std::net::SocketAddr {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(s) = s else { return };
-                std::thread::spawn(move || {
-                    let mut r = BufReader::new(s.try_clone().unwrap());
-                    let mut w = s;
-                    while let Ok(Some(req)) = wire::read_request(&mut r) {
-                        let mut resp = Response {
-                            status: Status::Ok,
-                            id: req.id,
-                            crc: 0,
-                            payload: req.payload.clone(),
-                        };
-                        if req.op == Op::Hello {
-                            // A server's hello carries its instance id.
-                            resp.payload.extend_from_slice(&7u64.to_le_bytes());
-                        }
-                        if req.op == Op::Load {
-                            let p = page(1);
-                            resp.crc = checksum(&p) ^ 0x0100;
-                            resp.payload = p;
-                        }
-                        if wire::write_response(&mut w, &resp).is_err() {
-                            return;
-                        }
-                    }
-                });
+        fake_server(|req| {
+            let mut resp = Response {
+                status: Status::Ok,
+                id: req.id,
+                crc: 0,
+                payload: req.payload.clone(),
+            };
+            if req.op == Op::Hello {
+                resp.payload = hello(&req);
             }
-        });
-        addr
+            if req.op == Op::Load {
+                let p = page(1);
+                resp.crc = checksum(&p) ^ 0x0100;
+                resp.payload = p;
+            }
+            resp
+        })
     }
 
     #[test]
@@ -748,36 +830,19 @@ mod tests {
     /// A server that answers hellos properly and every list-region request with
     /// `listing` as its payload, under a CRC-32 flipped if `damaged`.
     fn listing_server(listing: Vec<u8>, damaged: bool) -> std::net::SocketAddr {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(s) = s else { return };
-                let listing = listing.clone();
-                std::thread::spawn(move || {
-                    let mut r = BufReader::new(s.try_clone().unwrap());
-                    let mut w = s;
-                    while let Ok(Some(req)) = wire::read_request(&mut r) {
-                        let payload = match req.op {
-                            Op::ListRegion => listing.clone(),
-                            // A server's hello carries its instance id.
-                            Op::Hello => [&req.payload[..], &7u64.to_le_bytes()].concat(),
-                            _ => req.payload.clone(),
-                        };
-                        let resp = Response {
-                            status: Status::Ok,
-                            id: req.id,
-                            crc: checksum(&payload) ^ u32::from(damaged),
-                            payload,
-                        };
-                        if wire::write_response(&mut w, &resp).is_err() {
-                            return;
-                        }
-                    }
-                });
+        fake_server(move |req| {
+            let payload = match req.op {
+                Op::ListRegion => listing.clone(),
+                Op::Hello => hello(&req),
+                _ => req.payload.clone(),
+            };
+            Response {
+                status: Status::Ok,
+                id: req.id,
+                crc: checksum(&payload) ^ u32::from(damaged),
+                payload,
             }
-        });
-        addr
+        })
     }
 
     fn le(indices: &[u64]) -> Vec<u8> {
@@ -868,7 +933,10 @@ mod tests {
         ));
         // A server restarted on the same port has lost the page: not found, not zeros.
         let store = Arc::new(CompressedStore::new(PAGE, 1 << 20));
-        let h2 = MemServer::bind(addr, store).unwrap().spawn().unwrap();
+        let h2 = MemServer::bind(addr, store, ServerConfig::new(auth(), 1 << 20))
+            .unwrap()
+            .spawn()
+            .unwrap();
         assert!(matches!(
             t.load(k, &mut out),
             Err(TierError::NotFound { .. })
@@ -890,10 +958,14 @@ mod tests {
         let t = RemoteTier::connect(quick(addr)).unwrap();
         t.store(PageKey::new(1, 1), &page(1)).unwrap();
         h.stop();
-        let _h2 = MemServer::bind(addr, Arc::new(CompressedStore::new(PAGE, 1 << 20)))
-            .unwrap()
-            .spawn()
-            .unwrap();
+        let _h2 = MemServer::bind(
+            addr,
+            Arc::new(CompressedStore::new(PAGE, 1 << 20)),
+            ServerConfig::new(auth(), 1 << 20),
+        )
+        .unwrap()
+        .spawn()
+        .unwrap();
         // The pooled connection is dead; the retry opens a new one.
         t.store(PageKey::new(1, 1), &page(2)).unwrap();
         assert!(t.stats().retries >= 1);
@@ -973,7 +1045,7 @@ mod tests {
 
     #[test]
     fn retry_bound_of_the_defaults() {
-        let c = RemoteConfig::new("x:1", PAGE);
+        let c = RemoteConfig::new("x:1", PAGE, Auth::InsecureNoAuth);
         // 5 × (1 s + 2 × 2 s) + 50 + 100 + 200 + 400 ms.
         assert_eq!(c.retry_bound(), Duration::from_millis(25_750));
     }

@@ -7,16 +7,22 @@
 //! The killed client is this test binary run again in child mode
 //! (`MEMCOLO_LIST_CHILD=ADDR`, test `list_child`).
 
+use memcolo_tier::channel::{Auth, Secret};
 use memcolo_tier::compressed::CompressedStore;
-use memcolo_tier::memserver::{MemServer, MemServerHandle};
+use memcolo_tier::memserver::{MemServer, MemServerHandle, ServerConfig};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
+use memcolo_tier::wire::RawConn;
 use memcolo_tier::wire::LIST_MAX_PAGES;
-use memcolo_tier::{checksum, PageKey, SlowTier};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use memcolo_tier::{PageKey, SlowTier};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The shared secret of the memory servers and clients of these tests.
+fn test_auth() -> Auth {
+    Auth::Secret(Arc::new(Secret::from_bytes(vec![0x5a; 32]).unwrap()))
+}
 
 const PAGE: usize = 4096;
 
@@ -35,22 +41,27 @@ fn page(region: u64, p: u64) -> Vec<u8> {
 
 fn server(page_bytes: usize, capacity: u64) -> (MemServerHandle, Arc<CompressedStore>) {
     let store = Arc::new(CompressedStore::new(page_bytes, capacity));
-    let h = MemServer::bind("127.0.0.1:0", store.clone())
-        .unwrap()
-        .spawn()
-        .unwrap();
+    let h = MemServer::bind(
+        "127.0.0.1:0",
+        store.clone(),
+        ServerConfig::new(test_auth(), u64::MAX),
+    )
+    .unwrap()
+    .spawn()
+    .unwrap();
     (h, store)
 }
 
-/// Short timeouts and back-offs so failures show quickly.
+/// Short back-offs so failures show quickly; reads may take a while (listing half a
+/// million pages in a debug build on a loaded machine).
 fn quick(addr: impl ToString, page_bytes: usize) -> RemoteConfig {
     RemoteConfig {
         connect_timeout: Duration::from_millis(300),
-        io_timeout: Duration::from_secs(2),
+        io_timeout: Duration::from_secs(10),
         attempts: 3,
         backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(40),
-        ..RemoteConfig::new(addr.to_string(), page_bytes)
+        ..RemoteConfig::new(addr.to_string(), page_bytes, test_auth())
     }
 }
 
@@ -200,39 +211,13 @@ fn pages_outlive_a_connection_reset() {
     wait_no_connections(&h);
     // The same over a raw connection: a hello, a store of page 2 that is confirmed,
     // then a stats request whose answer is never read before the socket closes.
-    let mut c = TcpStream::connect(h.addr()).unwrap();
-    let frame = |op: u8, id: u64, key: PageKey, payload: &[u8]| -> Vec<u8> {
-        let mut f = Vec::with_capacity(40 + payload.len());
-        f.extend_from_slice(b"MCM1");
-        f.extend_from_slice(&[op, 0, 0, 0]);
-        f.extend_from_slice(&id.to_le_bytes());
-        f.extend_from_slice(&key.region.to_le_bytes());
-        f.extend_from_slice(&key.page.to_le_bytes());
-        f.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        f.extend_from_slice(&checksum(payload).to_le_bytes());
-        f.extend_from_slice(payload);
-        f
-    };
-    let answer = |c: &mut TcpStream| -> u8 {
-        let mut h = [0u8; 24];
-        c.read_exact(&mut h).unwrap();
-        let len = u32::from_le_bytes(h[16..20].try_into().unwrap()) as usize;
-        let mut p = vec![0u8; len];
-        c.read_exact(&mut p).unwrap();
-        h[4]
-    };
-    c.write_all(&frame(
-        1,
-        1,
-        PageKey::new(0, 0),
-        &(PAGE as u32).to_le_bytes(),
-    ))
-    .unwrap();
-    assert_eq!(answer(&mut c), 0, "hello refused");
-    c.write_all(&frame(2, 2, PageKey::new(6, 2), &page(6, 2)))
+    let mut c = RawConn::connect(h.addr(), &test_auth()).unwrap();
+    c.send(1, 1, PageKey::new(0, 0), &(PAGE as u32).to_le_bytes())
         .unwrap();
-    assert_eq!(answer(&mut c), 0, "store refused");
-    c.write_all(&frame(6, 3, PageKey::new(0, 0), &[])).unwrap();
+    assert_eq!(c.recv().unwrap().status, 0, "hello refused");
+    c.send(2, 2, PageKey::new(6, 2), &page(6, 2)).unwrap();
+    assert_eq!(c.recv().unwrap().status, 0, "store refused");
+    c.send(6, 3, PageKey::new(0, 0), &[]).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     drop(c);
     wait_no_connections(&h);

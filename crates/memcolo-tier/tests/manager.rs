@@ -8,9 +8,10 @@
 //! first; without it they print why and pass).
 
 use memcolo_policy::maxmem::{MaxMem, MaxMemConfig};
+use memcolo_tier::channel::{Auth, Secret};
 use memcolo_tier::compressed::CompressedStore;
 use memcolo_tier::manager::{NoPlacement, Placement, TierConfig, TierManager};
-use memcolo_tier::memserver::MemServer;
+use memcolo_tier::memserver::{MemServer, ServerConfig};
 use memcolo_tier::placement::MaxMemPlacement;
 use memcolo_tier::region::{AnonRegion, MemfdRegion, RegionMemory, PAGE};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
@@ -22,6 +23,11 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::*;
+
+/// The shared secret of the memory servers and clients of these tests.
+fn test_auth() -> Auth {
+    Auth::Secret(Arc::new(Secret::from_bytes(vec![0x5a; 32]).unwrap()))
+}
 
 /// An anonymous region registered with a fresh userfaultfd.
 fn anon(pages: usize, feats: u64) -> (AnonRegion, Uffd) {
@@ -712,17 +718,21 @@ fn killed_memory_server_stops_the_faulting_thread_never_zeros() {
         return;
     }
     let backend = Arc::new(CompressedStore::new(PAGE, 1 << 24));
-    let server = MemServer::bind("127.0.0.1:0", backend)
-        .unwrap()
-        .spawn()
-        .unwrap();
+    let server = MemServer::bind(
+        "127.0.0.1:0",
+        backend,
+        ServerConfig::new(test_auth(), u64::MAX),
+    )
+    .unwrap()
+    .spawn()
+    .unwrap();
     let cfg = RemoteConfig {
         connect_timeout: Duration::from_millis(200),
         io_timeout: Duration::from_millis(300),
         attempts: 3,
         backoff: Duration::from_millis(20),
         max_backoff: Duration::from_millis(50),
-        ..RemoteConfig::new(server.addr().to_string(), PAGE)
+        ..RemoteConfig::new(server.addr().to_string(), PAGE, test_auth())
     };
     let bound = cfg.retry_bound();
     let tier = Arc::new(RemoteTier::connect(cfg).unwrap());

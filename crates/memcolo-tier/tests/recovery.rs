@@ -12,9 +12,10 @@
 //! These tests need userfaultfd: root, or vm.unprivileged_userfaultfd = 1 (checked
 //! first; without it they print why and pass).
 
+use memcolo_tier::channel::{Auth, Secret};
 use memcolo_tier::compressed::CompressedStore;
 use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
-use memcolo_tier::memserver::{MemServer, MemServerHandle};
+use memcolo_tier::memserver::{MemServer, MemServerHandle, ServerConfig};
 use memcolo_tier::region::{runs, MemfdRegion, RegionMemory, SharedFile, PAGE};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
 use memcolo_tier::shadow::Shadow;
@@ -28,6 +29,11 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::*;
+
+/// The shared secret of the memory servers and clients of these tests.
+fn test_auth() -> Auth {
+    Auth::Secret(Arc::new(Secret::from_bytes(vec![0x5a; 32]).unwrap()))
+}
 
 /// The byte pattern of page `p` in round `round`: distinct per page and round.
 fn fill(page: &mut [u8], p: usize, round: u64) {
@@ -161,10 +167,14 @@ fn pwrite_page(fd: &OwnedFd, p: usize, data: &[u8]) {
 /// A memory server on 127.0.0.1 and the store behind it.
 fn server() -> (MemServerHandle, Arc<CompressedStore>) {
     let store = Arc::new(CompressedStore::new(PAGE, 1 << 30));
-    let h = MemServer::bind("127.0.0.1:0", store.clone())
-        .unwrap()
-        .spawn()
-        .unwrap();
+    let h = MemServer::bind(
+        "127.0.0.1:0",
+        store.clone(),
+        ServerConfig::new(test_auth(), u64::MAX),
+    )
+    .unwrap()
+    .spawn()
+    .unwrap();
     (h, store)
 }
 
@@ -176,7 +186,7 @@ fn client(h: &MemServerHandle) -> Arc<RemoteTier> {
         attempts: 3,
         backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(40),
-        ..RemoteConfig::new(h.addr().to_string(), PAGE)
+        ..RemoteConfig::new(h.addr().to_string(), PAGE, test_auth())
     };
     Arc::new(RemoteTier::connect(cfg).unwrap())
 }
@@ -504,7 +514,10 @@ fn recovery_against_a_restarted_memory_server_is_refused() {
     let addr = h.addr();
     h.stop();
     let empty = Arc::new(CompressedStore::new(PAGE, 1 << 24));
-    let h2 = MemServer::bind(addr, empty).unwrap().spawn().unwrap();
+    let h2 = MemServer::bind(addr, empty, ServerConfig::new(test_auth(), u64::MAX))
+        .unwrap()
+        .spawn()
+        .unwrap();
     let (mem, shadow) = p.handed();
     let r = TierManager::recover(
         p.uffd(),

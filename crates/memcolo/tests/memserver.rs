@@ -9,12 +9,15 @@
 //! stops the process once the manager reports a lost page, as the agent and
 //! `gups` do. Needs userfaultfd (root, or vm.unprivileged_userfaultfd = 1).
 
+use memcolo_tier::channel::Auth;
 use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
 use memcolo_tier::region::{AnonRegion, PAGE};
 use memcolo_tier::remote::{RemoteConfig, RemoteTier};
 use memcolo_tier::uffd::{self, features, mode, Uffd};
+use memcolo_tier::SlowTier;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -23,6 +26,34 @@ use std::time::{Duration, Instant};
 const PAGES: usize = 64;
 const TOUCHED: usize = 10;
 
+/// The secret of these tests' memory servers and clients: written once per test
+/// process into a private directory (mode 0600), removed at exit.
+fn secret_file() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("secret");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"memcolo memserver test secret, 32+ bytes long")
+            .unwrap();
+        d
+    });
+    Box::leak(dir.path().join("secret").into_boxed_path())
+}
+
+fn auth() -> Auth {
+    // A child reads the file its parent named.
+    let path = std::env::var_os("MEMCOLO_TIER_SECRET")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| secret_file().to_owned());
+    Auth::from_file(&path).unwrap()
+}
+
 fn quick(addr: &str) -> RemoteConfig {
     RemoteConfig {
         connect_timeout: Duration::from_millis(200),
@@ -30,7 +61,7 @@ fn quick(addr: &str) -> RemoteConfig {
         attempts: 3,
         backoff: Duration::from_millis(20),
         max_backoff: Duration::from_millis(50),
-        ..RemoteConfig::new(addr, PAGE)
+        ..RemoteConfig::new(addr, PAGE, auth())
     }
 }
 
@@ -117,6 +148,8 @@ fn memserver() -> (Killed, String) {
             "127.0.0.1:0",
             "--capacity-mib",
             "64",
+            "--secret-file",
+            secret_file().to_str().unwrap(),
         ])
         .env("MEMCOLO_LOG", "warn")
         .stdout(Stdio::piped())
@@ -150,6 +183,7 @@ fn managed_child(addr: &str) -> ChildRun {
             "1",
         ])
         .env("MEMCOLO_TIER_CHILD", addr)
+        .env("MEMCOLO_TIER_SECRET", secret_file())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -240,24 +274,25 @@ fn killed_memserver_stops_the_process_with_a_reason_never_zeros() {
     );
 }
 
-/// Forwards one connection both ways; in the server-to-client direction it parses
-/// response frames (24-byte header, payload length at 16..20) and, while `damage`
-/// is set, flips one bit of every page-sized payload.
+/// Bytes the server sends in a handshake that succeeds: greeting and verdict.
+const HANDSHAKE_FROM_SERVER: usize = 40 + 40;
+
+/// Forwards one connection from the server to the client; past the handshake, while
+/// `damage` is set, flips one bit in every chunk forwarded (inside a sealed record).
 fn pump_responses(mut from: TcpStream, mut to: TcpStream, damage: Arc<AtomicBool>) {
-    let mut hdr = [0u8; 24];
+    let mut seen = 0usize;
+    let mut buf = vec![0u8; 64 << 10];
     loop {
-        if from.read_exact(&mut hdr).is_err() {
-            return;
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let past = HANDSHAKE_FROM_SERVER.saturating_sub(seen);
+        if past < n && damage.load(Ordering::Relaxed) {
+            buf[n - 1] ^= 0x10;
         }
-        let len = u32::from_le_bytes(hdr[16..20].try_into().unwrap()) as usize;
-        let mut payload = vec![0u8; len];
-        if from.read_exact(&mut payload).is_err() {
-            return;
-        }
-        if len == PAGE && damage.load(Ordering::Relaxed) {
-            payload[100] ^= 0x10;
-        }
-        if to.write_all(&hdr).is_err() || to.write_all(&payload).is_err() {
+        seen += n;
+        if to.write_all(&buf[..n]).is_err() {
             return;
         }
     }
@@ -298,10 +333,101 @@ fn pages_damaged_in_transit_stop_the_process_with_a_reason() {
     drop(server);
     assert!(!returned, "the access returned: {err}");
     assert_eq!(code, Some(70), "{err}");
+    // The altered records fail to open: every attempt's connection is dropped, and
+    // the page is given up, never handed over altered.
     assert!(
         err.contains("STOPPED")
             && err.contains(&format!("page {TOUCHED} "))
-            && err.contains("checksum mismatch"),
+            && err.contains("record failed authentication"),
         "{err}"
     );
+}
+
+/// Without a secret the server does not start (unless told `--insecure-no-auth`),
+/// and a secret file others may read, or too short, is refused with its reason.
+#[test]
+fn memserver_refuses_to_start_without_a_private_secret() {
+    use std::os::unix::fs::PermissionsExt;
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_memcolo"))
+            .args(["memserver", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run(&[]).contains("--secret-file"));
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s");
+    std::fs::write(&f, [7u8; 40]).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(run(&["--secret-file", f.to_str().unwrap()]).contains("chmod 600"));
+    std::fs::write(&f, [7u8; 8]).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(run(&["--secret-file", f.to_str().unwrap()]).contains("needs 32"));
+}
+
+/// A scratch pids cgroup (v1) below this test's own, removed when dropped.
+struct PidsCgroup(std::path::PathBuf);
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// A connection whose thread cannot be started is refused; the server goes on
+/// serving (before: the accept loop returned the spawn's error and the process
+/// exited, its pages lost).
+#[test]
+fn a_failed_thread_spawn_refuses_one_connection_and_the_server_goes_on() {
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.split_once(":pids:").map(|(_, p)| p.to_string()))
+        .expect("no pids cgroup (v1) controller");
+    let cg = PidsCgroup(std::path::PathBuf::from(format!(
+        "/sys/fs/cgroup/pids{}/memcolo-memserver-test-{}",
+        own.trim_end_matches('/'),
+        std::process::id()
+    )));
+    std::fs::create_dir(&cg.0).unwrap();
+    let (mut server, addr) = memserver();
+    let pid = server.0.id();
+    let tasks = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .count()
+    };
+    std::fs::write(cg.0.join("cgroup.procs"), pid.to_string()).unwrap();
+    // Room for one connection thread, none more.
+    std::fs::write(cg.0.join("pids.max"), (tasks() + 1).to_string()).unwrap();
+    let t = RemoteTier::connect(quick(&addr)).unwrap();
+    t.store(memcolo_tier::PageKey::new(1, 1), &[9u8; PAGE])
+        .unwrap();
+    // The next connections find no thread: refused with a reason.
+    for _ in 0..3 {
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        let _ = c.read_to_end(&mut got);
+        assert!(
+            String::from_utf8_lossy(&got).contains("no thread"),
+            "{got:?}"
+        );
+    }
+    assert!(server.0.try_wait().unwrap().is_none(), "the server exited");
+    let mut out = vec![0u8; PAGE];
+    t.load(memcolo_tier::PageKey::new(1, 1), &mut out).unwrap();
+    assert_eq!(out, vec![9u8; PAGE]);
+    std::fs::write(cg.0.join("pids.max"), "max").unwrap();
+    drop(t);
+    let again = RemoteTier::connect(quick(&addr)).unwrap();
+    again
+        .load(memcolo_tier::PageKey::new(1, 1), &mut out)
+        .unwrap();
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    // Move nothing back: the killed server left the cgroup empty.
 }
