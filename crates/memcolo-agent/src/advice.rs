@@ -19,7 +19,8 @@
 //!    and the regular files each BE process holds and owns
 //!    ([`ProvenProcess::owned_files`]: `pidfd_getfd(2)` and `/proc/PID/map_files`,
 //!    never a path walk), deduplicated by `(st_dev, st_ino)`;
-//! 3. measures each BE file's resident page cache on the agent's own descriptor;
+//! 3. measures each BE file's clean page cache (what advice can drop) on the agent's
+//!    own descriptor;
 //! 4. plans with [`memcolo_policy::hermes::plan_advice`] (largest first until used
 //!    memory is below `adv_thr`) and advises each planned file through the
 //!    [`Actuator`].
@@ -68,7 +69,7 @@ pub struct Dropped {
     pub path: String,
     pub dev: u64,
     pub ino: u64,
-    /// Resident bytes when measured (what the plan expected to free).
+    /// Clean resident bytes when measured (what the plan expected to free).
     pub expected_bytes: u64,
     /// Resident before minus resident after the advice, bytes.
     pub dropped_bytes: u64,
@@ -231,6 +232,7 @@ pub fn run_round(
                 Ok((owned, skipped)) => {
                     out.skipped.not_regular += skipped.not_regular;
                     out.skipped.foreign += skipped.foreign;
+                    out.skipped.memory_backed += skipped.memory_backed;
                     out.skipped.vanished += skipped.vanished;
                     for f in owned {
                         files.entry(f.id()).or_insert((job.root.pid, f));
@@ -245,7 +247,7 @@ pub fn run_round(
     }
     let mut cache = Vec::with_capacity(files.len());
     for (&(dev, ino), (_, f)) in &files {
-        let Ok(resident_bytes) = f.resident_bytes() else {
+        let Ok(resident_bytes) = f.clean_bytes() else {
             continue; // e.g. an O_PATH descriptor the process held: nothing to advise
         };
         cache.push(FileCache {

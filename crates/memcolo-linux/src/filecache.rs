@@ -266,10 +266,46 @@ impl CachedFile {
         resident_bytes_of(&self.file, &self.path, self.size_bytes)
     }
 
+    /// Bytes of the file's page cache that advice can drop: resident pages neither
+    /// dirty nor under writeback (`cachestat(2)`); on kernels without `cachestat`,
+    /// [`CachedFile::resident_bytes`].
+    pub fn clean_bytes(&self) -> Result<u64> {
+        if self.size_bytes == 0 {
+            return Ok(0);
+        }
+        match cachestat_fd(&self.file, &self.path) {
+            Ok(cs) => Ok(cs
+                .cache_pages
+                .saturating_sub(cs.dirty_pages)
+                .saturating_sub(cs.writeback_pages)
+                * ProcFs::page_size()),
+            Err(Error::Unsupported { .. }) => self.resident_bytes(),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)` on the agent's descriptor.
     pub fn fadvise_dontneed(&self) -> Result<()> {
         fadvise_dontneed_fd(&self.file, &self.path)
     }
+}
+
+/// Whether `file` lives on tmpfs (shared memory and memfd included), ramfs or
+/// hugetlbfs (`fstatfs(2)` magic numbers, linux/magic.h); true when `fstatfs` fails.
+fn is_memory_backed(file: &File) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+    let mut sfs = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: an open descriptor and a buffer of the right type.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), sfs.as_mut_ptr()) } != 0 {
+        return true;
+    }
+    // SAFETY: fstatfs succeeded and filled the buffer.
+    // `f_type` is `__fsword_t`: i64 on x86_64, narrower elsewhere.
+    #[allow(clippy::unnecessary_cast)]
+    let f_type = unsafe { sfs.assume_init() }.f_type as i64;
+    [TMPFS_MAGIC, RAMFS_MAGIC, HUGETLBFS_MAGIC].contains(&f_type)
 }
 
 fn is_regular(st: &libc::stat) -> bool {
@@ -298,6 +334,9 @@ pub struct SkippedFiles {
     /// Regular files owned by another uid than the process's (rule: a job may only
     /// have its own files advised).
     pub foreign: u64,
+    /// Files of memory-backed file systems (tmpfs, shared memory, memfd, ramfs,
+    /// hugetlbfs): their page cache is the file's only copy, advice cannot drop it.
+    pub memory_backed: u64,
     /// Descriptors or mappings that went away, or could not be duplicated or reopened.
     pub vanished: u64,
 }
@@ -533,7 +572,7 @@ impl ProvenProcess {
     }
 
     /// Keeps `file` if `fstat` on it says: a regular file owned by the process's uid,
-    /// not seen yet.
+    /// not seen yet, and `fstatfs`: not on a memory-backed file system.
     fn keep(
         &self,
         file: File,
@@ -550,6 +589,8 @@ impl ProvenProcess {
             skipped.not_regular += 1;
         } else if st.st_uid != self.uid {
             skipped.foreign += 1;
+        } else if is_memory_backed(&file) {
+            skipped.memory_backed += 1;
         } else if seen.insert((st.st_dev, st.st_ino)) {
             out.push(CachedFile {
                 file,

@@ -110,6 +110,12 @@ fn only_regular_files_the_tenant_owns_are_reached() {
     let own = dir.path().join("own");
     let rootfile = dir.path().join("root-owned");
     let fifo = dir.path().join("fifo");
+    let shm = tempfile::Builder::new()
+        .prefix("memcolo-procfiles")
+        .tempfile_in("/dev/shm")
+        .unwrap();
+    std::fs::write(shm.path(), vec![4u8; 64 * 1024]).unwrap();
+    std::os::unix::fs::chown(shm.path(), Some(TENANT), Some(TENANT)).unwrap();
     std::fs::write(&own, vec![1u8; 64 * 1024]).unwrap();
     std::os::unix::fs::chown(&own, Some(TENANT), Some(TENANT)).unwrap();
     std::fs::write(&rootfile, vec![2u8; 64 * 1024]).unwrap();
@@ -119,12 +125,13 @@ fn only_regular_files_the_tenant_owns_are_reached() {
     // so anyone opening it read-only would block.
     let t = tenant(
         &format!(
-            "3<'{}' 4<'{}' 5<>'{}'",
+            "3<'{}' 4<'{}' 5<>'{}' 6<'{}'",
             own.display(),
             rootfile.display(),
-            fifo.display()
+            fifo.display(),
+            shm.path().display()
         ),
-        5,
+        6,
     );
     let pid = t.0.id() as i32;
     let p = ProvenProcess::open(&ProcFs::root(), expected(pid, None)).unwrap();
@@ -141,6 +148,10 @@ fn only_regular_files_the_tenant_owns_are_reached() {
     // are foreign; the FIFO and the terminal are not regular.
     assert!(skipped.foreign >= 1, "{skipped:?}");
     assert!(skipped.not_regular >= 1, "{skipped:?}");
+    // Its own tmpfs file: advice cannot drop memory-backed page cache.
+    assert_eq!(skipped.memory_backed, 1, "{skipped:?}");
+    let shm_meta = std::fs::metadata(shm.path()).unwrap();
+    assert!(!ids.contains(&(shm_meta.dev(), shm_meta.ino())));
     let f = files
         .iter()
         .find(|f| f.id() == (own_meta.dev(), own_meta.ino()))
