@@ -6,23 +6,27 @@
 //!    process's `/proc/PID/stat` (RSS, parent, start time);
 //! 2. decide: the M3 monitor ([`memcolo_policy::m3::Monitor::step`]) on the working
 //!    set, and Hermes' advice ([`memcolo_policy::hermes::plan_advice`]) on used memory;
-//! 3. act: notifications (socket messages or real-time signals), `posix_fadvise`
-//!    on BE files, and — the last resort — SIGKILL of BE processes.
+//! 3. act: notifications (socket messages or real-time signals), a Hermes advice
+//!    round handed to the advice worker ([`crate::advice`]: file discovery,
+//!    measurement and `posix_fadvise` on BE files run there, never on this loop),
+//!    and — the last resort — SIGKILL of BE processes.
 //!
 //! Nothing here blocks on a client: notifications go into bounded per-connection
 //! queues, and a full queue drops the notification (counted) instead of waiting.
 //! An LC process is never killed: the policy never asks for it, and the core checks
 //! the class again before acting.
 
+use crate::advice::{AdviceLink, AdviceOutcome, AdviceRound, BeJob, NotHandedOver};
 use crate::config::AgentConfig;
 use crate::eventlog::EventLog;
 use crate::metrics::Metrics;
 use crate::registry::{self, Entry, Registry};
 use memcolo_linux::actuate::Actuator;
+use memcolo_linux::filecache::ExpectedProcess;
 use memcolo_linux::identity::{Credentials, IdentityError, ProvenProcess, Prover};
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::scope::{Scope, ScopeSample};
-use memcolo_policy::hermes::{self, AdviceConfig, FileCache};
+use memcolo_policy::hermes::AdviceConfig;
 use memcolo_policy::m3::{Action, Monitor, ProcView, Zone};
 use memcolo_policy::{Class, Level, Pid};
 use memcolo_proto::{ErrorCode, NotifyMode, Reply, Request};
@@ -156,11 +160,15 @@ pub struct Core {
     page_size: u64,
     ticks_per_sec: u64,
     file_cache_dropped_bytes: u64,
+    /// Advice rounds skipped because the previous one still ran.
+    advice_rounds_skipped: u64,
     kills: u64,
     dropped_notifications: u64,
     sense_error_logged: bool,
     /// The asynchronous reclaim service, when `[reclaim] enabled`.
     reclaim: Option<crate::reclaim::ReclaimLink>,
+    /// The Hermes advice worker; without it no file is advised.
+    advice: Option<AdviceLink>,
     /// CPUs the agent confined itself to (None: not confined).
     agent_cpus: Option<Vec<usize>>,
     /// The registry or monitor state changed since the last write.
@@ -230,10 +238,12 @@ impl Core {
             page_size: ProcFs::page_size(),
             ticks_per_sec: ProcFs::clock_ticks_per_sec(),
             file_cache_dropped_bytes: 0,
+            advice_rounds_skipped: 0,
             kills: 0,
             dropped_notifications: 0,
             sense_error_logged: false,
             reclaim: None,
+            advice: None,
             agent_cpus: None,
             state_dirty: false,
             state_write_failing: false,
@@ -713,6 +723,7 @@ impl Core {
                 }
             }
         }
+        self.collect_advice();
         let procs = self.read_procs();
         let views = self.views(&procs);
         let actions = self.monitor.step(now, sample.working_set_bytes, &views);
@@ -945,70 +956,129 @@ impl Core {
         );
     }
 
-    /// Hermes §3.3: above `adv_thr`, drop BE files' page cache, largest first.
+    /// Hermes §3.3: above `adv_thr`, hands a round to the advice worker, which drops
+    /// BE files' page cache, largest first. Never blocks: when the previous round
+    /// still runs, this one is skipped (counted).
     fn advise(&mut self, sample: &ScopeSample, procs: &ProcTable) {
         let adv_thr = self.cfg.adv_thr_bytes(sample.total_bytes);
         if sample.used_bytes <= adv_thr {
             return;
         }
-        let mut be_files: BTreeMap<(u64, u64), PathBuf> = BTreeMap::new();
-        let mut lc_files: HashSet<(u64, u64)> = HashSet::new();
+        let Some(link) = &self.advice else { return };
+        // A registered process and its descendants must run as the user it
+        // registered as (its real uid then).
+        let expected = |pid: Pid, registered: Option<u64>, uid: Option<u32>| {
+            let starttime_ticks =
+                registered.or_else(|| procs.starttime_ticks.get(&pid).copied())?;
+            Some(ExpectedProcess {
+                pid,
+                starttime_ticks,
+                uid,
+            })
+        };
+        let mut round = AdviceRound {
+            used_bytes: sample.used_bytes,
+            cfg: AdviceConfig {
+                adv_thr_bytes: adv_thr,
+                min_resident_bytes: self.cfg.hermes.min_resident_bytes,
+            },
+            be: Vec::new(),
+            lc: Vec::new(),
+        };
         for e in self.registry.iter() {
-            if e.class == Class::Elastic {
-                continue;
-            }
-            for p in procs.tree(e.pid) {
-                let files = match self.procfs.read_pid_files(p) {
-                    Ok(f) => f,
-                    Err(_) => continue, // exited or unreadable: nothing to advise
-                };
-                for f in files {
-                    if e.class == Class::Lc {
-                        lc_files.insert((f.dev, f.ino));
-                    } else {
-                        be_files.entry((f.dev, f.ino)).or_insert(f.path);
+            let uid = e.creds.map(|c| c.ruid());
+            let tree = procs.tree(e.pid);
+            let descendants = tree
+                .iter()
+                .filter(|p| **p != e.pid)
+                .filter_map(|p| expected(*p, None, uid));
+            match e.class {
+                Class::Elastic => {}
+                Class::Lc => {
+                    round
+                        .lc
+                        .extend(expected(e.pid, Some(e.starttime_ticks), None));
+                    // Files an LC process holds are only looked at, never advised.
+                    round.lc.extend(
+                        tree.iter()
+                            .filter(|p| **p != e.pid)
+                            .filter_map(|p| expected(*p, None, None)),
+                    );
+                }
+                Class::Be => {
+                    if let Some(root) = expected(e.pid, Some(e.starttime_ticks), uid) {
+                        round.be.push(BeJob {
+                            root,
+                            descendants: descendants.collect(),
+                        });
                     }
                 }
             }
         }
-        let mut cache = Vec::with_capacity(be_files.len());
-        for ((dev, ino), path) in be_files {
-            let resident_bytes = match memcolo_linux::filecache::resident_bytes(&path) {
-                Ok(b) => b,
-                Err(_) => continue, // removed or unreadable since the walk
-            };
-            cache.push(FileCache {
-                dev,
-                ino,
-                path: path.display().to_string(),
-                resident_bytes,
-                held_by_lc: lc_files.contains(&(dev, ino)),
-            });
-        }
-        let cfg = AdviceConfig {
-            adv_thr_bytes: adv_thr,
-            min_resident_bytes: self.cfg.hermes.min_resident_bytes,
-        };
-        for advice in hermes::plan_advice(&cfg, sample.used_bytes, &cache) {
-            match self
-                .actuator
-                .drop_file_cache(std::path::Path::new(&advice.path))
-            {
-                Ok(dropped) => {
-                    self.file_cache_dropped_bytes += dropped;
-                    self.metrics.file_cache_dropped_bytes.inc_by(dropped);
-                    self.metrics.file_advice.inc();
-                    self.events.record(
-                        "file_cache_dropped",
-                        json!({"path": advice.path, "expected_bytes": advice.expected_bytes,
-                               "dropped_bytes": dropped, "used_bytes": sample.used_bytes, "adv_thr_bytes": adv_thr}),
-                    );
-                }
-                Err(e) => {
-                    self.metrics.errors.with_label_values(&["fadvise"]).inc();
-                    tracing::warn!(path = %advice.path, error = %e, "posix_fadvise failed");
-                }
+        let outcome = match link.try_hand_over(round) {
+            Ok(()) => "handed_over",
+            Err(NotHandedOver::Busy) => {
+                self.advice_rounds_skipped += 1;
+                "skipped_busy"
             }
+            Err(NotHandedOver::Stopped) => {
+                self.metrics
+                    .errors
+                    .with_label_values(&["advice_worker"])
+                    .inc();
+                return;
+            }
+        };
+        self.metrics
+            .file_advice_rounds
+            .with_label_values(&[outcome])
+            .inc();
+    }
+
+    /// Connects the Hermes advice worker ([`crate::advice::start`]).
+    pub fn attach_advice(&mut self, link: AdviceLink) {
+        self.advice = Some(link);
+    }
+
+    /// Records what finished advice rounds did: events, metrics and counters.
+    pub fn collect_advice(&mut self) {
+        let outcomes = match &self.advice {
+            Some(link) => link.outcomes(),
+            None => return,
+        };
+        for o in outcomes {
+            self.record_advice(o);
+        }
+    }
+
+    fn record_advice(&mut self, o: AdviceOutcome) {
+        if let Some(why) = &o.aborted {
+            self.metrics
+                .file_advice_rounds
+                .with_label_values(&["aborted"])
+                .inc();
+            self.metrics.errors.with_label_values(&["advice"]).inc();
+            tracing::warn!(error = %why, "Hermes advice round advised nothing");
+        }
+        for d in o.dropped {
+            self.file_cache_dropped_bytes += d.dropped_bytes;
+            self.metrics
+                .file_cache_dropped_bytes
+                .inc_by(d.dropped_bytes);
+            self.metrics.file_advice.inc();
+            self.events.record(
+                "file_cache_dropped",
+                json!({"pid": d.job, "path": d.path, "dev": d.dev, "ino": d.ino,
+                       "expected_bytes": d.expected_bytes, "dropped_bytes": d.dropped_bytes,
+                       "used_bytes": o.used_bytes, "adv_thr_bytes": o.adv_thr_bytes}),
+            );
+        }
+        for f in o.failed {
+            self.metrics.errors.with_label_values(&["fadvise"]).inc();
+            tracing::warn!(path = %f.path, dev = f.dev, ino = f.ino, error = %f.error, "posix_fadvise failed");
+        }
+        if o.skipped.foreign > 0 || o.processes_skipped > 0 {
+            tracing::debug!(skipped = ?o.skipped, processes_skipped = o.processes_skipped, "Hermes advice left files out");
         }
     }
 
@@ -1299,6 +1369,7 @@ impl Core {
             },
             "counters": {
                 "file_cache_dropped_bytes": self.file_cache_dropped_bytes,
+                "file_advice_rounds_skipped": self.advice_rounds_skipped,
                 "kills": self.kills,
                 "dropped_notifications": self.dropped_notifications,
                 "outstanding_notifications": self.outstanding.len(),

@@ -9,6 +9,7 @@
 //! [`core::Core`] owned by the main loop; connections, event sources and pidfd
 //! watchers are tasks that send it messages.
 
+pub mod advice;
 pub mod config;
 pub mod core;
 pub mod eventlog;
@@ -278,6 +279,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     } else {
         None
     };
+    let core_hermes_enabled = cfg.hermes.enabled;
     let mut core = Core::new(
         cfg,
         scope,
@@ -289,6 +291,11 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         metrics.clone(),
         events,
     )?;
+    if core_hermes_enabled {
+        let link = advice::start(procfs.clone(), Box::new(LinuxActuator))
+            .map_err(|e| anyhow::anyhow!("cannot start the Hermes advice thread: {e}"))?;
+        core.attach_advice(link);
+    }
     let reclaim = reclaim.map(|(service, link)| {
         core.attach_reclaim(link);
         service

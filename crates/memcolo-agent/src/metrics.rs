@@ -30,6 +30,11 @@ pub struct Metrics {
     pub file_cache_dropped_bytes: IntCounter,
     /// `memcolo_file_advice_total`: `posix_fadvise(DONTNEED)` calls.
     pub file_advice: IntCounter,
+    /// `memcolo_file_advice_rounds_total{outcome}`: Hermes advice rounds handed to the
+    /// advice worker (`handed_over`), skipped because the previous one still ran
+    /// (`skipped_busy`), or that advised nothing because an LC process's files could
+    /// not be listed (`aborted`).
+    pub file_advice_rounds: IntCounterVec,
     /// `memcolo_kills_total`.
     pub kills: IntCounter,
     /// `memcolo_polls_total{trigger}`: tick or event.
@@ -133,6 +138,11 @@ impl Metrics {
                 "BE page cache dropped with posix_fadvise(DONTNEED)",
             ),
             file_advice: c("memcolo_file_advice_total", "posix_fadvise(DONTNEED) calls on BE files"),
+            file_advice_rounds: cv(
+                "memcolo_file_advice_rounds_total",
+                "Hermes advice rounds by outcome: handed_over, skipped_busy, aborted",
+                &["outcome"],
+            ),
             kills: c("memcolo_kills_total", "BE processes killed above the top of memory"),
             polls: cv("memcolo_polls_total", "Sense-decide-act rounds by trigger", &["trigger"]),
             pressure_events: cv(

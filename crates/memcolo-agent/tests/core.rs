@@ -7,6 +7,7 @@ use memcolo_agent::core::{Core, ExitWatcher, Peer, Trigger};
 use memcolo_agent::eventlog::EventLog;
 use memcolo_agent::metrics::Metrics;
 use memcolo_linux::actuate::{Actuator, ActuatorCall, RecordingActuator};
+use memcolo_linux::filecache::CachedFile;
 use memcolo_linux::identity::ProvenProcess;
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::scope::Scope;
@@ -29,8 +30,8 @@ impl Actuator for Shared {
     fn kill(&mut self, p: &ProvenProcess, reason: &str) -> memcolo_linux::Result<()> {
         self.0.lock().unwrap().kill(p, reason)
     }
-    fn drop_file_cache(&mut self, path: &Path) -> memcolo_linux::Result<u64> {
-        self.0.lock().unwrap().drop_file_cache(path)
+    fn drop_file_cache(&mut self, file: &CachedFile) -> memcolo_linux::Result<u64> {
+        self.0.lock().unwrap().drop_file_cache(file)
     }
 }
 impl Shared {
@@ -95,16 +96,6 @@ impl FakeProc {
                 "Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nVmRSS:\t{} kB\n",
                 rss_pages * 4
             ),
-        )
-        .unwrap();
-    }
-    fn open_file(&self, pid: Pid, fd: u32, target: &Path) {
-        std::os::unix::fs::symlink(
-            target,
-            self.root
-                .join(pid.to_string())
-                .join("fd")
-                .join(fd.to_string()),
         )
         .unwrap();
     }
@@ -490,26 +481,95 @@ fn above_top_only_be_is_killed_and_only_after_kill_after() {
     assert_eq!(h.core.status_json()["counters"]["kills"], 1);
 }
 
-#[test]
-fn hermes_drops_be_files_but_never_files_an_lc_process_holds() {
+/// A real `sleep` holding `files` open (descriptors 3, 4, ...), killed on drop.
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn spawn(files: &[&Path]) -> Holder {
+        let redirs: String = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| format!(" {}<'{}'", i + 3, f.display()))
+            .collect();
+        let child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec{redirs}; exec sleep 600"))
+            .spawn()
+            .unwrap();
+        let h = Holder(child);
+        let last = format!("/proc/{}/fd/{}", h.pid(), files.len() + 2);
+        wait_until("the holder's descriptors", || Path::new(&last).exists());
+        h
+    }
+    fn pid(&self) -> Pid {
+        self.0.id() as Pid
+    }
+    /// Its real start time, for the fake procfs tree.
+    fn starttime(&self) -> u64 {
+        ProcFs::root()
+            .read_pid_stat(self.pid())
+            .unwrap()
+            .starttime_ticks
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A harness whose Hermes advice worker (on the real `/proc`) acts through `act`;
+/// processes are real, their start times copied into the fake tree.
+fn advice_harness(act: Box<dyn Actuator>) -> Harness {
     let mut h = harness(|c| {
         c.hermes.min_resident_bytes = 0;
         c.hermes.adv_thr_ratio = 0.5;
     });
+    h.core
+        .attach_advice(memcolo_agent::advice::start(ProcFs::root(), act).unwrap());
+    h
+}
+
+fn dropped_paths(act: &Shared) -> Vec<PathBuf> {
+    act.calls()
+        .iter()
+        .filter_map(|c| match c {
+            ActuatorCall::DropFileCache { path, .. } => Some(path.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn hermes_drops_be_files_but_never_files_an_lc_process_holds() {
+    let act = Shared::default();
+    let mut h = advice_harness(Box::new(act.clone()));
     let be_only = h.data.join("be-only.dat");
     let shared = h.data.join("shared.dat");
     std::fs::write(&be_only, vec![7u8; 512 * 1024]).unwrap();
     std::fs::write(&shared, vec![7u8; 512 * 1024]).unwrap();
-    h.proc_.add(100, 1, "redis", 100, 10);
-    h.proc_.add(200, 1, "batch", 200, 10);
-    h.proc_.open_file(200, 3, &be_only);
-    h.proc_.open_file(200, 4, &shared);
-    h.proc_.open_file(100, 5, &shared);
+    let lc = Holder::spawn(&[&shared]);
+    let be = Holder::spawn(&[&be_only, &shared]);
+    h.proc_.add(lc.pid(), 1, "redis", lc.starttime(), 10);
+    h.proc_.add(be.pid(), 1, "batch", be.starttime(), 10);
     register(
         &mut h.core,
         1,
         &ROOT,
-        Some(100),
+        Some(lc.pid()),
         Class::Lc,
         NotifyMode::None,
     );
@@ -517,33 +577,105 @@ fn hermes_drops_be_files_but_never_files_an_lc_process_holds() {
         &mut h.core,
         1,
         &ROOT,
-        Some(200),
+        Some(be.pid()),
         Class::Be,
         NotifyMode::None,
     );
-    // Below adv_thr (32 GiB of 64): nothing.
+    // Below adv_thr (32 GiB of 64): no round at all.
     h.proc_.set_meminfo(64 * GIB, 40 * GIB);
     h.core.poll(Duration::from_secs(1), Trigger::Tick);
-    assert!(h.act.calls().is_empty());
+    std::thread::sleep(Duration::from_millis(200));
+    h.core.collect_advice();
+    assert!(act.calls().is_empty());
     h.proc_.set_meminfo(64 * GIB, 20 * GIB);
-    let be_resident = memcolo_linux::filecache::resident_bytes(&be_only).unwrap();
-    h.core.poll(Duration::from_secs(2), Trigger::Tick);
-    let dropped: Vec<PathBuf> = h
-        .act
-        .calls()
-        .iter()
-        .filter_map(|c| match c {
-            ActuatorCall::DropFileCache { path } => Some(path.clone()),
-            _ => None,
-        })
-        .collect();
     // The file cache of a freshly written file may already be written back and
-    // evicted on a busy machine; what must hold is that the shared file is never advised.
-    assert!(!dropped.contains(&shared), "{dropped:?}");
-    assert!(dropped.iter().all(|p| p == &be_only));
-    if be_resident > 0 {
-        assert_eq!(dropped, vec![be_only.clone()]);
+    // evicted on a busy machine: keep it resident while waiting.
+    let mut s = 2;
+    wait_until("the BE file advised", || {
+        let _ = std::fs::read(&be_only);
+        h.core.poll(Duration::from_secs(s), Trigger::Tick);
+        s += 1;
+        !dropped_paths(&act).is_empty()
+    });
+    // Only the file no LC process holds, and one call per file.
+    assert_eq!(dropped_paths(&act), vec![be_only.clone()]);
+}
+
+/// Blocks in `drop_file_cache` until `release` is set, like a file system that does
+/// not answer.
+#[derive(Clone, Default)]
+struct Stuck {
+    entered: Arc<std::sync::atomic::AtomicBool>,
+    release: Arc<std::sync::atomic::AtomicBool>,
+}
+impl Actuator for Stuck {
+    fn signal(&mut self, _: &ProvenProcess, _: i32) -> memcolo_linux::Result<()> {
+        Ok(())
     }
+    fn kill(&mut self, _: &ProvenProcess, _: &str) -> memcolo_linux::Result<()> {
+        Ok(())
+    }
+    fn drop_file_cache(&mut self, _: &CachedFile) -> memcolo_linux::Result<u64> {
+        use std::sync::atomic::Ordering;
+        self.entered.store(true, Ordering::SeqCst);
+        while !self.release.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(4096)
+    }
+}
+
+#[test]
+fn a_stuck_advice_round_stalls_only_the_worker_and_later_rounds_are_skipped() {
+    use std::sync::atomic::Ordering;
+    let stuck = Stuck::default();
+    let mut h = advice_harness(Box::new(stuck.clone()));
+    let file = h.data.join("be.dat");
+    std::fs::write(&file, vec![7u8; 512 * 1024]).unwrap();
+    let be = Holder::spawn(&[&file]);
+    h.proc_.add(be.pid(), 1, "batch", be.starttime(), 10);
+    register(
+        &mut h.core,
+        1,
+        &ROOT,
+        Some(be.pid()),
+        Class::Be,
+        NotifyMode::None,
+    );
+    h.proc_.set_meminfo(64 * GIB, 20 * GIB);
+    let mut s = 1;
+    wait_until("the worker stuck in the advice", || {
+        let _ = std::fs::read(&file);
+        h.core.poll(Duration::from_secs(s), Trigger::Tick);
+        s += 1;
+        stuck.entered.load(Ordering::SeqCst)
+    });
+    // The main loop goes on: polls return, status answers, rounds are skipped.
+    let polls = h.core.status_json()["polls"].as_u64().unwrap();
+    for _ in 0..5 {
+        h.core.poll(Duration::from_secs(s), Trigger::Tick);
+        s += 1;
+    }
+    assert_eq!(h.core.status_json()["polls"].as_u64().unwrap(), polls + 5);
+    assert_eq!(
+        h.core.status_json()["counters"]["file_cache_dropped_bytes"],
+        0
+    );
+    assert!(
+        h.core.status_json()["counters"]["file_advice_rounds_skipped"]
+            .as_u64()
+            .unwrap()
+            >= 5
+    );
+    stuck.release.store(true, Ordering::SeqCst);
+    wait_until("the round's outcome recorded", || {
+        h.core.poll(Duration::from_secs(s), Trigger::Tick);
+        s += 1;
+        h.core.status_json()["counters"]["file_cache_dropped_bytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    });
 }
 
 #[test]

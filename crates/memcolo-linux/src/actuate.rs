@@ -6,18 +6,19 @@
 //!   delivered as signals.
 //! - `kill`: M3's last resort above the top of memory (M3 §5.1).
 //! - `drop_file_cache`: Hermes' advice to drop a best-effort job's file cache
-//!   (Hermes §3.3).
+//!   (Hermes §3.3), on a [`CachedFile`] the agent reached without a path walk (never
+//!   on a path a tenant controls: see [`crate::filecache`]).
 //! - `reclaim_process`: `process_madvise(MADV_COLD|MADV_PAGEOUT)` on a process's
 //!   memory (Hermit's asynchronous reclaim; M3 §5 reclaiming best-effort memory).
 
 use crate::error::{Error, Result};
-use crate::filecache;
+use crate::filecache::CachedFile;
 use crate::identity::ProvenProcess;
 use crate::pidfd;
 use crate::procfs::ProcFs;
 use crate::reclaim::{self, ReclaimAdvice, VmaKind};
 use memcolo_policy::types::Pid;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// One side effect, as recorded by [`RecordingActuator`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,8 +31,11 @@ pub enum ActuatorCall {
         pid: Pid,
         reason: String,
     },
+    /// The file's descriptive path (not opened) and identity.
     DropFileCache {
         path: PathBuf,
+        dev: u64,
+        ino: u64,
     },
     ReclaimProcess {
         pid: Pid,
@@ -48,9 +52,11 @@ pub trait Actuator: Send {
     /// Kills process `p` with `SIGKILL` through its pidfd; `reason` is logged. The
     /// caller re-verified `p` just before.
     fn kill(&mut self, p: &ProvenProcess, reason: &str) -> Result<()>;
-    /// Drops the clean page cache of `path`; returns the bytes dropped (resident
-    /// before minus resident after, 0 if it grew meanwhile).
-    fn drop_file_cache(&mut self, path: &Path) -> Result<u64>;
+    /// Drops the clean page cache of `file` (`posix_fadvise(POSIX_FADV_DONTNEED)` on
+    /// the agent's own descriptor of it); returns the bytes dropped (resident before
+    /// minus resident after, 0 if it grew meanwhile). May block as long as the file's
+    /// file system does: call it off the main loop.
+    fn drop_file_cache(&mut self, file: &CachedFile) -> Result<u64>;
     /// Advises process `pid`'s memory of `kind` with `advice` (`process_madvise(2)`);
     /// returns the bytes of address space advised. The default refuses with
     /// [`Error::Unsupported`].
@@ -78,12 +84,12 @@ impl Actuator for LinuxActuator {
         pidfd::pidfd_send_signal(p.pidfd(), libc::SIGKILL)
     }
 
-    fn drop_file_cache(&mut self, path: &Path) -> Result<u64> {
-        let before = filecache::resident_bytes(path)?;
-        filecache::fadvise_dontneed(path)?;
-        let after = filecache::resident_bytes(path)?;
+    fn drop_file_cache(&mut self, file: &CachedFile) -> Result<u64> {
+        let before = file.resident_bytes()?;
+        file.fadvise_dontneed()?;
+        let after = file.resident_bytes()?;
         let dropped = before.saturating_sub(after);
-        tracing::debug!(path = %path.display(), before, after, dropped, "dropped file cache");
+        tracing::debug!(path = %file.path().display(), ?file, before, after, dropped, "dropped file cache");
         Ok(dropped)
     }
 
@@ -118,9 +124,12 @@ impl Actuator for RecordingActuator {
         Ok(())
     }
 
-    fn drop_file_cache(&mut self, path: &Path) -> Result<u64> {
+    fn drop_file_cache(&mut self, file: &CachedFile) -> Result<u64> {
+        let (dev, ino) = file.id();
         self.calls.push(ActuatorCall::DropFileCache {
-            path: path.to_path_buf(),
+            path: file.path().to_path_buf(),
+            dev,
+            ino,
         });
         Ok(self.drop_result_bytes)
     }
@@ -139,8 +148,8 @@ impl<A: Actuator + ?Sized> Actuator for Box<A> {
     fn kill(&mut self, p: &ProvenProcess, reason: &str) -> Result<()> {
         (**self).kill(p, reason)
     }
-    fn drop_file_cache(&mut self, path: &Path) -> Result<u64> {
-        (**self).drop_file_cache(path)
+    fn drop_file_cache(&mut self, file: &CachedFile) -> Result<u64> {
+        (**self).drop_file_cache(file)
     }
     fn reclaim_process(&mut self, pid: Pid, advice: ReclaimAdvice, kind: VmaKind) -> Result<u64> {
         (**self).reclaim_process(pid, advice, kind)
@@ -164,9 +173,14 @@ mod tests {
             drop_result_bytes: 4096,
             ..Default::default()
         };
+        let dir = tempfile::tempdir().unwrap();
+        let x = dir.path().join("x");
+        std::fs::write(&x, b"data").unwrap();
+        let file = CachedFile::from_file(std::fs::File::open(&x).unwrap(), &x).unwrap();
+        let (dev, ino) = file.id();
         let p = me();
         a.signal(&p, 0).unwrap();
-        assert_eq!(a.drop_file_cache(Path::new("/data/x")).unwrap(), 4096);
+        assert_eq!(a.drop_file_cache(&file).unwrap(), 4096);
         a.kill(&p, "above top").unwrap();
         a.reclaim_process(12, ReclaimAdvice::Pageout, VmaKind::File)
             .unwrap();
@@ -177,9 +191,7 @@ mod tests {
                     pid: p.pid(),
                     sig: 0
                 },
-                ActuatorCall::DropFileCache {
-                    path: "/data/x".into()
-                },
+                ActuatorCall::DropFileCache { path: x, dev, ino },
                 ActuatorCall::Kill {
                     pid: p.pid(),
                     reason: "above top".into()

@@ -346,6 +346,10 @@ impl ProcFs {
     /// sockets, pipes, anonymous inodes, deleted files, anything that is not a regular
     /// file, and paths under `/dev`, `/proc` and `/sys`.
     ///
+    /// The paths are descriptive: a process controls what its files' paths lead to
+    /// (a FIFO, a symlink, a bind mount in its own namespaces), so never open them
+    /// on its behalf; reach its files with [`crate::filecache::ProcessFiles`].
+    ///
     /// Errors: when the process has exited before its `fd/` directory or its `maps`
     /// could be opened, an error for which [`Error::is_not_found`] is true. An fd closed
     /// while the walk runs is skipped. Reading another user's process needs

@@ -14,7 +14,7 @@ use memcolo_linux::events::{
     psi_trigger, read_eventfd, v1_pressure_level_eventfd, v1_usage_threshold_eventfd,
     wait_for_event,
 };
-use memcolo_linux::filecache::{cache_stat, fadvise_dontneed, resident_bytes};
+use memcolo_linux::filecache::{cache_stat, fadvise_dontneed, resident_bytes, CachedFile};
 use memcolo_linux::identity::Prover;
 use memcolo_linux::pidfd::{pidfd_exited, pidfd_open, pidfd_send_signal};
 use memcolo_linux::procfs::ProcFs;
@@ -229,7 +229,8 @@ fn file_cache_residency_and_dontneed() {
         .read_to_end(&mut Vec::new())
         .unwrap();
     let cached = resident_bytes(&path).unwrap();
-    let dropped = LinuxActuator.drop_file_cache(&path).unwrap();
+    let file = CachedFile::from_file(File::open(&path).unwrap(), &path).unwrap();
+    let dropped = LinuxActuator.drop_file_cache(&file).unwrap();
     assert!(dropped > cached / 2, "dropped {dropped} of {cached}");
     assert!(dropped <= cached);
 }

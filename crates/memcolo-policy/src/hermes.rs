@@ -10,8 +10,9 @@
 //!
 //! memcolo states the threshold in bytes of used memory rather than as a percentage,
 //! and the caller (the agent) does the I/O: it lists each BE process's open and mapped
-//! files with their resident page-cache bytes (e.g. from `/proc/<pid>/maps`, `fd/` and
-//! `mincore`/`cachestat`), calls [`plan_advice`], and issues the advice.
+//! files with their resident page-cache bytes (through descriptors it holds, never by
+//! opening a path: see `memcolo_linux::filecache`), calls [`plan_advice`], and issues
+//! the advice on the descriptor of the planned `dev`/`ino`.
 //!
 //! # Rules
 //! - **H1** — nothing is advised while `used_bytes <= adv_thr_bytes`.
@@ -35,7 +36,8 @@ pub struct FileCache {
     pub dev: u64,
     /// Inode number (`st_ino`).
     pub ino: u64,
-    /// A path to the file, for logs and for opening it to advise.
+    /// A path to the file, for logs only (a tenant may rename or replace it: the
+    /// caller advises by `dev`/`ino`, on a descriptor it already holds).
     pub path: String,
     /// Bytes of the file resident in the page cache.
     pub resident_bytes: u64,
@@ -46,12 +48,11 @@ pub struct FileCache {
 /// One `posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)` to issue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Advice {
-    /// Device number of the file (`st_dev`); the caller checks it after opening
-    /// `path`, so a renamed or replaced file is not advised by mistake.
+    /// Device number of the file (`st_dev`): with `ino`, the file to advise.
     pub dev: u64,
-    /// Inode number (`st_ino`), checked like `dev`.
+    /// Inode number (`st_ino`).
     pub ino: u64,
-    /// Path to open.
+    /// The file's path from [`FileCache::path`], for logs only.
     pub path: String,
     /// Bytes the advice is expected to free: the file's resident page cache.
     pub expected_bytes: u64,
