@@ -48,7 +48,7 @@ pub fn stats_path(socket: &Path, pid: Pid) -> PathBuf {
 
 /// Reads and checks the stats file of `pid` (see the module docs for the checks).
 pub fn read_stats_file(path: &Path, pid: Pid, procfs: &ProcFs) -> Result<Value> {
-    let text = match std::fs::read_to_string(path) {
+    let (text, owner) = match read_tenant_file(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
             "no allocator stats for pid {pid} at {}: libmemcolo publishes them while the \
@@ -81,9 +81,6 @@ pub fn read_stats_file(path: &Path, pid: Pid, procfs: &ProcFs) -> Result<Value> 
             path.display()
         );
     }
-    let owner = std::fs::metadata(path)
-        .with_context(|| format!("{}", path.display()))?
-        .uid();
     let proc_uid = procfs.read_pid_status(pid)?.uid;
     if owner != 0 && owner != proc_uid {
         bail!(
@@ -92,6 +89,38 @@ pub fn read_stats_file(path: &Path, pid: Pid, procfs: &ProcFs) -> Result<Value> 
         );
     }
     Ok(v)
+}
+
+/// The largest stats file read (a real one is about 2 KiB).
+const MAX_STATS_FILE_BYTES: u64 = 64 * 1024;
+
+/// Reads a file a tenant wrote (this command may run as root): opened without
+/// following a symbolic link and without blocking (a FIFO put there is refused, not
+/// waited on), a regular file of at most [`MAX_STATS_FILE_BYTES`]; returns its text
+/// and its owner, both from the one open descriptor.
+fn read_tenant_file(path: &Path) -> std::io::Result<(String, u32)> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > MAX_STATS_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} bytes, over the {MAX_STATS_FILE_BYTES}-byte bound", meta.len()),
+        ));
+    }
+    let mut text = String::new();
+    f.take(MAX_STATS_FILE_BYTES).read_to_string(&mut text)?;
+    Ok((text, meta.uid()))
 }
 
 fn now_unix_ms() -> u64 {
@@ -346,6 +375,27 @@ mod tests {
         // garbage
         std::fs::write(&f, "{\"v\":1,").unwrap();
         assert!(read_stats_file(&f, 77, &procfs).is_err());
+    }
+
+    #[test]
+    fn a_fifo_or_symlink_planted_at_the_path_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc_root = dir.path().join("proc");
+        fake_proc(&proc_root, 42, 777, 0);
+        let procfs = ProcFs::new(&proc_root);
+        // A symlink to a file root may read and the tenant may not.
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, file_text(42, 777)).unwrap();
+        let link = dir.path().join("42.json");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let e = read_stats_file(&link, 42, &procfs).unwrap_err();
+        assert!(format!("{e:#}").contains("42.json"), "{e:#}");
+        // A FIFO: refused at once (a blocking open would wait for a writer forever).
+        let fifo = dir.path().join("43.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        fake_proc(&proc_root, 43, 777, 0);
+        let e = read_stats_file(&fifo, 43, &procfs).unwrap_err();
+        assert!(format!("{e:#}").contains("not a regular file"), "{e:#}");
     }
 
     #[test]

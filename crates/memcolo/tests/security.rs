@@ -249,7 +249,8 @@ os.execv("/usr/bin/sleep", ["sleep", "600"])
 struct Scratch(PathBuf);
 
 impl Scratch {
-    fn new(limit_bytes: u64) -> Scratch {
+    /// `name` tells apart the groups of tests running at once.
+    fn new(name: &str, limit_bytes: u64) -> Scratch {
         let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let rel = text
             .lines()
@@ -262,7 +263,7 @@ impl Scratch {
             })
             .expect("this test needs the cgroup v1 memory controller");
         let own = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
-        let path = own.join(format!("memcolo-security-{}", std::process::id()));
+        let path = own.join(format!("memcolo-security-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&path).unwrap();
         std::fs::write(path.join("memory.limit_in_bytes"), limit_bytes.to_string()).unwrap();
         Scratch(path)
@@ -301,7 +302,7 @@ fn rmdir_tree(p: &Path) {
 fn a_be_registration_never_kills_a_set_user_id_program() {
     require_root();
     const MIB: u64 = 1 << 20;
-    let scratch = Scratch::new(256 * MIB);
+    let scratch = Scratch::new("kill", 256 * MIB);
     // Top of memory at 16 MiB of a scope that a 48 MiB holder keeps above it: after
     // 1 s the M3 monitor kills registered BE processes (rule R5).
     let agent = Agent::start(&format!(
@@ -473,7 +474,7 @@ fn one_user_holding_connections_locks_out_neither_root_nor_another_user() {
 #[test]
 fn a_user_makes_cgroups_only_below_its_own_group_with_plain_names_and_few_of_them() {
     require_root();
-    let scratch = Scratch::new(256 << 20);
+    let scratch = Scratch::new("cgroup", 256 << 20);
     let agent = Agent::start(&format!(
         "scope = \"cgroup:{}\"\n[limits]\ncgroups_per_uid = 2\n[hermes]\nenabled = false\n",
         scratch.0.display()
