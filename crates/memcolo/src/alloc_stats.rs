@@ -115,7 +115,10 @@ fn read_tenant_file(path: &Path) -> std::io::Result<(String, u32)> {
     if meta.len() > MAX_STATS_FILE_BYTES {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("{} bytes, over the {MAX_STATS_FILE_BYTES}-byte bound", meta.len()),
+            format!(
+                "{} bytes, over the {MAX_STATS_FILE_BYTES}-byte bound",
+                meta.len()
+            ),
         ));
     }
     let mut text = String::new();
