@@ -5,6 +5,12 @@
 //! afterwards. Anonymous pages need swap: the tests add a small zram swap device of
 //! their own (`/sys/class/zram-control/hot_add`) and remove it afterwards. They skip,
 //! saying why, without root or a cgroup v1 memory controller.
+//!
+//! The attacks at the end run a BE tenant as uid 61500-61502 and fail (not skip)
+//! without root: a target's pid reused by a root process (forced with
+//! `/proc/sys/kernel/ns_last_pid`) is not paged out; a FIFO swapped over a BE job's
+//! descriptor does not block a file-first batch; a root-owned file a BE job holds
+//! keeps its page cache while the job's own file is dropped.
 
 mod common;
 
