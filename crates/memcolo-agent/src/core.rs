@@ -1101,7 +1101,15 @@ impl Core {
                 inputs.lc_pids.extend(procs.tree(e.pid));
                 inputs.lc_pids.insert(e.pid);
             }
-            inputs.targets.push((e.pid, e.class));
+            // A target is the registered process's proof, never its bare pid: the
+            // workers act through its pidfd after re-verifying it, so a pid reused
+            // after this poll is never reached.
+            if let Some(p) = self.proven.get(&e.pid) {
+                inputs.targets.push(crate::reclaim::ReclaimTarget {
+                    process: p.clone(),
+                    class: e.class,
+                });
+            }
         }
         link.publish(inputs);
     }
@@ -1386,7 +1394,7 @@ impl Core {
 
 /// Whether a process runs as the same user as a registered job: the same real and
 /// effective uid and gid, and no capability the job did not have.
-fn same_user(c: &Credentials, job: &Credentials) -> bool {
+pub(crate) fn same_user(c: &Credentials, job: &Credentials) -> bool {
     c.ruid() == job.ruid()
         && c.euid() == job.euid()
         && c.gids[0] == job.gids[0]

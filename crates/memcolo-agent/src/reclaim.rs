@@ -11,8 +11,17 @@
 //! limit step — see [`memcolo_linux::reclaim::reclaim_cgroup`]); otherwise through
 //! batched `process_madvise(MADV_PAGEOUT)` over the process's address space.
 //!
-//! Faults: a target that exits, is refused (`EPERM`) or whose cgroup vanishes is
-//! dropped and logged once with the cause; swap nearly full stops all reclaim; a v1
+//! Identity: a target is the registered process's proof ([`ProvenProcess`]: pidfd,
+//! start time and credentials the core saw), never a bare pid. Every batch
+//! re-verifies it first and acts through its pidfd; a target's cgroup is read
+//! through it (`/proc/PID/cgroup`, then the pidfd checked alive); its files are
+//! reached only through [`ProcessFiles`] (no path opened, only regular files its
+//! uid owns). In a target's cgroup, only processes running as the registered job's
+//! user (same real and effective uid and gid, no extra capability) have their files
+//! dropped, as only they are killed with the job.
+//!
+//! Faults: a target that exits, changes credentials, is refused (`EPERM`) or whose
+//! cgroup vanishes is dropped and logged once with the cause; swap nearly full stops all reclaim; a v1
 //! limit step that the agent did not live to undo is undone at the next start from
 //! the journal in `state_dir` (`reclaim-step-<worker>.json`).
 //!
@@ -29,10 +38,12 @@ pub mod turnaround;
 use crate::config::AgentConfig;
 use crate::metrics::Metrics;
 use memcolo_linux::cgroup::{CgroupVersion, Limit, MemoryCgroup};
+use memcolo_linux::filecache::ProcessFiles;
+use memcolo_linux::identity::ProvenProcess;
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::reclaim::{
-    drop_file_cache, reclaim_cgroup, reclaim_cgroup_file_first, BatchOutcome, FileId,
-    PageoutCursor, VmaKind,
+    drop_file_cache, group_processes, reclaim_cgroup, reclaim_cgroup_file_first, BatchOutcome,
+    FileId, PageoutCursor, VmaKind,
 };
 use memcolo_linux::scope::Scope;
 use memcolo_policy::hermit::{
@@ -40,7 +51,7 @@ use memcolo_policy::hermit::{
 };
 use memcolo_policy::{Class, Pid};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -53,11 +64,25 @@ use turnaround::{
 /// Resident pages each target's [`EvictionWatch`] holds around a batch.
 const WATCH_PAGES: usize = 64;
 
+/// A registered process whose memory may be reclaimed: its proof (the pidfd, start
+/// time and credentials the core registered) and class.
+#[derive(Clone, Debug)]
+pub struct ReclaimTarget {
+    pub process: Arc<ProvenProcess>,
+    pub class: Class,
+}
+
+impl ReclaimTarget {
+    pub fn pid(&self) -> Pid {
+        self.process.pid()
+    }
+}
+
 /// What the core hands the reclaim service every poll.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct ReclaimInputs {
-    /// Registered processes (tree roots) whose memory may be reclaimed, with class.
-    pub targets: Vec<(Pid, Class)>,
+    /// Registered processes (tree roots) whose memory may be reclaimed.
+    pub targets: Vec<ReclaimTarget>,
     /// Every process of every LC tree: their memory is never reclaimed (unless
     /// allowed), and a cgroup holding one is never stepped.
     pub lc_pids: BTreeSet<Pid>,
@@ -68,7 +93,9 @@ pub struct ReclaimInputs {
 /// One target of the worker pool.
 #[derive(Debug)]
 enum Mechanism {
-    Cgroup(MemoryCgroup),
+    /// A cgroup, and the registered processes it was chosen for (empty for a group
+    /// named in `reclaim.cgroups`): only their user's processes' files are dropped.
+    Cgroup(MemoryCgroup, Vec<Arc<ProvenProcess>>),
     Process(PageoutCursor),
 }
 
@@ -84,7 +111,7 @@ struct Slot {
 impl Slot {
     fn mechanism_name(&self) -> &'static str {
         match self.mech {
-            Mechanism::Cgroup(_) => "cgroup",
+            Mechanism::Cgroup(..) => "cgroup",
             Mechanism::Process(_) => "process_madvise",
         }
     }
@@ -241,6 +268,9 @@ struct Shared {
     /// Pages workers saw their batches evict, with the batch's end, for the
     /// controller's turnaround sampler; at most `evicted_cap` wait.
     evicted: Mutex<Vec<(Pid, u64, Instant)>>,
+    /// The pagemap each of those pages is followed in, bound by a worker to the
+    /// proven process it evicted them from.
+    evicted_pagemaps: Mutex<HashMap<Pid, Arc<std::fs::File>>>,
     evicted_cap: usize,
     /// Evicted pages turned away because the queue was full, and the workers' CPU
     /// time spent watching pages, since the controller last took them.
@@ -387,6 +417,7 @@ impl ReclaimService {
             logged: Mutex::new(HashSet::new()),
             errors: Mutex::new(0),
             evicted: Mutex::new(Vec::new()),
+            evicted_pagemaps: Mutex::new(HashMap::new()),
             evicted_cap: cfg.reclaim.turnaround_samples,
             evicted_overflow: Mutex::new(0),
             watch_cpu: Mutex::new(Duration::ZERO),
@@ -493,7 +524,10 @@ fn worker(
             (slot, batch, i, file_first.then(|| p.protected.clone()))
         };
         let w0 = thread_cpu();
-        let pids = slot.watch.as_ref().map(|_| slot_pids(&slot));
+        let pids = slot
+            .watch
+            .as_ref()
+            .map(|_| slot_pids(&slot, &procfs, &mut pages));
         if let (Some(w), Some(pids)) = (slot.watch.as_mut(), &pids) {
             w.arm(&mut pages, pids, &mut rng, Instant::now());
         }
@@ -507,7 +541,7 @@ fn worker(
             let w1 = thread_cpu();
             let evicted = w.evicted(&mut pages);
             pages.retain(&|p| pids.contains(&p));
-            hand_over(&sh, &evicted, end);
+            hand_over(&sh, &evicted, end, &pages);
             *sh.watch_cpu.lock().unwrap() +=
                 thread_cpu().saturating_sub(w1) + c0.saturating_sub(w0);
         }
@@ -543,18 +577,28 @@ fn worker(
     }
 }
 
-/// The processes whose pages a batch on `slot` may evict: the cursor's process, or
-/// every process of the cgroup (none when it cannot be read).
-fn slot_pids(slot: &Slot) -> Vec<Pid> {
+/// The processes whose pages a batch on `slot` may evict, each bound into `pages`
+/// through its proof (the pagemap read is then that process's): the cursor's
+/// process, or every process of the cgroup (none when it cannot be read).
+fn slot_pids(slot: &Slot, procfs: &ProcFs, pages: &mut ProcPages) -> Vec<Pid> {
     match &slot.mech {
-        Mechanism::Process(c) => vec![c.pid()],
-        Mechanism::Cgroup(cg) => cg.read_procs_recursive().unwrap_or_default(),
+        Mechanism::Process(c) => {
+            pages.bind(c.process());
+            vec![c.pid()]
+        }
+        Mechanism::Cgroup(cg, _) => group_processes(cg, procfs)
+            .unwrap_or_default()
+            .iter()
+            .filter(|p| pages.bind(p.process()))
+            .map(|p| p.pid())
+            .collect(),
     }
 }
 
 /// Queues pages a batch evicted at `at` for the controller's sampler; beyond the
 /// queue's bound they are counted and dropped.
-fn hand_over(sh: &Shared, evicted: &[(Pid, u64)], at: Instant) {
+/// The pagemaps of their processes go along (the controller reads only those).
+fn hand_over(sh: &Shared, evicted: &[(Pid, u64)], at: Instant, pages: &ProcPages) {
     if evicted.is_empty() {
         return;
     }
@@ -562,6 +606,13 @@ fn hand_over(sh: &Shared, evicted: &[(Pid, u64)], at: Instant) {
     let room = sh.evicted_cap.saturating_sub(q.len()).min(evicted.len());
     q.extend(evicted[..room].iter().map(|&(pid, addr)| (pid, addr, at)));
     drop(q);
+    let mut bound = sh.evicted_pagemaps.lock().unwrap();
+    for &(pid, _) in &evicted[..room] {
+        if let Some(f) = pages.pagemap(pid) {
+            bound.insert(pid, f);
+        }
+    }
+    drop(bound);
     if room < evicted.len() {
         *sh.evicted_overflow.lock().unwrap() += (evicted.len() - room) as u64;
     }
@@ -570,7 +621,8 @@ fn hand_over(sh: &Shared, evicted: &[(Pid, u64)], at: Instant) {
 /// One batch on `slot`. With `files_first` (the files LC processes hold, never
 /// dropped), the target's clean page cache goes first, lowest file offset first
 /// ([`drop_file_cache`]), and the cgroup's LRU or the pageout hand only make up the
-/// rest.
+/// rest. The target's registered processes are re-verified first: one that exited
+/// or changed credentials ends the target (not found, or `EPERM`).
 fn run_batch(
     slot: &mut Slot,
     procfs: &ProcFs,
@@ -578,14 +630,40 @@ fn run_batch(
     files_first: Option<&HashSet<FileId>>,
     journal: &Path,
 ) -> memcolo_linux::Result<BatchOutcome> {
-    let reclaim_cgroup = |cg: &MemoryCgroup, bytes: u64| match files_first {
-        Some(protected) => reclaim_cgroup_file_first(cg, procfs, bytes, protected),
-        None => reclaim_cgroup(cg, bytes),
-    };
+    if let Mechanism::Cgroup(_, jobs) = &mut slot.mech {
+        if !jobs.is_empty() {
+            let mut last = None;
+            jobs.retain(|p| match p.verify(procfs) {
+                Ok(()) => true,
+                Err(e) => {
+                    last = Some(e);
+                    false
+                }
+            });
+            if let (true, Some(e)) = (jobs.is_empty(), last) {
+                return Err(ProvenProcess::into_error(e));
+            }
+        }
+    }
+    let reclaim_cgroup =
+        |cg: &MemoryCgroup, jobs: &[Arc<ProvenProcess>], bytes: u64| match files_first {
+            Some(protected) => {
+                let members = group_members(cg, jobs, procfs)?;
+                reclaim_cgroup_file_first(cg, &members, bytes, protected)
+            }
+            None => reclaim_cgroup(cg, bytes),
+        };
     if let (Some(protected), Mechanism::Process(c)) = (files_first, &mut slot.mech) {
-        let dropped = match drop_file_cache(procfs, &[c.pid()], batch, protected) {
+        c.process()
+            .verify(procfs)
+            .map_err(ProvenProcess::into_error)?;
+        let files = ProcessFiles::of_proven(procfs, c.process().try_clone()?, None);
+        let dropped = match files.and_then(|f| drop_file_cache(&[f], batch, protected)) {
             Ok(r) => r.dropped_bytes,
             Err(memcolo_linux::Error::Unsupported { .. }) => 0,
+            // Its uids are not one uid (a set-user-ID program): no files of its own,
+            // its memory is still reclaimed.
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => 0,
             Err(e) => return Err(e),
         };
         let rest = if dropped < batch {
@@ -599,7 +677,7 @@ fn run_batch(
         });
     }
     match &mut slot.mech {
-        Mechanism::Cgroup(cg) => {
+        Mechanism::Cgroup(cg, jobs) => {
             if cg.version() == CgroupVersion::V1 {
                 // Journal the limit so a restart can undo a step we die in.
                 let limit = cg.read_limit()?.bytes();
@@ -608,17 +686,36 @@ fn run_batch(
                     limit,
                 };
                 let _ = std::fs::write(journal, serde_json::to_vec(&j).unwrap_or_default());
-                let r = reclaim_cgroup(cg, batch);
+                let r = reclaim_cgroup(cg, jobs, batch);
                 if r.is_ok() {
                     let _ = std::fs::remove_file(journal);
                 }
                 r
             } else {
-                reclaim_cgroup(cg, batch)
+                reclaim_cgroup(cg, jobs, batch)
             }
         }
         Mechanism::Process(c) => c.pageout(procfs, batch),
     }
+}
+
+/// The processes of `cg` whose own files a batch may drop: with `jobs` (the
+/// registered processes the group is reclaimed for), those running as one of their
+/// users ([`crate::core::same_user`], the rule for killing a job's descendants);
+/// without (a group the configuration names), every process of the group.
+fn group_members(
+    cg: &MemoryCgroup,
+    jobs: &[Arc<ProvenProcess>],
+    procfs: &ProcFs,
+) -> memcolo_linux::Result<Vec<ProcessFiles>> {
+    let mut members = group_processes(cg, procfs)?;
+    if !jobs.is_empty() {
+        members.retain(|m| {
+            jobs.iter()
+                .any(|j| crate::core::same_user(m.process().credentials(), j.credentials()))
+        });
+    }
+    Ok(members)
 }
 
 /// The controller: senses, decides, and sizes the pool.
@@ -728,9 +825,23 @@ impl Controller {
         p.remaining = 0;
     }
 
-    /// Memory cgroup of `pid`, when it is a real group (not the root).
+    /// Memory cgroup of `pid`, when it is a real group (not the root). Read by pid:
+    /// only for the LC processes a group must not hold (a wrong answer only spares a
+    /// group); a target's group is [`Controller::cgroup_of_target`].
     fn cgroup_of(&self, pid: Pid) -> Option<MemoryCgroup> {
         let lines = self.procfs.read_pid_cgroup(pid).ok()?;
+        self.memory_group(&lines)
+    }
+
+    /// Memory cgroup of the proven process `p`: `/proc/PID/cgroup` read by pid, then
+    /// `p` verified (alive, same credentials), which proves the file was its own.
+    fn cgroup_of_target(&self, p: &ProvenProcess) -> Option<MemoryCgroup> {
+        let lines = self.procfs.read_pid_cgroup(p.pid()).ok()?;
+        p.verify(&self.procfs).ok()?;
+        self.memory_group(&lines)
+    }
+
+    fn memory_group(&self, lines: &[memcolo_linux::procfs::CgroupLine]) -> Option<MemoryCgroup> {
         let mount = self.memory_mount.as_ref()?;
         let v1 = lines
             .iter()
@@ -788,16 +899,21 @@ impl Controller {
                 .is_none_or(|s| path.starts_with(s) && path != s.as_path());
             inside && (rc.allow_lc || !lc_groups.iter().any(|l| l.starts_with(path)))
         };
-        let mut wanted: BTreeMap<String, (Class, Option<MemoryCgroup>, Option<Pid>)> =
-            BTreeMap::new();
-        let mut order: Vec<(Pid, Class)> = self.inputs.targets.clone();
+        type Wanted = (
+            Class,
+            Option<(MemoryCgroup, Vec<Arc<ProvenProcess>>)>,
+            Option<Arc<ProvenProcess>>,
+        );
+        let mut wanted: BTreeMap<String, Wanted> = BTreeMap::new();
+        let mut order: Vec<ReclaimTarget> = self.inputs.targets.clone();
         // BE before elastic before LC.
-        order.sort_by_key(|&(_, c)| match c {
+        order.sort_by_key(|t| match t.class {
             Class::Be => 0,
             Class::Elastic => 1,
             Class::Lc => 2,
         });
-        for (pid, class) in order {
+        for ReclaimTarget { process, class } in order {
+            let pid = process.pid();
             let allowed = match class {
                 Class::Be => true,
                 Class::Elastic => rc.include_elastic,
@@ -807,15 +923,19 @@ impl Controller {
                 continue;
             }
             let cg = if rc.mechanism != "process" {
-                self.cgroup_of(pid).filter(|c| steppable(c.path()))
+                self.cgroup_of_target(&process)
+                    .filter(|c| steppable(c.path()))
             } else {
                 None
             };
             match cg {
                 Some(cg) => {
-                    wanted
+                    let w = wanted
                         .entry(format!("cgroup:{}", cg.path().display()))
-                        .or_insert((class, Some(cg), None));
+                        .or_insert((class, Some((cg, Vec::new())), None));
+                    if let Some((_, jobs)) = &mut w.1 {
+                        jobs.push(process);
+                    }
                 }
                 None if rc.mechanism == "cgroup" => {
                     sh.log_once(format!("nocg:{pid}"), || {
@@ -823,7 +943,7 @@ impl Controller {
                     });
                 }
                 None => {
-                    wanted.insert(format!("pid:{pid}"), (class, None, Some(pid)));
+                    wanted.insert(format!("pid:{pid}"), (class, None, Some(process)));
                 }
             }
         }
@@ -832,7 +952,7 @@ impl Controller {
                 Ok(cg) if steppable(cg.path()) => {
                     wanted
                         .entry(format!("cgroup:{}", path.display()))
-                        .or_insert((Class::Be, Some(cg), None));
+                        .or_insert((Class::Be, Some((cg, Vec::new())), None));
                 }
                 Ok(_) => sh.log_once(format!("cgunsafe:{}", path.display()), || {
                     format!("reclaim: cgroup {} holds an LC process or is not inside the scope; not reclaiming it", path.display())
@@ -863,28 +983,22 @@ impl Controller {
             p.slots.retain(|s| s.is_some());
         }
         let mut reclaimable = 0u64;
-        for (id, (class, cg, pid)) in wanted {
-            if let Some(cg) = &cg {
+        for (id, (class, cg, proc_)) in wanted {
+            if let Some((cg, _)) = &cg {
                 reclaimable += cg.read_usage_bytes().unwrap_or(0);
-            } else if let Some(pid) = pid {
+            } else if let Some(p) = &proc_ {
                 reclaimable += self
                     .procfs
-                    .read_pid_stat(pid)
+                    .read_pid_stat(p.pid())
                     .map(|s| s.rss_pages * self.page_size)
                     .unwrap_or(0);
             }
             if have.contains(&id) || dead.contains(&id) {
                 continue;
             }
-            let mech = match (cg, pid) {
-                (Some(cg), _) => Mechanism::Cgroup(cg),
-                (None, Some(pid)) => match PageoutCursor::open(pid, VmaKind::All) {
-                    Ok(c) => Mechanism::Process(c),
-                    Err(e) => {
-                        sh.log_once(format!("{id}:open"), || format!("reclaim target {id}: {e}"));
-                        continue;
-                    }
-                },
+            let mech = match (cg, proc_) {
+                (Some((cg, jobs)), _) => Mechanism::Cgroup(cg, jobs),
+                (None, Some(p)) => Mechanism::Process(PageoutCursor::new(p, VmaKind::All)),
                 (None, None) => continue,
             };
             let watch = self
@@ -900,8 +1014,8 @@ impl Controller {
         }
         self.reclaimable = reclaimable;
         let mut target_cpus = BTreeSet::new();
-        for &(pid, _) in &self.inputs.targets {
-            if let Some(c) = affinity_of(pid) {
+        for t in &self.inputs.targets {
+            if let Some(c) = affinity_of(t.pid()) {
                 target_cpus.extend(c);
             }
         }
@@ -1014,6 +1128,9 @@ impl Controller {
         };
         let c0 = thread_cpu();
         let queued = std::mem::take(&mut *sh.evicted.lock().unwrap());
+        for (pid, f) in std::mem::take(&mut *sh.evicted_pagemaps.lock().unwrap()) {
+            self.pages.adopt(pid, f);
+        }
         let overflow = std::mem::take(&mut *sh.evicted_overflow.lock().unwrap());
         self.sample_cpu += std::mem::take(&mut *sh.watch_cpu.lock().unwrap());
         let mut i = 0;

@@ -28,13 +28,17 @@ fn a_paged_out_page_touched_again_is_recorded_with_its_turnaround() {
     let procfs = ProcFs::root();
     let mut pages = ProcPages::new(procfs.clone());
     let mut rng = fastrand::Rng::with_seed(42);
+    let proven = std::sync::Arc::new(
+        memcolo_linux::identity::ProvenProcess::open(&procfs, pid, None).unwrap(),
+    );
+    assert!(pages.bind(&proven));
 
     // Watch 64 resident pages, then page the whole process out in one batch.
     let mut watch = EvictionWatch::new(64);
     watch.arm(&mut pages, &[pid], &mut rng, Instant::now());
     let watched = watch.len();
     assert!(watched >= 32, "only {watched} resident pages found");
-    let mut cursor = PageoutCursor::open(pid, VmaKind::Anon).unwrap();
+    let mut cursor = PageoutCursor::new(proven.clone(), VmaKind::Anon);
     let out = cursor.pageout(&procfs, 1 << 30).unwrap();
     let evicted_at = Instant::now();
     assert!(out.reclaimed_bytes >= 8 * MIB, "{out:?}");

@@ -57,13 +57,18 @@ pub trait Actuator: Send {
     /// minus resident after, 0 if it grew meanwhile). May block as long as the file's
     /// file system does: call it off the main loop.
     fn drop_file_cache(&mut self, file: &CachedFile) -> Result<u64>;
-    /// Advises process `pid`'s memory of `kind` with `advice` (`process_madvise(2)`);
-    /// returns the bytes of address space advised. The default refuses with
-    /// [`Error::Unsupported`].
-    fn reclaim_process(&mut self, pid: Pid, advice: ReclaimAdvice, kind: VmaKind) -> Result<u64> {
+    /// Advises process `p`'s memory of `kind` with `advice` (`process_madvise(2)`
+    /// through its pidfd, after re-verifying it); returns the bytes of address space
+    /// advised. The default refuses with [`Error::Unsupported`].
+    fn reclaim_process(
+        &mut self,
+        p: &ProvenProcess,
+        advice: ReclaimAdvice,
+        kind: VmaKind,
+    ) -> Result<u64> {
         let _ = (advice, kind);
         Err(Error::Unsupported {
-            what: format!("process reclaim of pid {pid} by this actuator"),
+            what: format!("process reclaim of pid {} by this actuator", p.pid()),
         })
     }
 }
@@ -93,9 +98,14 @@ impl Actuator for LinuxActuator {
         Ok(dropped)
     }
 
-    fn reclaim_process(&mut self, pid: Pid, advice: ReclaimAdvice, kind: VmaKind) -> Result<u64> {
-        let report = reclaim::reclaim_process(&ProcFs::root(), pid, advice, kind)?;
-        tracing::debug!(pid, ?advice, ?kind, ?report, "process reclaim");
+    fn reclaim_process(
+        &mut self,
+        p: &ProvenProcess,
+        advice: ReclaimAdvice,
+        kind: VmaKind,
+    ) -> Result<u64> {
+        let report = reclaim::reclaim_process(&ProcFs::root(), p, advice, kind)?;
+        tracing::debug!(pid = p.pid(), ?advice, ?kind, ?report, "process reclaim");
         Ok(report.advised_bytes)
     }
 }
@@ -134,9 +144,17 @@ impl Actuator for RecordingActuator {
         Ok(self.drop_result_bytes)
     }
 
-    fn reclaim_process(&mut self, pid: Pid, advice: ReclaimAdvice, kind: VmaKind) -> Result<u64> {
-        self.calls
-            .push(ActuatorCall::ReclaimProcess { pid, advice, kind });
+    fn reclaim_process(
+        &mut self,
+        p: &ProvenProcess,
+        advice: ReclaimAdvice,
+        kind: VmaKind,
+    ) -> Result<u64> {
+        self.calls.push(ActuatorCall::ReclaimProcess {
+            pid: p.pid(),
+            advice,
+            kind,
+        });
         Ok(self.reclaim_result_bytes)
     }
 }
@@ -151,8 +169,13 @@ impl<A: Actuator + ?Sized> Actuator for Box<A> {
     fn drop_file_cache(&mut self, file: &CachedFile) -> Result<u64> {
         (**self).drop_file_cache(file)
     }
-    fn reclaim_process(&mut self, pid: Pid, advice: ReclaimAdvice, kind: VmaKind) -> Result<u64> {
-        (**self).reclaim_process(pid, advice, kind)
+    fn reclaim_process(
+        &mut self,
+        p: &ProvenProcess,
+        advice: ReclaimAdvice,
+        kind: VmaKind,
+    ) -> Result<u64> {
+        (**self).reclaim_process(p, advice, kind)
     }
 }
 
@@ -182,7 +205,7 @@ mod tests {
         a.signal(&p, 0).unwrap();
         assert_eq!(a.drop_file_cache(&file).unwrap(), 4096);
         a.kill(&p, "above top").unwrap();
-        a.reclaim_process(12, ReclaimAdvice::Pageout, VmaKind::File)
+        a.reclaim_process(&p, ReclaimAdvice::Pageout, VmaKind::File)
             .unwrap();
         assert_eq!(
             a.calls,
@@ -197,7 +220,7 @@ mod tests {
                     reason: "above top".into()
                 },
                 ActuatorCall::ReclaimProcess {
-                    pid: 12,
+                    pid: p.pid(),
                     advice: ReclaimAdvice::Pageout,
                     kind: VmaKind::File
                 },

@@ -217,7 +217,7 @@ fn fadvise_dontneed_fd(file: &File, path: &Path) -> Result<()> {
 /// descriptive path.
 #[derive(Debug)]
 pub struct CachedFile {
-    file: File,
+    pub(crate) file: File,
     id: FileId,
     size_bytes: u64,
     path: PathBuf,
@@ -376,13 +376,27 @@ impl ProcessFiles {
             Err(IdentityError::Os(e)) => return Err(e),
             Err(e) => return Err(gone(e.to_string())),
         };
+        Self::of_proven(procfs, proc_, want.uid)
+    }
+
+    /// The files of a process already proven (a registered process's pidfd, say):
+    /// its real, effective, saved and filesystem uids must be one uid (and `uid` if
+    /// given), checked on the credentials of the proof. Errors as
+    /// [`ProcessFiles::open`].
+    pub fn of_proven(
+        procfs: &ProcFs,
+        proc_: ProvenProcess,
+        uid: Option<u32>,
+    ) -> Result<ProcessFiles> {
+        let pid = proc_.pid();
+        let want_uid = uid;
         let uids = proc_.credentials().uids;
         let uid = uids[0];
-        if !proc_.credentials().all_uids_are(uid) || want.uid.is_some_and(|w| w != uid) {
+        if !proc_.credentials().all_uids_are(uid) || want_uid.is_some_and(|w| w != uid) {
             return Err(Error::Syscall {
                 call: format!(
                     "pid {pid}: uids {uids:?}, expected one uid{}",
-                    want.uid.map(|u| format!(" = {u}")).unwrap_or_default()
+                    want_uid.map(|u| format!(" = {u}")).unwrap_or_default()
                 ),
                 source: io::Error::from_raw_os_error(libc::EPERM),
             });
@@ -476,6 +490,35 @@ impl ProcessFiles {
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         let mut skipped = SkippedFiles::default();
+        self.open_ones(&mut seen, &mut out, &mut skipped)?;
+        self.mapped_ones(&mut seen, &mut out, &mut skipped)?;
+        self.still_alive()?;
+        Ok((out, skipped))
+    }
+
+    /// [`ProcessFiles::owned_files`] without the mapped files: only those the process
+    /// holds open (`pidfd_getfd(2)`). For callers whose advice cannot drop mapped
+    /// pages anyway (`POSIX_FADV_DONTNEED` skips them). Errors as `owned_files`.
+    pub fn owned_open_files(&self) -> Result<(Vec<CachedFile>, SkippedFiles)> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        let mut skipped = SkippedFiles::default();
+        self.open_ones(&mut seen, &mut out, &mut skipped)?;
+        self.still_alive()?;
+        Ok((out, skipped))
+    }
+
+    /// The process's proof: pidfd, start time, credentials.
+    pub fn process(&self) -> &ProvenProcess {
+        &self.proc_
+    }
+
+    fn open_ones(
+        &self,
+        seen: &mut HashSet<FileId>,
+        out: &mut Vec<CachedFile>,
+        skipped: &mut SkippedFiles,
+    ) -> Result<()> {
         let (fd_dir, names, fd_path) = self.entries("fd")?;
         for n in names {
             let Ok(target_fd) = n.parse::<i32>() else {
@@ -509,8 +552,17 @@ impl ProcessFiles {
                 }
             };
             let path = readlink_at(&fd_dir, &n, &fd_path);
-            self.keep(file, path, &mut seen, &mut out, &mut skipped);
+            self.keep(file, path, seen, out, skipped);
         }
+        Ok(())
+    }
+
+    fn mapped_ones(
+        &self,
+        seen: &mut HashSet<FileId>,
+        out: &mut Vec<CachedFile>,
+        skipped: &mut SkippedFiles,
+    ) -> Result<()> {
         let (map_dir, names, _) = self.entries("map_files")?;
         for n in names {
             let opath = match openat(
@@ -557,10 +609,9 @@ impl ProcessFiles {
                 }
             };
             let path = readlink_at(&map_dir, &n, Path::new("map_files"));
-            self.keep(file, path, &mut seen, &mut out, &mut skipped);
+            self.keep(file, path, seen, out, skipped);
         }
-        self.still_alive()?;
-        Ok((out, skipped))
+        Ok(())
     }
 
     /// Keeps `file` if `fstat` on it says: a regular file owned by the process's uid,

@@ -289,6 +289,34 @@ impl ProvenProcess {
         self.pidfd.as_fd()
     }
 
+    /// A second proof of the same process: a duplicate of the pidfd with the same
+    /// start time and credentials (for a worker that needs its own).
+    pub fn try_clone(&self) -> Result<ProvenProcess> {
+        Ok(ProvenProcess {
+            pidfd: self.dup_pidfd()?,
+            pid: self.pid,
+            starttime_ticks: self.starttime_ticks,
+            creds: self.creds,
+        })
+    }
+
+    /// Converts an identity failure into the crate's error for callers that report
+    /// one: gone (exited) is `ESRCH` (not found), another start time or other
+    /// credentials `EPERM` (refused).
+    pub fn into_error(e: IdentityError) -> Error {
+        match e {
+            IdentityError::Os(e) => e,
+            IdentityError::Exited { pid } => Error::Syscall {
+                call: format!("pid {pid}: exited"),
+                source: io::Error::from_raw_os_error(libc::ESRCH),
+            },
+            other => Error::Syscall {
+                call: other.to_string(),
+                source: io::Error::from_raw_os_error(libc::EPERM),
+            },
+        }
+    }
+
     /// A second descriptor of the same pidfd (for an exit watcher).
     pub fn dup_pidfd(&self) -> Result<OwnedFd> {
         self.pidfd.try_clone().map_err(|source| Error::Syscall {

@@ -13,10 +13,26 @@
 //! [`drop_file_cache`] and [`reclaim_cgroup_file_first`] reclaim a BE job's clean page
 //! cache before anything else, lowest file offset first (see there for why that order
 //! keeps a looping scan's hits where the kernel's LRU loses all of them).
+//!
+//! # Acting only on the process meant
+//!
+//! The agent runs as root and a tenant picks when its processes exit, so a pid is
+//! never enough to act on: every action here goes through a [`ProvenProcess`] (a
+//! pidfd proved to be the registered process, with its start time and credentials),
+//! re-verified just before each batch ([`PageoutCursor::pageout`],
+//! [`reclaim_process`]). A process that exited, or now holds other credentials (a
+//! set-user-ID exec), fails the batch: not found (`ESRCH`) or refused (`EPERM`).
+//! `/proc/PID/maps` and `stat` are read by pid, then the pidfd is checked still alive,
+//! which proves they were that process's. Files are reached only through
+//! [`ProcessFiles`] (`pidfd_getfd(2)`, no path is opened, and only regular files the
+//! process's own uid owns), so a FIFO swapped over a descriptor is never opened and a
+//! root-owned file a BE job holds keeps its page cache.
 
 use crate::cgroup::{CgroupVersion, Limit, MemoryCgroup};
 use crate::error::{Error, Result};
-use crate::pidfd::pidfd_open;
+use crate::filecache::{CachedFile, ExpectedProcess, ProcessFiles};
+use crate::identity::ProvenProcess;
+use crate::pidfd::pidfd_exited;
 use crate::procfs::{MapsEntry, ProcFs};
 use memcolo_policy::types::Pid;
 use serde::Serialize;
@@ -24,9 +40,9 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::Path;
+use std::sync::Arc;
 
 /// The advice given to the target's pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -175,23 +191,55 @@ pub fn process_madvise(
     Ok((advised, skipped))
 }
 
-/// Advises every VMA of `kind` of process `pid` (read from `procfs`'s maps) with
-/// `advice`. Errors: not found when the process has exited; `EPERM` without
-/// `CAP_SYS_NICE`/ptrace access; `ENOSYS` before Linux 5.10.
-pub fn reclaim_process(
-    procfs: &ProcFs,
-    pid: Pid,
-    advice: ReclaimAdvice,
-    kind: VmaKind,
-) -> Result<ReclaimReport> {
-    let pidfd = pidfd_open(pid)?;
-    let vmas: Vec<Range<u64>> = procfs
-        .read_pid_maps(pid)?
+/// Re-verifies `p` ([`ProvenProcess::verify`]: alive, same credentials as proved).
+/// Errors: not found when it exited, `EPERM` when its credentials changed.
+fn verify(procfs: &ProcFs, p: &ProvenProcess) -> Result<()> {
+    p.verify(procfs).map_err(ProvenProcess::into_error)
+}
+
+/// `p`'s VMAs of `kind`, read by pid from `procfs` and proved to be its own (its pidfd
+/// still alive after the read). Errors: not found when it exited.
+fn vmas_of(procfs: &ProcFs, p: &ProvenProcess, kind: VmaKind) -> Result<Vec<Range<u64>>> {
+    let vmas = procfs
+        .read_pid_maps(p.pid())?
         .into_iter()
         .filter(|v| selected(v, kind))
         .map(|v| v.start..v.end)
         .collect();
-    let (advised_bytes, skipped_vmas) = process_madvise(pidfd.as_fd(), &vmas, advice)?;
+    still_alive(p)?;
+    Ok(vmas)
+}
+
+/// `p`'s RSS in bytes, read by pid and proved its own like [`vmas_of`].
+fn rss_of(procfs: &ProcFs, p: &ProvenProcess) -> Result<u64> {
+    let rss = procfs.read_pid_stat(p.pid())?.rss_pages * ProcFs::page_size();
+    still_alive(p)?;
+    Ok(rss)
+}
+
+fn still_alive(p: &ProvenProcess) -> Result<()> {
+    if pidfd_exited(p.pidfd())? {
+        return Err(Error::Syscall {
+            call: format!("pid {}: exited", p.pid()),
+            source: io::Error::from_raw_os_error(libc::ESRCH),
+        });
+    }
+    Ok(())
+}
+
+/// Advises every VMA of `kind` of process `p` (read from `procfs`'s maps) with
+/// `advice`, through its pidfd, after re-verifying it. Errors: not found when the
+/// process has exited; `EPERM` when its credentials changed since the proof, or
+/// without `CAP_SYS_NICE`/ptrace access; `ENOSYS` before Linux 5.10.
+pub fn reclaim_process(
+    procfs: &ProcFs,
+    p: &ProvenProcess,
+    advice: ReclaimAdvice,
+    kind: VmaKind,
+) -> Result<ReclaimReport> {
+    verify(procfs, p)?;
+    let vmas = vmas_of(procfs, p, kind)?;
+    let (advised_bytes, skipped_vmas) = process_madvise(p.pidfd(), &vmas, advice)?;
     Ok(ReclaimReport {
         vmas: vmas.len(),
         advised_bytes,
@@ -305,59 +353,33 @@ fn cachestat_range(file: &File, path: &Path, off: u64, len: u64) -> Result<(u64,
     Ok((cs.cache_pages, clean))
 }
 
-/// One open file of the processes, opened again through `/proc/PID/fd/N`.
+/// One regular file of the processes, on the agent's own descriptor.
 struct OpenCached {
-    file: File,
-    link: PathBuf,
+    file: CachedFile,
     size: u64,
     clean_bytes: u64,
 }
 
-/// Regular files that `pids` hold open (their `fd/` directories; mapped pages cannot
-/// be dropped by advice), deduplicated by identity, without `protected` ones and
-/// pseudo-files (`/dev`, `/proc`, `/sys`, memfd). A process or fd that vanishes or
+/// Regular files owned by their process's uid that `procs` hold open
+/// ([`ProcessFiles::owned_open_files`]: `pidfd_getfd(2)`, nothing opened by path;
+/// mapped pages cannot be dropped by advice), deduplicated by identity, without
+/// `protected` ones, empty ones and memory-backed ones. A process that exited or
 /// cannot be read is skipped.
-fn open_files_of(procfs: &ProcFs, pids: &[Pid], protected: &HashSet<FileId>) -> Vec<OpenCached> {
+fn open_files(procs: &[ProcessFiles], protected: &HashSet<FileId>) -> Vec<OpenCached> {
     let mut seen: HashSet<FileId> = HashSet::new();
     let mut out = Vec::new();
-    for &pid in pids {
-        let dir = procfs.path().join(pid.to_string()).join("fd");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+    for p in procs {
+        let Ok((files, _)) = p.owned_open_files() else {
             continue;
         };
-        for entry in entries.flatten() {
-            let link = entry.path();
-            let Ok(target) = std::fs::read_link(&link) else {
-                continue;
-            };
-            let t = target.to_string_lossy();
-            if !t.starts_with('/')
-                || ["/dev/", "/proc/", "/sys/", "/memfd:"]
-                    .iter()
-                    .any(|p| t.starts_with(p))
-            {
+        for file in files {
+            let id = file.id();
+            if file.size_bytes() == 0 || protected.contains(&id) || !seen.insert(id) {
                 continue;
             }
-            let Ok(meta) = std::fs::metadata(&link) else {
-                continue;
-            };
-            let id = (meta.dev(), meta.ino());
-            if !meta.file_type().is_file()
-                || meta.len() == 0
-                || protected.contains(&id)
-                || !seen.insert(id)
-            {
-                continue;
-            }
-            // Opening the fd's magic link reaches the same file from any mount
-            // namespace, deleted files included.
-            let Ok(file) = File::open(&link) else {
-                continue;
-            };
             out.push(OpenCached {
+                size: file.size_bytes(),
                 file,
-                link,
-                size: meta.len(),
                 clean_bytes: 0,
             });
         }
@@ -371,7 +393,8 @@ const COARSE_WINDOW: u64 = 64 << 20;
 const FINE_WINDOW: u64 = 1 << 20;
 
 /// Drops up to about `bytes` (1 MiB granularity) of clean page cache of the regular
-/// files that processes `pids` hold open, with `posix_fadvise(POSIX_FADV_DONTNEED)`:
+/// files that processes `procs` hold open and their own uid owns (see
+/// [`ProcessFiles`]: a root-owned file a BE job holds is never advised), with `posix_fadvise(POSIX_FADV_DONTNEED)`:
 /// the file with the most clean cache first (Hermes, Middleware'21 §3.3: largest file
 /// first), and within a file **the lowest offsets first**. Files in `protected`
 /// (those an LC process holds) are never advised; dirty, under-writeback and mapped
@@ -394,16 +417,15 @@ const FINE_WINDOW: u64 = 1 << 20;
 /// [`Error::Unsupported`] before Linux 6.5 (no `cachestat`); an `fadvise` failure on
 /// a file, naming it.
 pub fn drop_file_cache(
-    procfs: &ProcFs,
-    pids: &[Pid],
+    procs: &[ProcessFiles],
     bytes: u64,
     protected: &HashSet<FileId>,
 ) -> Result<FileDropReport> {
     let page = ProcFs::page_size();
-    let mut files = open_files_of(procfs, pids, protected);
+    let mut files = open_files(procs, protected);
     let mut report = FileDropReport::default();
     for f in files.iter_mut() {
-        f.clean_bytes = cachestat_range(&f.file, &f.link, 0, 0)?.1 * page;
+        f.clean_bytes = cachestat_range(&f.file.file, f.file.path(), 0, 0)?.1 * page;
         report.droppable_bytes += f.clean_bytes;
     }
     files.retain(|f| f.clean_bytes > 0);
@@ -418,7 +440,7 @@ pub fn drop_file_cache(
         let mut clean = 0u64;
         let mut off = 0u64;
         while off < f.size && clean < want {
-            let (_, c) = cachestat_range(&f.file, &f.link, off, COARSE_WINDOW)?;
+            let (_, c) = cachestat_range(&f.file.file, f.file.path(), off, COARSE_WINDOW)?;
             let c = c * page;
             if c == 0 {
                 off += COARSE_WINDOW;
@@ -432,7 +454,7 @@ pub fn drop_file_cache(
             }
             let end = (off + COARSE_WINDOW).min(f.size);
             while off < end && clean < want {
-                let (_, c) = cachestat_range(&f.file, &f.link, off, FINE_WINDOW)?;
+                let (_, c) = cachestat_range(&f.file.file, f.file.path(), off, FINE_WINDOW)?;
                 if c > 0 {
                     start.get_or_insert(off);
                     clean += c * page;
@@ -443,11 +465,11 @@ pub fn drop_file_cache(
         let Some(start) = start else { continue };
         let end = off.min(f.size.next_multiple_of(page));
         let len = end - start;
-        let (before, _) = cachestat_range(&f.file, &f.link, start, len)?;
+        let (before, _) = cachestat_range(&f.file.file, f.file.path(), start, len)?;
         // SAFETY: an open fd; offsets within the file.
         let rc = unsafe {
             libc::posix_fadvise(
-                f.file.as_raw_fd(),
+                f.file.file.as_raw_fd(),
                 start as libc::off_t,
                 len as libc::off_t,
                 libc::POSIX_FADV_DONTNEED,
@@ -455,9 +477,9 @@ pub fn drop_file_cache(
         };
         if rc != 0 {
             // posix_fadvise returns the error number instead of setting errno.
-            return Err(Error::io(&f.link, io::Error::from_raw_os_error(rc)));
+            return Err(Error::io(f.file.path(), io::Error::from_raw_os_error(rc)));
         }
-        let (after, _) = cachestat_range(&f.file, &f.link, start, len)?;
+        let (after, _) = cachestat_range(&f.file.file, f.file.path(), start, len)?;
         report.dropped_bytes += before.saturating_sub(after) * page;
         report.files += 1;
     }
@@ -465,21 +487,21 @@ pub fn drop_file_cache(
 }
 
 /// [`reclaim_cgroup`] with the group's clean page cache first: drops up to `bytes`
-/// of the page cache of files the group's processes (its descendants' included) hold
-/// open ([`drop_file_cache`], never files in `protected`), and asks the kernel's LRU
-/// of the group (v1 limit step, v2 `memory.reclaim`) only for what is still missing.
+/// of the page cache of files processes `procs` (the group's, proved: see
+/// [`group_processes`]; the caller keeps only those it may act for) hold open and own
+/// ([`drop_file_cache`], never files in `protected`), and asks the kernel's LRU of
+/// the group (v1 limit step, v2 `memory.reclaim`) only for what is still missing.
 /// The v1 limit step throttles every allocation of the group while it lasts; dropping
 /// page cache does not. Before Linux 6.5 (no `cachestat`) it is [`reclaim_cgroup`].
 ///
 /// Errors: as [`reclaim_cgroup`], and an `fadvise` failure naming the file.
 pub fn reclaim_cgroup_file_first(
     cg: &MemoryCgroup,
-    procfs: &ProcFs,
+    procs: &[ProcessFiles],
     bytes: u64,
     protected: &HashSet<FileId>,
 ) -> Result<BatchOutcome> {
-    let pids = cg.read_procs_recursive()?;
-    let dropped = match drop_file_cache(procfs, &pids, bytes, protected) {
+    let dropped = match drop_file_cache(procs, bytes, protected) {
         Ok(r) => r.dropped_bytes,
         Err(Error::Unsupported { .. }) => 0,
         Err(e) => return Err(e),
@@ -498,6 +520,30 @@ pub fn reclaim_cgroup_file_first(
     })
 }
 
+/// The processes of `cg` (its descendants' groups included), each proved
+/// ([`ProcessFiles::open`] with the start time read just before: whichever process
+/// holds the pid then, proved alive and with its real, effective, saved and
+/// filesystem uids one uid). The caller decides whose files it may act on (by
+/// [`ProvenProcess::credentials`] of [`ProcessFiles::process`]). Processes that exit
+/// meanwhile or whose uids differ are left out. Errors: the group vanished.
+pub fn group_processes(cg: &MemoryCgroup, procfs: &ProcFs) -> Result<Vec<ProcessFiles>> {
+    let mut out = Vec::new();
+    for pid in cg.read_procs_recursive()? {
+        let Ok(st) = procfs.read_pid_stat(pid) else {
+            continue;
+        };
+        let want = ExpectedProcess {
+            pid,
+            starttime_ticks: st.starttime_ticks,
+            uid: None,
+        };
+        if let Ok(p) = ProcessFiles::open(procfs, want) {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
 /// A clock hand over one process's address space for batched `MADV_PAGEOUT`: each
 /// [`PageoutCursor::pageout`] advises the ranges after the hand in one
 /// `process_madvise` call over many ranges (the user-space analogue of Hermit's
@@ -507,45 +553,43 @@ pub fn reclaim_cgroup_file_first(
 /// kernel's LRU choose instead).
 #[derive(Debug)]
 pub struct PageoutCursor {
-    pid: Pid,
-    pidfd: std::os::fd::OwnedFd,
+    proc_: Arc<ProvenProcess>,
     kind: VmaKind,
     hand: u64,
-    page_size: u64,
 }
 
 impl PageoutCursor {
-    /// Opens a pidfd on `pid`. Errors: not found when it has exited.
-    pub fn open(pid: Pid, kind: VmaKind) -> Result<PageoutCursor> {
-        Ok(PageoutCursor {
-            pid,
-            pidfd: pidfd_open(pid)?,
+    /// A hand at the lowest address of `proc_`, a process proved to be the target
+    /// (every batch acts through its pidfd, never by pid).
+    pub fn new(proc_: Arc<ProvenProcess>, kind: VmaKind) -> PageoutCursor {
+        PageoutCursor {
+            proc_,
             kind,
             hand: 0,
-            page_size: ProcFs::page_size(),
-        })
+        }
+    }
+
+    /// The target's pid.
+    pub fn pid(&self) -> Pid {
+        self.proc_.pid()
     }
 
     /// The target.
-    pub fn pid(&self) -> Pid {
-        self.pid
+    pub fn process(&self) -> &Arc<ProvenProcess> {
+        &self.proc_
     }
 
     /// Pages out about `bytes` of the target's resident memory: advises up to `bytes`
     /// of address space per call from the hand on, until RSS fell by `bytes` or the
-    /// hand went once around. Errors: the process exited (not found / `ESRCH`),
-    /// `EPERM` without `CAP_SYS_NICE` or ptrace access.
+    /// hand went once around. The process is re-verified first
+    /// ([`ProvenProcess::verify`]). Errors: the process exited (not found /
+    /// `ESRCH`); `EPERM` when its credentials changed since the proof, or without
+    /// `CAP_SYS_NICE` or ptrace access.
     pub fn pageout(&mut self, procfs: &ProcFs, bytes: u64) -> Result<BatchOutcome> {
-        let rss = |p: &ProcFs| -> Result<u64> {
-            Ok(p.read_pid_stat(self.pid)?.rss_pages * self.page_size)
-        };
-        let start_rss = rss(procfs)?;
-        let vmas: Vec<Range<u64>> = procfs
-            .read_pid_maps(self.pid)?
-            .into_iter()
-            .filter(|v| selected(v, self.kind))
-            .map(|v| v.start..v.end)
-            .collect();
+        let p = self.proc_.clone();
+        verify(procfs, &p)?;
+        let start_rss = rss_of(procfs, &p)?;
+        let vmas = vmas_of(procfs, &p, self.kind)?;
         let total: u64 = vmas.iter().map(|r| r.end - r.start).sum();
         let mut out = BatchOutcome::default();
         let mut scanned = 0u64;
@@ -554,12 +598,11 @@ impl PageoutCursor {
             let Some(last) = ranges.last() else { break };
             let next_hand = last.end;
             let len: u64 = ranges.iter().map(|r| r.end - r.start).sum();
-            let (advised, _) =
-                process_madvise(self.pidfd.as_fd(), &ranges, ReclaimAdvice::Pageout)?;
+            let (advised, _) = process_madvise(p.pidfd(), &ranges, ReclaimAdvice::Pageout)?;
             out.requested_bytes += advised;
             scanned += len;
             self.hand = next_hand;
-            out.reclaimed_bytes = start_rss.saturating_sub(rss(procfs)?);
+            out.reclaimed_bytes = start_rss.saturating_sub(rss_of(procfs, &p)?);
             if out.reclaimed_bytes >= bytes {
                 break;
             }

@@ -532,10 +532,11 @@ fn process_madvise_pages_out_a_childs_file_mapping() {
     let procfs = ProcFs::root();
     let before = procfs.read_pid_status(pid).unwrap();
     assert!(before.rss_file_bytes >= 30 * MIB, "{before:?}");
+    let proven = memcolo_linux::identity::ProvenProcess::open(&procfs, pid, None).unwrap();
 
     let report = memcolo_linux::reclaim::reclaim_process(
         &procfs,
-        pid,
+        &proven,
         memcolo_linux::reclaim::ReclaimAdvice::Pageout,
         memcolo_linux::reclaim::VmaKind::File,
     )
@@ -557,7 +558,7 @@ fn process_madvise_pages_out_a_childs_file_mapping() {
     // MADV_COLD on the anonymous areas through the actuator: advised, process unharmed.
     let advised = LinuxActuator
         .reclaim_process(
-            pid,
+            &proven,
             memcolo_linux::reclaim::ReclaimAdvice::Cold,
             memcolo_linux::reclaim::VmaKind::Anon,
         )
@@ -573,7 +574,7 @@ fn process_madvise_pages_out_a_childs_file_mapping() {
     assert!(child.0.wait().unwrap().success());
     assert!(LinuxActuator
         .reclaim_process(
-            pid,
+            &proven,
             memcolo_linux::reclaim::ReclaimAdvice::Cold,
             memcolo_linux::reclaim::VmaKind::All
         )

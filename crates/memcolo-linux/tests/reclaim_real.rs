@@ -5,13 +5,22 @@
 //! afterwards. Anonymous pages need swap: the tests add a small zram swap device of
 //! their own (`/sys/class/zram-control/hot_add`) and remove it afterwards. They skip,
 //! saying why, without root or a cgroup v1 memory controller.
+//!
+//! The attacks at the end run a BE tenant as uid 61500-61502 and fail (not skip)
+//! without root: a target's pid reused by a root process (forced with
+//! `/proc/sys/kernel/ns_last_pid`) is not paged out; a FIFO swapped over a BE job's
+//! descriptor does not block a file-first batch; a root-owned file a BE job holds
+//! keeps its page cache while the job's own file is dropped.
 
 mod common;
 
 use memcolo_linux::cgroup::{Limit, MemoryCgroup};
+use memcolo_linux::filecache::{ExpectedProcess, ProcessFiles};
+use memcolo_linux::identity::ProvenProcess;
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::reclaim::{
-    drop_file_cache, reclaim_cgroup, reclaim_cgroup_file_first, PageoutCursor, VmaKind,
+    drop_file_cache, group_processes, reclaim_cgroup, reclaim_cgroup_file_first, PageoutCursor,
+    VmaKind,
 };
 use std::collections::HashSet;
 use std::fs::File;
@@ -211,7 +220,8 @@ fn pageout_cursor_swaps_out_a_real_process_in_batches() {
     let pid = holder.child.id() as i32;
     let procfs = ProcFs::root();
     let rss0 = procfs.read_pid_stat(pid).unwrap().rss_pages * 4096;
-    let mut cursor = PageoutCursor::open(pid, VmaKind::Anon).unwrap();
+    let proven = ProvenProcess::open(&procfs, pid, None).unwrap();
+    let mut cursor = PageoutCursor::new(std::sync::Arc::new(proven), VmaKind::Anon);
     let first = cursor.pageout(&procfs, 32 * MIB).unwrap();
     assert!(first.reclaimed_bytes >= 32 * MIB, "{first:?}");
     // A batch advises many ranges in one go, and the hand moves on: a second batch
@@ -344,7 +354,6 @@ fn file_cache_is_dropped_lowest_offset_first_and_protected_files_are_kept() {
         return;
     }
     let holder = FileHolder::start(&path, None);
-    let procfs = ProcFs::root();
     assert!(cached_in(&path, 0, 64 * MIB) >= 60 * MIB);
 
     // A file an LC process holds is never advised.
@@ -353,12 +362,12 @@ fn file_cache_is_dropped_lowest_offset_first_and_protected_files_are_kept() {
         (m.dev(), m.ino())
     };
     let protected: HashSet<_> = [id].into();
-    let r = drop_file_cache(&procfs, &[holder.pid()], 16 * MIB, &protected).unwrap();
+    let r = drop_file_cache(&[files_of(holder.pid())], 16 * MIB, &protected).unwrap();
     assert_eq!(r.dropped_bytes, 0, "{r:?}");
     assert!(cached_in(&path, 0, 64 * MIB) >= 60 * MIB);
 
     // 16 MiB asked: the first 16 MiB of the file go, the rest stays.
-    let r = drop_file_cache(&procfs, &[holder.pid()], 16 * MIB, &HashSet::new()).unwrap();
+    let r = drop_file_cache(&[files_of(holder.pid())], 16 * MIB, &HashSet::new()).unwrap();
     assert!(
         r.dropped_bytes >= 15 * MIB && r.dropped_bytes <= 17 * MIB,
         "{r:?}"
@@ -371,14 +380,14 @@ fn file_cache_is_dropped_lowest_offset_first_and_protected_files_are_kept() {
     );
     assert!(cached_in(&path, 20 * MIB, 44 * MIB) >= 43 * MIB);
     // The next batch takes the next lowest cached offsets, not the same range again.
-    let r = drop_file_cache(&procfs, &[holder.pid()], 16 * MIB, &HashSet::new()).unwrap();
+    let r = drop_file_cache(&[files_of(holder.pid())], 16 * MIB, &HashSet::new()).unwrap();
     assert!(r.dropped_bytes >= 15 * MIB, "{r:?}");
     assert!(cached_in(&path, 0, 31 * MIB) == 0);
     assert!(cached_in(&path, 36 * MIB, 28 * MIB) >= 27 * MIB);
     // An exited process has nothing to drop.
-    let pid = holder.pid();
+    let files = files_of(holder.pid());
     drop(holder);
-    let r = drop_file_cache(&procfs, &[pid], 16 * MIB, &HashSet::new()).unwrap();
+    let r = drop_file_cache(&[files], 16 * MIB, &HashSet::new()).unwrap();
     assert_eq!(r.dropped_bytes, 0);
 }
 
@@ -404,7 +413,9 @@ fn file_first_reclaim_takes_a_groups_page_cache_before_its_limit() {
         "the page cache is the group's: {before}"
     );
     let procfs = ProcFs::root();
-    let out = reclaim_cgroup_file_first(cg, &procfs, 24 * MIB, &HashSet::new()).unwrap();
+    let members = group_processes(cg, &procfs).unwrap();
+    assert_eq!(members.len(), 1);
+    let out = reclaim_cgroup_file_first(cg, &members, 24 * MIB, &HashSet::new()).unwrap();
     let after = cg.read_usage_bytes().unwrap();
     assert!(out.reclaimed_bytes >= 23 * MIB, "{out:?}");
     assert!(after + 20 * MIB <= before, "usage {before} -> {after}");
@@ -414,9 +425,238 @@ fn file_first_reclaim_takes_a_groups_page_cache_before_its_limit() {
     assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(512 * MIB));
     // Asking for more than its page cache: the rest from the kernel's LRU of the
     // group (a limit step; without swap it finds little), the limit restored.
-    let out = reclaim_cgroup_file_first(cg, &procfs, 256 * MIB, &HashSet::new()).unwrap();
+    let out = reclaim_cgroup_file_first(cg, &members, 256 * MIB, &HashSet::new()).unwrap();
     assert!(out.reclaimed_bytes >= 35 * MIB, "{out:?}");
     assert!(cached_in(&path, 0, 64 * MIB) <= MIB);
     assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(512 * MIB));
     drop(holder);
+}
+
+// ---------------------------------------------------------------------------------
+// Attacks by an unprivileged BE tenant (docs/security.md): uids 61500-61599.
+
+/// The uid the BE tenants of these tests run as.
+const TENANT: u32 = 61_500;
+
+fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "these tests attack reclaim as another user: run them as root"
+    );
+}
+
+/// A python3 child running `code` as `uid` (setgid, then setuid, before exec), its
+/// stdout piped; the first line it prints is returned.
+fn tenant_python(uid: u32, code: &str, args: &[&str]) -> (Child, String) {
+    use std::os::unix::process::CommandExt;
+    let mut child = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(code)
+        .args(args)
+        .uid(uid)
+        .gid(uid)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 is needed");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line.trim().to_string())
+}
+
+/// `Swap:` of `/proc/PID/smaps_rollup`, bytes.
+fn swapped_bytes(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("Swap:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("a Swap: line")
+        * 1024
+}
+
+/// A BE target exits between the poll that saw it and the batch that reclaims it, and
+/// the kernel gives its pid to a root process (forced with `ns_last_pid`): the batch
+/// must not page that root process out.
+#[test]
+fn a_be_targets_pid_reused_by_a_root_process_is_not_paged_out() {
+    let test = "a_be_targets_pid_reused_by_a_root_process_is_not_paged_out";
+    require_root();
+    let rig = rig(test, "pidreuse").expect("cgroup v1 and zram swap are needed");
+    let cg = &rig.scratch.cg;
+    let procfs = ProcFs::root();
+    let mut hit = None;
+    let mut spare = Vec::new();
+    for _ in 0..50 {
+        // The BE job, proved as the core proves a registered process.
+        let (mut be, _) = tenant_python(
+            TENANT,
+            "print('ready', flush=True)\nimport sys\nsys.stdin.readline()",
+            &[],
+        );
+        let be_pid = be.id() as i32;
+        let proven = memcolo_linux::identity::ProvenProcess::open(&procfs, be_pid, None).unwrap();
+        let target = Target::of(proven);
+        drop(be.stdin.take());
+        be.wait().unwrap();
+        std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", be_pid - 1)).unwrap();
+        let Some(victim) = Holder::start(cg, 64) else {
+            panic!("python3 is needed");
+        };
+        if victim.child.id() as i32 == be_pid {
+            hit = Some((target, victim));
+            break;
+        }
+        spare.push(victim);
+    }
+    drop(spare);
+    let (target, victim) = hit.expect("the kernel never reused the BE job's pid in 50 tries");
+    let vpid = victim.child.id();
+    assert_eq!(procfs.read_pid_status(vpid as i32).unwrap().uid, 0);
+    assert_eq!(swapped_bytes(vpid), 0);
+    let outcome = target.pageout(&procfs, 32 * MIB);
+    assert_eq!(
+        swapped_bytes(vpid),
+        0,
+        "the root process that took the BE job's pid was paged out: {outcome:?}"
+    );
+    let err = outcome.expect_err("a batch on an exited target must fail");
+    assert!(err.is_not_found(), "{err}");
+    assert!(victim.verify());
+}
+
+/// What the reclaim controller turns a published target (the registered process's
+/// proof) into.
+struct Target(PageoutCursor);
+impl Target {
+    fn of(p: ProvenProcess) -> Target {
+        Target(PageoutCursor::new(std::sync::Arc::new(p), VmaKind::All))
+    }
+    fn pageout(
+        mut self,
+        procfs: &ProcFs,
+        bytes: u64,
+    ) -> memcolo_linux::Result<memcolo_linux::reclaim::BatchOutcome> {
+        self.0.pageout(procfs, bytes)
+    }
+}
+
+/// A tenant directory on disk: `own` (the tenant's file) and `root` (root's, readable
+/// by all), both `mib` MiB, written and cached.
+fn tenant_files(mib: u64) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = disk_tempdir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let own = dir.path().join("own");
+    let root = dir.path().join("root-owned");
+    for p in [&own, &root] {
+        write_uncached(p, mib * MIB);
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let _ = std::fs::read(p).unwrap(); // cached
+    }
+    std::os::unix::fs::chown(&own, Some(TENANT + 1), Some(TENANT + 1)).unwrap();
+    (dir, own, root)
+}
+
+/// A BE job holds its own file and a root-owned file open: a file-first batch drops
+/// the page cache of its own file only.
+#[test]
+fn a_root_owned_file_held_by_a_be_job_keeps_its_page_cache() {
+    require_root();
+    let (_dir, own, root) = tenant_files(32);
+    let code = "import sys\na = open(sys.argv[1], 'rb')\nb = open(sys.argv[2], 'rb')\nprint('ready', flush=True)\nsys.stdin.readline()";
+    let (be, ready) = tenant_python(
+        TENANT + 1,
+        code,
+        &[&own.display().to_string(), &root.display().to_string()],
+    );
+    let be = Killed(be);
+    assert_eq!(ready, "ready");
+    assert!(cached_in(&own, 0, 32 * MIB) >= 30 * MIB);
+    assert!(cached_in(&root, 0, 32 * MIB) >= 30 * MIB);
+    let r = JobFiles::of(be.0.id() as i32).drop(256 * MIB);
+    assert!(
+        cached_in(&root, 0, 32 * MIB) >= 30 * MIB,
+        "root's file lost its page cache to a BE job's batch: {r:?}"
+    );
+    assert!(cached_in(&own, 0, 32 * MIB) <= MIB, "{r:?}");
+}
+
+/// A BE job keeps swapping a FIFO (with no writer) and one of its regular files over
+/// the same descriptor, as fast as it can, while file-first batches list and open its
+/// files: no batch may open the FIFO (which would block the worker for good).
+#[test]
+fn a_fifo_swapped_over_a_be_jobs_fd_does_not_block_a_reclaim_thread() {
+    require_root();
+    let (dir, own, _root) = tenant_files(4);
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let code = r#"
+import os, sys
+p = os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK)
+print('ready', flush=True)
+while True:
+    os.dup2(p, 50)
+    f = os.open(sys.argv[1], os.O_RDONLY)
+    os.dup2(f, 50)
+    os.close(f)
+"#;
+    let (be, ready) = tenant_python(
+        TENANT + 2,
+        code,
+        &[&own.display().to_string(), &fifo.display().to_string()],
+    );
+    let be = Killed(be);
+    assert_eq!(ready, "ready");
+    let pid = be.0.id() as i32;
+    // The window between a look at the descriptor and an open of it is a few
+    // microseconds; on a busy machine the tenant runs in it rarely.
+    const ROUNDS: u32 = 50_000;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for i in 0..ROUNDS {
+            let _ = JobFiles::of(pid).drop(MIB);
+            let _ = tx.send(i);
+        }
+    });
+    let mut done = 0;
+    // Generous: one batch over a few files takes well under a second.
+    while done + 1 < ROUNDS {
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(i) => done = i,
+            Err(_) => panic!("a file-first batch blocked after {done} rounds (a FIFO was opened)"),
+        }
+    }
+}
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A BE job's files as a worker reaches them.
+struct JobFiles(ProcessFiles);
+impl JobFiles {
+    fn of(pid: i32) -> JobFiles {
+        JobFiles(files_of(pid))
+    }
+    fn drop(&self, bytes: u64) -> memcolo_linux::Result<memcolo_linux::reclaim::FileDropReport> {
+        drop_file_cache(std::slice::from_ref(&self.0), bytes, &HashSet::new())
+    }
+}
+
+/// The files of `pid`, proved now.
+fn files_of(pid: i32) -> ProcessFiles {
+    let procfs = ProcFs::root();
+    let want = ExpectedProcess {
+        pid,
+        starttime_ticks: procfs.read_pid_stat(pid).unwrap().starttime_ticks,
+        uid: None,
+    };
+    ProcessFiles::open(&procfs, want).unwrap()
 }

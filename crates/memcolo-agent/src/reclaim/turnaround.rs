@@ -50,6 +50,7 @@
 //! of 16 entries, and per poll at most `capacity` entries.
 
 use hdrhistogram::Histogram;
+use memcolo_linux::identity::ProvenProcess;
 use memcolo_linux::procfs::ProcFs;
 use memcolo_policy::Pid;
 use serde::{Deserialize, Serialize};
@@ -57,6 +58,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bytes in a base page.
@@ -116,14 +118,17 @@ pub trait PageSource {
 
 /// [`PageSource`] over a procfs: `<procfs>/<pid>/pagemap` and `<procfs>/<pid>/maps`.
 ///
-/// A process's pagemap stays open while it is in use, so a pid reused by a new
-/// process is never mistaken for the old one (the open file refers to the old
-/// address space and reads end-of-file once it has exited). Reading the present and
-/// swapped bits needs `PTRACE_MODE_READ` on the process, not `CAP_SYS_ADMIN`.
+/// A pagemap is opened only for a proven process ([`ProcPages::bind`]: opened by
+/// pid, then the process's pidfd checked alive, so the open file is that process's)
+/// and stays open while it is in use: a pid reused by a new process is never
+/// mistaken for the old one (the open file refers to the old address space and
+/// reads end-of-file once it has exited). Pids never bound read as gone. Reading the
+/// present and swapped bits needs `PTRACE_MODE_READ` on the process, not
+/// `CAP_SYS_ADMIN`.
 #[derive(Debug)]
 pub struct ProcPages {
     procfs: ProcFs,
-    files: HashMap<Pid, File>,
+    files: HashMap<Pid, Arc<File>>,
 }
 
 impl ProcPages {
@@ -133,6 +138,40 @@ impl ProcPages {
             procfs,
             files: HashMap::new(),
         }
+    }
+
+    /// Opens the pagemap of the proven process `p` (unless it is open already) and
+    /// proves it is `p`'s: `p` verified (alive, same credentials) after the open.
+    /// Returns whether `p`'s pagemap is now open.
+    pub fn bind(&mut self, p: &ProvenProcess) -> bool {
+        if self.files.contains_key(&p.pid()) {
+            return true;
+        }
+        let path = self.procfs.path().join(p.pid().to_string()).join("pagemap");
+        let Ok(f) = File::open(path) else {
+            return false;
+        };
+        if p.verify(&self.procfs).is_err() {
+            return false;
+        }
+        self.files.insert(p.pid(), Arc::new(f));
+        true
+    }
+
+    /// The open pagemap of `pid`, to hand to another source ([`ProcPages::adopt`]).
+    pub fn pagemap(&self, pid: Pid) -> Option<Arc<File>> {
+        self.files.get(&pid).cloned()
+    }
+
+    /// Follows `pid` in `f`, a pagemap another source bound to a proven process
+    /// (replacing an older one: the newest evictions are of `f`'s process).
+    pub fn adopt(&mut self, pid: Pid, f: Arc<File>) {
+        self.files.insert(pid, f);
+    }
+
+    /// Whether `pid`'s pagemap is open.
+    pub fn is_bound(&self, pid: Pid) -> bool {
+        self.files.contains_key(&pid)
     }
 
     /// Entries of pages `first_vpn..first_vpn + n` of the open pagemap; `None` when
@@ -163,11 +202,8 @@ impl ProcPages {
 
 impl PageSource for ProcPages {
     fn page_states(&mut self, pid: Pid, addrs: &[u64]) -> Option<Vec<PageState>> {
-        if !self.files.contains_key(&pid) {
-            let path = self.procfs.path().join(pid.to_string()).join("pagemap");
-            self.files.insert(pid, File::open(path).ok()?);
-        }
-        let f = &self.files[&pid];
+        let f = self.files.get(&pid)?.clone();
+        let f = &*f;
         let mut order: Vec<usize> = (0..addrs.len()).collect();
         order.sort_by_key(|&i| addrs[i]);
         let mut out = vec![PageState::Absent; addrs.len()];
@@ -194,6 +230,10 @@ impl PageSource for ProcPages {
     }
 
     fn anon_vmas(&mut self, pid: Pid) -> Option<Vec<Range<u64>>> {
+        // Only where to look: pages are read through the bound pagemap alone.
+        if !self.is_bound(pid) {
+            return None;
+        }
         let maps = self.procfs.read_pid_maps(pid).ok()?;
         Some(
             maps.into_iter()
@@ -1214,18 +1254,19 @@ mod tests {
         // This process's own pagemap: a page just written is present, a page of a
         // fresh mapping never touched is absent. Needs no privilege.
         let mut src = ProcPages::new(ProcFs::root());
+        let me = std::process::id() as Pid;
+        // Not bound: nothing is read by pid.
+        assert_eq!(src.page_states(me, &[0]), None);
+        let proof = ProvenProcess::open(&ProcFs::root(), me, None).unwrap();
+        assert!(src.bind(&proof), "/proc/self/pagemap is not readable here");
         let mut v = vec![0u8; 64 * PAGE as usize];
         let base = v.as_ptr() as u64;
         let first = base.div_ceil(PAGE) * PAGE;
         for i in 0..8 {
             v[(first - base + i * PAGE) as usize] = 1;
         }
-        let me = std::process::id() as Pid;
         let addrs: Vec<u64> = (0..8).map(|i| first + i * PAGE).collect();
-        let Some(st) = src.page_states(me, &addrs) else {
-            eprintln!("skipped: /proc/self/pagemap is not readable here");
-            return;
-        };
+        let st = src.page_states(me, &addrs).unwrap();
         assert!(st.iter().all(|s| *s == PageState::Present), "{st:?}");
         let vmas = src.anon_vmas(me).unwrap();
         assert!(vmas.iter().any(|r| r.contains(&first)));
