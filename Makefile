@@ -21,7 +21,7 @@ test-sdk:
 	@if [ -x sdk/test.sh ]; then sdk/test.sh; else echo "no sdk/"; fi
 
 # Coverage-guided fuzzing of the wire decoders (fuzz/, stable Rust, cargo-fuzz):
-# each target 25 s from the committed seeds, failing on any crash.
+# each target 20 s from the committed seeds, failing on any crash.
 fuzz-smoke:
 	scripts/fuzz.sh smoke
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of memcolo's wire decoders (fuzz/, libFuzzer via cargo-fuzz).
 #
-#   scripts/fuzz.sh smoke [TARGET...]   each target FUZZ_SMOKE_SECONDS (25) from the
+#   scripts/fuzz.sh smoke [TARGET...]   each target FUZZ_SMOKE_SECONDS (20) from the
 #                                       committed seeds (fuzz/seeds/) into a scratch
 #                                       corpus; fails on any crash (make fuzz-smoke)
 #   scripts/fuzz.sh run [TARGET...]     each target FUZZ_SECONDS (600), keeping the
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 mode="${1:-}"
 shift || true
-ALL_TARGETS=(agent_request tier_request memserver_frame)
+ALL_TARGETS=(agent_request tier_request memserver_frame memserver_conn)
 targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=("${ALL_TARGETS[@]}")
 
@@ -29,7 +29,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 
 case "$mode" in
-  smoke) seconds="${FUZZ_SMOKE_SECONDS:-25}" ;;
+  smoke) seconds="${FUZZ_SMOKE_SECONDS:-20}" ;;
   run) seconds="${FUZZ_SECONDS:-600}" ;;
   *) echo "usage: $0 smoke|run [TARGET...]" >&2; exit 2 ;;
 esac

@@ -2,7 +2,8 @@
 """Writes the fuzz targets' seed corpora (fuzz/seeds/<target>/) from the protocol's
 own examples: the SDK test vectors (sdk/testvectors/*.json) for the agent socket,
 docs/protocol.md section 11 for the tiering socket, and the frame tables of
-crates/memcolo-tier/src/wire.rs for the memory server. Run from anywhere; the output
+crates/memcolo-tier/src/wire.rs for the memory server (frame decoders and a
+real server's connection). Run from anywhere; the output
 is committed, so run it again only when those sources change."""
 import hashlib
 import json
@@ -83,3 +84,5 @@ client = [
 ]
 # First byte picks the side: even = server reads requests, odd = client reads responses.
 write("memserver_frame", [b"\x00" + s for s in server] + [b"\x01" + c for c in client])
+# What a client sends on one connection to a real server.
+write("memserver_conn", server)
