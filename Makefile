@@ -1,5 +1,5 @@
 # memcolo's top-level targets. `make test` is the README's test command and what CI runs.
-.PHONY: test test-rust lint test-alloc test-sdk build
+.PHONY: test test-rust lint test-alloc test-sdk build fuzz-smoke fuzz fuzz-soak
 
 build:
 	cargo build --release --workspace
@@ -20,4 +20,21 @@ test-alloc:
 test-sdk:
 	@if [ -x sdk/test.sh ]; then sdk/test.sh; else echo "no sdk/"; fi
 
-test: lint test-rust test-alloc test-sdk
+# Coverage-guided fuzzing of the wire decoders (fuzz/, stable Rust, cargo-fuzz):
+# each target 20 s from the committed seeds, failing on any crash.
+fuzz-smoke:
+	scripts/fuzz.sh smoke
+
+# Longer runs (FUZZ_SECONDS per target, default 600) growing fuzz/corpus/ (ignored).
+fuzz:
+	scripts/fuzz.sh run
+
+# Hostile traffic against a real agent and memory server (fuzz/soak): 10 M agent.sock
+# lines, 1 M tier.sock lines and 1 M memory-server frames, then liveness and
+# RSS/thread/fd growth checks. SOAK_ARGS passes options (e.g. --agent-lines 100000).
+fuzz-soak:
+	cargo build --release --locked -p memcolo
+	cargo build --release --locked --manifest-path fuzz/Cargo.toml -p memcolo-soak
+	fuzz/target/release/memcolo-soak --memcolo target/release/memcolo $(SOAK_ARGS)
+
+test: lint test-rust test-alloc test-sdk fuzz-smoke

@@ -40,6 +40,12 @@ for tool in cargo go; do
   command -v "$tool" >/dev/null || echo "setup: warning: $tool not found" >&2
 done
 
+# cargo-fuzz for `make fuzz-smoke` / `make fuzz` (fuzz/): built from crates.io, pinned.
+CARGO_FUZZ_VERSION=0.13.2
+if ! cargo fuzz --version 2>/dev/null | grep -q " $CARGO_FUZZ_VERSION\$"; then
+  cargo install --locked --version "$CARGO_FUZZ_VERSION" cargo-fuzz
+fi
+
 cargo build --release --workspace --locked
 if [ -f alloc/Makefile ]; then make -C alloc; fi
 echo "setup: done. The memcolo binary is target/release/memcolo"
