@@ -880,6 +880,8 @@ fn connection(shared: &Arc<Shared>, id: u64, stream: UnixStream, accepted_at: u6
     let pid = conn.pid();
     let pidfd = conn.proc_.pidfd().as_raw_fd();
     let mut pending: Vec<u8> = Vec::new();
+    // Bytes of an over-long line dropped so far (its newline not seen yet).
+    let mut overflow = 0usize;
     let mut fds: Vec<OwnedFd> = Vec::new();
     let mut buf = vec![0u8; 16 << 10];
     'read: loop {
@@ -898,6 +900,21 @@ fn connection(shared: &Arc<Shared>, id: u64, stream: UnixStream, accepted_at: u6
         pending.extend_from_slice(&buf[..n]);
         while let Some(i) = pending.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = pending.drain(..=i).collect();
+            // A line over the limit is refused whole (protocol §2), never its tail
+            // taken for a request of its own.
+            let long = overflow + line.len();
+            overflow = 0;
+            if long > MAX_LINE_BYTES + 1 {
+                fds.clear();
+                let e = err(
+                    ErrorCode::BadRequest,
+                    format!("line of {long} bytes is over the {MAX_LINE_BYTES}-byte limit"),
+                );
+                if !conn.answer(&encode(&e)) {
+                    break 'read;
+                }
+                continue;
+            }
             let text = String::from_utf8_lossy(&line);
             if text.trim().is_empty() {
                 continue;
@@ -927,6 +944,7 @@ fn connection(shared: &Arc<Shared>, id: u64, stream: UnixStream, accepted_at: u6
             }
         }
         if pending.len() > MAX_LINE_BYTES {
+            overflow += pending.len();
             pending.clear();
         }
     }

@@ -13,8 +13,8 @@
 
 use memcolo_agent::metrics::Metrics;
 use memcolo_agent::tier::{TierSection, TierService};
-use memcolo_proto::encode;
 use memcolo_proto::tier::{decode_tier_reply, TierReply, TierRequest};
+use memcolo_proto::{encode, ErrorCode};
 use memcolo_tier::uffd::{features, mode, Uffd};
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -605,4 +605,32 @@ fn a_client_that_does_not_read_blocks_neither_status_nor_stop() {
         stopped,
         "stop hung behind a client that does not read ({sent} requests sent)"
     );
+}
+
+/// A line over the protocol's limit is refused whole; its tail is never served as a
+/// request of its own (protocol §2), so a client's answers stay in step with its lines.
+#[test]
+fn an_over_long_line_is_refused_whole() {
+    require_root();
+    let agent = Agent::start();
+    let s = UnixStream::connect(&agent.sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut w = &s;
+    // 70,000 bytes with no newline, then (in a later write) a request and the newline
+    // that ends the long line.
+    w.write_all(&vec![b'x'; 70_000]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let req = encode(&TierRequest::TierStatus);
+    w.write_all(req.as_bytes()).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    match answer(&mut r) {
+        Some(TierReply::Error { code, message }) => {
+            assert_eq!(code, ErrorCode::BadRequest, "{message}");
+            assert!(message.contains("over the"), "{message}");
+        }
+        other => panic!("the tail of an over-long line was served: {other:?}"),
+    }
+    // The next line is served normally.
+    w.write_all(req.as_bytes()).unwrap();
+    assert!(matches!(answer(&mut r), Some(TierReply::TierStatus { .. })));
 }
