@@ -211,6 +211,8 @@ static inline void mc_small_free_checks(void *p, uintptr_t e, unsigned cls) {
   MC_PAD_CHECK(p, cls);
 }
 
+MC_EXPORT void MC_NAME(free)(void *p);
+
 MC_NOINLINE void mc_free_slow(void *p, uintptr_t entry) {
   mc_span_t *s = (mc_span_t *)(entry & MC_PM_SPAN_MASK);
   if (s == NULL) {
