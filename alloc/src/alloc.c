@@ -2,14 +2,15 @@
  * posix_memalign, aligned_alloc, memalign, valloc, pvalloc, malloc_usable_size,
  * malloc_trim, mallopt. The fast path is a thread-cache pop/push; everything else
  * (refill, large blocks, aligned blocks, the first call of a thread) is out of line.
- * free() reads the pointer's page map entry, which carries the size class and the
- * pointer's offset in its span: an unknown pointer, or one that is not an object's
- * start (an interior pointer, or past the span's last object), aborts with a message.
- * Double frees are caught at the free, wherever the first free left the object (this
- * thread's cache, another's, a transfer cache, its span): malloc sets the object's bit
- * in the live map (internal.h) and free clears it, aborting if it was clear. The bits
- * are metadata (no object is read or written: a use after free cannot corrupt them or
- * a list), one atomic RMW on each side. Debug builds (MC_DEBUG >= 1) also search the
+ * free() reads the pointer's page map entry, which carries the size class: an unknown
+ * pointer aborts with a message. Double frees are caught at the free, wherever the
+ * first free left the object (this thread's cache, another's, a transfer cache, its
+ * span): malloc sets the object's bit in the live map (internal.h) and free clears it,
+ * aborting if it was clear. The bits are metadata (no object is read or written: a use
+ * after free cannot corrupt them or a list), one atomic RMW on each side. Only a live
+ * object's start has its bit set, so the same test refuses an interior pointer (or one
+ * past the span's last object); the object-start test (the pointer's offset in its
+ * span, from the page map entry) runs only then, to say which misuse it was. Debug builds (MC_DEBUG >= 1) also search the
  * caches at every free, and pad small blocks: a canary and filler bytes after the size
  * asked for (mimalloc's MI_PADDING), checked at free and realloc, so that a write past
  * the block's end is caught; malloc_usable_size is then the size asked for. */
@@ -178,13 +179,18 @@ static MC_NOINLINE void mc_not_live(void *p, unsigned cls) {
            "an object malloc returned and that is not yet freed");
 }
 
-/* p, in a page of a small span (entry e, class cls), is an object's start: its offset
- * in the span (the page's index from the entry, no load of the span) is a multiple of
- * the class's size below the span's last object (mc_class_check) */
-static inline void mc_object_check(void *p, uintptr_t e, unsigned cls) {
+/* A free (or realloc) of p, in a page of a small span (entry e, class cls), that the
+ * live map refused: p is not 16-byte aligned or its granule's bit is clear. The bits
+ * are set only at the starts of live objects, so this is an interior pointer (or one
+ * past the span's last object) or an object that is not live; the object-start test
+ * tells which, for the message: p's offset in its span (the page's index from the
+ * entry) is a multiple of the class's size below the span's last object
+ * (mc_class_check). */
+static MC_NOINLINE void mc_free_refused(void *p, uintptr_t e, unsigned cls) {
   uint32_t off = (uint32_t)(((e >> MC_PM_PAGE_SHIFT) << MC_PAGE_SHIFT) | ((uintptr_t)p & (MC_PAGE_SIZE - 1)));
   const mc_class_check_t *k = &mc_class_check[cls];
-  if (mc_unlikely(off >= k->end || (uint64_t)off * k->magic >= k->magic)) mc_free_interior(p, cls);
+  if (off >= k->end || (uint64_t)off * k->magic >= k->magic) mc_free_interior(p, cls);
+  mc_not_live(p, cls);
 }
 
 #if MC_DEBUG >= 1
@@ -200,13 +206,17 @@ static MC_NOINLINE void mc_debug_free_check(void *p, unsigned cls) {
 #define MC_DEBUG_FREE_CHECK(p, cls) do { } while (0)
 #endif
 
-/* Every check of a small object's free: an object's start, held by the program (its
- * live bit, cleared here), its padding intact (debug). */
+/* Every check of a small object's free: the start of an object held by the program
+ * (16-byte aligned and its live bit set; the bit is cleared here, one atomic RMW), its
+ * padding intact (debug). The live bit alone also refuses interior pointers: no bit
+ * but an object's start is ever set. */
 static inline void mc_small_free_checks(void *p, uintptr_t e, unsigned cls) {
-  mc_object_check(p, e, cls);
   uintptr_t a = (uintptr_t)p;
   uint64_t bit = mc_livemap_bit(a);
-  if (mc_unlikely((__atomic_fetch_and(mc_livemap_word(a), ~bit, __ATOMIC_RELAXED) & bit) == 0)) mc_not_live(p, cls);
+  if (mc_unlikely((a & (MC_ALIGN - 1)) != 0 ||
+                  (__atomic_fetch_and(mc_livemap_word(a), ~bit, __ATOMIC_RELAXED) & bit) == 0)) {
+    mc_free_refused(p, e, cls);
+  }
   MC_DEBUG_FREE_CHECK(p, cls);
   MC_PAD_CHECK(p, cls);
 }
@@ -347,8 +357,11 @@ MC_EXPORT void *MC_NAME(realloc)(void *p, size_t size) {
   if (s->kind == MC_SPAN_SMALL) {
     /* a freed object would be handed back in place while it is also free */
     unsigned cls = (unsigned)(e & MC_PM_CLASS_MASK);
-    mc_object_check(p, e, cls);
-    if (mc_unlikely((__atomic_load_n(mc_livemap_word((uintptr_t)p), __ATOMIC_RELAXED) & mc_livemap_bit((uintptr_t)p)) == 0)) mc_not_live(p, cls);
+    uintptr_t a = (uintptr_t)p;
+    if (mc_unlikely((a & (MC_ALIGN - 1)) != 0 ||
+                    (__atomic_load_n(mc_livemap_word(a), __ATOMIC_RELAXED) & mc_livemap_bit(a)) == 0)) {
+      mc_free_refused(p, e, cls);
+    }
     MC_PAD_CHECK(p, cls);
     size_t cur = mc_class_size[cls] - MC_PAD_BYTES; /* the most the object holds */
     size_t old = MC_DEBUG >= 1 ? mc_usable_size(p) : cur;

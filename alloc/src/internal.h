@@ -31,7 +31,10 @@
  *             starting there is held by the program (malloc sets it, free clears it
  *             and aborts if it was clear): a double free, or a free of an object never
  *             handed out, is caught at the free wherever the first free left the
- *             object. Kept beside the page map (1 GiB of address space per leaf).
+ *             object. No other bit is ever set (a span's bits are all clear when it
+ *             goes back to the page heap), so a pointer into an object, or past a
+ *             span's last object, finds its bit clear too. Kept beside the page map
+ *             (1 GiB of address space per leaf).
  *
  * Locks, in order: central[shard][c].lock -> heap lock (mc_heap.lock) ; pool lock -> heap lock.
  * Prefixes: public memcolo_*, shared internal mc_<file>_*, file-private static.

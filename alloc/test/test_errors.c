@@ -106,8 +106,8 @@ static void double_free_large(void) {
 }
 
 static void double_free_after_trim(void) {
-  /* the object has gone back to its span; the second free is caught when the object
-   * reaches the span again (here at the next trim): its bitmap says it is free */
+  /* the object has gone back to its span (trim): the second free is caught at the free,
+   * its live bit being clear */
   void *keep = MC_API(malloc)(48);
   void *p = MC_API(malloc)(48);
   MC_API(free)(p);
@@ -118,7 +118,7 @@ static void double_free_after_trim(void) {
 }
 
 static void double_free_interleaved(void) {
-  /* not back to back: caught when the thread cache's list is flushed to the span */
+  /* not back to back: caught at the second free (its live bit is clear) */
   void *p = MC_API(malloc)(64), *q = MC_API(malloc)(64);
   MC_API(free)(p);
   MC_API(free)(q);
@@ -200,6 +200,31 @@ static void free_interior_small_odd(void) {
   char *a = (char *)MC_API(malloc)(200);
   MC_API(free)(a + 1);
   probe(200, a);
+}
+
+static void free_interior_reused_span(void) {
+  /* The live map refuses an interior pointer because no bit but a live object's start
+   * is set: pages that held 16-byte objects (a bit per granule) and now hold 64-byte
+   * ones must have no bit left at a + 16. */
+  enum { N = 4096 };
+  static char *small[N], *big[N];
+  for (int i = 0; i < N; i++) small[i] = (char *)MC_API(malloc)(16);
+  char *lo = small[0], *hi = small[0];
+  for (int i = 0; i < N; i++) {
+    if (small[i] < lo) lo = small[i];
+    if (small[i] > hi) hi = small[i];
+  }
+  for (int i = 0; i < N; i++) MC_API(free)(small[i]);
+  MC_API(malloc_trim)(0);
+  for (int i = 0; i < N; i++) big[i] = (char *)MC_API(malloc)(64);
+  for (int i = 0; i < N; i++) {
+    if (big[i] >= lo && big[i] + 16 <= hi) {
+      MC_API(free)(big[i] + 16);
+      probe(64, big[i]);
+    }
+  }
+  fprintf(stderr, "not run: no 64-byte object in the 16-byte objects' pages\n");
+  _exit(0);
 }
 
 static void free_span_tail(void) {
@@ -382,6 +407,7 @@ int main(void) {
   run_bad("free_interior_small", free_interior_small, "interior pointer");
   run_bad("free_interior_small_odd", free_interior_small_odd, "interior pointer");
   run_bad("free_span_tail", free_span_tail, "interior pointer");
+  run_bad("free_interior_reused_span", free_interior_reused_span, "interior pointer");
 #if MC_DEBUG >= 1
   run_bad("overflow_one_byte", overflow_one_byte, "overflow");
   run_bad("overflow_past_usable", overflow_past_usable, "overflow");
