@@ -3,18 +3,95 @@
  * malloc_trim, mallopt. The fast path is a thread-cache pop/push; everything else
  * (refill, large blocks, aligned blocks, the first call of a thread) is out of line.
  * free() reads the pointer's page map entry, which carries the size class: an unknown
- * pointer aborts with a message. Double frees are caught where it costs nothing on the
- * fast path: the same pointer freed twice in a row (one compare with the top of the
- * thread cache's list), and any other when the object reaches its span, whose bitmap
- * says it is already free (central.c); debug builds also check at every free. */
+ * pointer aborts with a message. Double frees are caught at the free, wherever the
+ * first free left the object (this thread's cache, another's, a transfer cache, its
+ * span): malloc sets the object's bit in the live map (internal.h) and free clears it,
+ * aborting if it was clear. The bits are metadata (no object is read or written: a use
+ * after free cannot corrupt them or a list), one atomic RMW on each side. Only a live
+ * object's start has its bit set, so the same test refuses an interior pointer (or one
+ * past the span's last object); the object-start test (the pointer's offset in its
+ * span, from the page map entry) runs only then, to say which misuse it was. Debug builds (MC_DEBUG >= 1) also search the
+ * caches at every free, and pad small blocks: a canary and filler bytes after the size
+ * asked for (mimalloc's MI_PADDING), checked at free and realloc, so that a write past
+ * the block's end is caught; malloc_usable_size is then the size asked for. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <malloc.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 uint64_t mc_stat_slow_calls, mc_stat_large_allocs;
+uint64_t mc_secret;
+
+/* 64 random bits (getrandom; the clock and an address, mixed, if the kernel has no
+ * entropy yet), never 0: the debug canaries' key. */
+void mc_secret_init(void) {
+  uint64_t k = 0;
+  if (syscall(SYS_getrandom, &k, sizeof(k), GRND_NONBLOCK) != (long)sizeof(k)) k = 0;
+  uint64_t z = mc_now_ns() ^ (uintptr_t)&k ^ ((uint64_t)getpid() << 32);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  k ^= z ^ (z >> 31);
+  mc_secret = k != 0 ? k : 0x9E3779B97F4A7C15ull;
+}
+
+/* an object handed out: its live bit set */
+static inline void *mc_obj_out(void *p) {
+  uintptr_t a = (uintptr_t)p;
+  __atomic_fetch_or(mc_livemap_word(a), mc_livemap_bit(a), __ATOMIC_RELAXED);
+  return p;
+}
+
+#if MC_DEBUG >= 1
+/* Debug padding: a small block of n bytes asked for is an object of the class for
+ * n + MC_PAD; its last MC_PAD bytes hold {canary, delta = class size - n}, and up to
+ * MC_PAD_FILL_MAX bytes after n hold MC_PAD_FILL. The canary depends on the address,
+ * delta and mc_secret. */
+#define MC_PAD ((size_t)8)
+#define MC_PAD_FILL 0xde
+#define MC_PAD_FILL_MAX ((size_t)256)
+static inline uint32_t mc_pad_canary(const void *p, uint32_t delta) {
+  uint64_t x = (mc_secret ^ (uintptr_t)p) * 0x9E3779B97F4A7C15ull;
+  return (uint32_t)(x >> 32) ^ delta;
+}
+static void mc_pad_set(void *p, size_t n) {
+  size_t sz = mc_class_size[mc_pagemap_entry(p) & MC_PM_CLASS_MASK];
+  size_t fill = sz - MC_PAD - n;
+  memset((char *)p + n, MC_PAD_FILL, fill < MC_PAD_FILL_MAX ? fill : MC_PAD_FILL_MAX);
+  uint32_t w[2] = {mc_pad_canary(p, (uint32_t)(sz - n)), (uint32_t)(sz - n)};
+  memcpy((char *)p + sz - MC_PAD, w, sizeof(w));
+}
+/* the size asked for, or (size_t)-1 if the padding was overwritten */
+static size_t mc_pad_size(const void *p, unsigned cls) {
+  size_t sz = mc_class_size[cls];
+  uint32_t w[2];
+  memcpy(w, (const char *)p + sz - MC_PAD, sizeof(w));
+  if (w[1] < MC_PAD || w[1] > sz || w[0] != mc_pad_canary(p, w[1])) return (size_t)-1;
+  size_t n = sz - w[1], fill = sz - MC_PAD - n;
+  if (fill > MC_PAD_FILL_MAX) fill = MC_PAD_FILL_MAX;
+  for (size_t i = 0; i < fill; i++) {
+    if (((const unsigned char *)p)[n + i] != MC_PAD_FILL) return (size_t)-1;
+  }
+  return n;
+}
+static MC_NOINLINE void mc_pad_check(void *p, unsigned cls) {
+  if (mc_pad_size(p, cls) == (size_t)-1) {
+    mc_fatal("heap buffer overflow: the padding after the block was overwritten, block ", p, (long)cls,
+             "the bytes past the size asked for intact (debug canary)");
+  }
+}
+#define MC_PAD_BYTES MC_PAD
+#define MC_PAD_SET(p, n) mc_pad_set(p, n)
+#define MC_PAD_CHECK(p, cls) mc_pad_check(p, cls)
+#else
+#define MC_PAD_BYTES ((size_t)0)
+#define MC_PAD_SET(p, n) do { } while (0)
+#define MC_PAD_CHECK(p, cls) do { } while (0)
+#endif
 
 
 /* The thread cache's pop. Objects up to 1 KiB are the fall-through path (no taken
@@ -25,7 +102,7 @@ static inline void *mc_small_fast(size_t size) {
   if (mc_likely(tc != NULL)) {
     unsigned cls = mc_size_to_class(size);
     mc_bin_t *b = &tc->bins[cls];
-    if (mc_likely(b->count != 0)) return b->slots[--b->count];
+    if (mc_likely(b->count != 0)) return mc_obj_out(b->slots[--b->count]);
   }
   return mc_malloc_slow(size);
 }
@@ -59,35 +136,92 @@ MC_NOINLINE void *mc_malloc_slow(size_t size) {
   unsigned cls = mc_size_to_class(size);
   if (tc != NULL) {
     mc_bin_t *b = &tc->bins[cls];
-    if (b->count != 0) return b->slots[--b->count];
+    if (b->count != 0) return mc_obj_out(b->slots[--b->count]);
     void *p = mc_tcache_refill(tc, cls);
-    if (p == NULL) errno = ENOMEM;
-    return p;
+    if (p == NULL) { errno = ENOMEM; return NULL; }
+    return mc_obj_out(p);
   }
   /* no thread cache (thread being torn down, or out of metadata): go central */
   void *p = NULL;
   if (mc_central_fetch(0, cls, &p, 1) == 0) { errno = ENOMEM; return NULL; }
-  return p;
+  return mc_obj_out(p);
 }
 
+#if MC_DEBUG >= 1
+/* a block of size bytes with its padding (small blocks; large ones are not padded) */
+static void *mc_alloc_padded(size_t size) {
+  if (size > MC_SMALL_MAX - MC_PAD) {
+    if (size > MC_SMALL_MAX) return mc_malloc_slow(size);
+    mc_ensure_init();
+    return mc_large_alloc(size);
+  }
+  void *p = mc_small_fast(size + MC_PAD);
+  if (p) mc_pad_set(p, size);
+  return p;
+}
+#endif
+
 MC_EXPORT void *MC_NAME(malloc)(size_t size) {
+#if MC_DEBUG >= 1
+  return mc_alloc_padded(size);
+#endif
   if (mc_likely(size <= MC_SMALL_MAX)) return mc_small_fast(size);
   return mc_malloc_slow(size);
 }
 
-static MC_NOINLINE void mc_double_free(void *p, unsigned cls) {
-  mc_fatal("double free of object ", p, (long)cls, "a pointer that is allocated");
+
+static MC_NOINLINE void mc_free_interior(void *p, unsigned cls) {
+  mc_fatal("invalid free (interior pointer) ", p, (long)cls, "the start of an object malloc returned");
+}
+
+static MC_NOINLINE void mc_not_live(void *p, unsigned cls) {
+  mc_fatal("double free (or free of an object never allocated) of object ", p, (long)cls,
+           "an object malloc returned and that is not yet freed");
+}
+
+/* A free (or realloc) of p, in a page of a small span (entry e, class cls), that the
+ * live map refused: p is not 16-byte aligned or its granule's bit is clear. The bits
+ * are set only at the starts of live objects, so this is an interior pointer (or one
+ * past the span's last object) or an object that is not live; the object-start test
+ * tells which, for the message: p's offset in its span (the page's index from the
+ * entry) is a multiple of the class's size below the span's last object
+ * (mc_class_check). */
+static MC_NOINLINE void mc_free_refused(void *p, uintptr_t e, unsigned cls) {
+  uint32_t off = (uint32_t)(((e >> MC_PM_PAGE_SHIFT) << MC_PAGE_SHIFT) | ((uintptr_t)p & (MC_PAGE_SIZE - 1)));
+  const mc_class_check_t *k = &mc_class_check[cls];
+  if (off >= k->end || (uint64_t)off * k->magic >= k->magic) mc_free_interior(p, cls);
+  mc_not_live(p, cls);
 }
 
 #if MC_DEBUG >= 1
-/* debug builds: every free checks that the object is not already free anywhere */
+/* debug builds: every free also checks that the object is in no cache of this thread
+ * and not free in its shard (a second opinion to the live map) */
 static MC_NOINLINE void mc_debug_free_check(void *p, unsigned cls) {
-  if (mc_tcache_contains(mc_tcache, cls, p) || mc_central_contains(cls, p)) mc_double_free(p, cls);
+  if (mc_tcache_contains(mc_tcache, cls, p) || mc_central_contains(cls, p)) {
+    mc_fatal("double free of object ", p, (long)cls, "a pointer that is allocated");
+  }
 }
 #define MC_DEBUG_FREE_CHECK(p, cls) mc_debug_free_check(p, cls)
 #else
 #define MC_DEBUG_FREE_CHECK(p, cls) do { } while (0)
 #endif
+
+/* Every check of a small object's free: the start of an object held by the program
+ * (16-byte aligned and its live bit set; the bit is cleared here, one atomic RMW), its
+ * padding intact (debug). The live bit alone also refuses interior pointers: no bit
+ * but an object's start is ever set. */
+static inline void mc_small_free_checks(void *p, uintptr_t e, unsigned cls) {
+  uintptr_t a = (uintptr_t)p;
+  uint64_t bit = mc_livemap_bit(a);
+  if (mc_unlikely((a & (MC_ALIGN - 1)) != 0 ||
+                  (__atomic_fetch_and(mc_livemap_word(a), ~bit, __ATOMIC_RELAXED) & bit) == 0)) {
+    mc_free_refused(p, e, cls);
+  }
+  MC_DEBUG_FREE_CHECK(p, cls);
+  MC_PAD_CHECK(p, cls);
+}
+
+MC_EXPORT void MC_NAME(free)(void *p);
 
 MC_NOINLINE void mc_free_slow(void *p, uintptr_t entry) {
   mc_span_t *s = (mc_span_t *)(entry & MC_PM_SPAN_MASK);
@@ -104,7 +238,7 @@ MC_NOINLINE void mc_free_slow(void *p, uintptr_t entry) {
       return;
     }
     /* no thread cache (the thread is being torn down): straight to the central list */
-    MC_DEBUG_FREE_CHECK(p, cls);
+    mc_small_free_checks(p, entry, cls);
     mc_central_return(cls, &p, 1);
     return;
   }
@@ -136,13 +270,10 @@ MC_EXPORT void MC_NAME(free)(void *p) {
   unsigned cls = (unsigned)(e & MC_PM_CLASS_MASK);
   mc_tcache_t *tc = mc_tcache;
   if (mc_likely(cls != 0 && tc != NULL)) {
+    mc_small_free_checks(p, e, cls);
     mc_bin_t *b = &tc->bins[cls];
     uint32_t n = b->count;
     void **slots = b->slots;
-    if (mc_likely(n != 0)) {
-      if (mc_unlikely(slots[n - 1] == p)) mc_double_free(p, cls);
-    }
-    MC_DEBUG_FREE_CHECK(p, cls);
     if (mc_unlikely(n >= b->max)) {
       mc_free_overflow(tc, cls, p);
       return;
@@ -160,6 +291,12 @@ size_t mc_usable_size(const void *p) {
   if (p == NULL) return 0;
   mc_span_t *s = mc_pagemap_get(p);
   if (s == NULL) return 0;
+#if MC_DEBUG >= 1
+  if (s->kind == MC_SPAN_SMALL) {
+    size_t n = mc_pad_size(p, s->sclass);
+    return n != (size_t)-1 ? n : mc_class_size[s->sclass] - MC_PAD;
+  }
+#endif
   if (s->kind == MC_SPAN_SMALL) return mc_class_size[s->sclass];
   if (s->kind == MC_SPAN_FREE) return 0;
   return s->start + ((size_t)s->pages << MC_PAGE_SHIFT) - (uintptr_t)p;
@@ -171,7 +308,11 @@ MC_EXPORT void *MC_NAME(calloc)(size_t n, size_t size) {
   size_t total;
   if (__builtin_mul_overflow(n, size, &total)) { errno = ENOMEM; return NULL; }
   if (total <= MC_SMALL_MAX) {
+#if MC_DEBUG >= 1
+    void *p = mc_alloc_padded(total);
+#else
     void *p = mc_small_fast(total);
+#endif
     if (p) memset(p, 0, total);
     return p;
   }
@@ -210,14 +351,26 @@ static void *mc_realloc_grow(void *p, size_t old_usable, size_t size) {
 MC_EXPORT void *MC_NAME(realloc)(void *p, size_t size) {
   if (p == NULL) return MC_NAME(malloc)(size);
   if (size == 0) { MC_NAME(free)(p); return NULL; }
-  mc_span_t *s = mc_pagemap_get(p);
+  uintptr_t e = mc_pagemap_entry(p);
+  mc_span_t *s = (mc_span_t *)(e & MC_PM_SPAN_MASK);
   if (s == NULL || s->kind == MC_SPAN_FREE) mc_free_slow(p, 0);
   if (s->kind == MC_SPAN_SMALL) {
-    size_t cur = mc_class_size[s->sclass];
-    if (size <= cur && size > cur / 2) return p;            /* same or adjacent class */
-    if (size <= cur && cur <= 128) return p;
-    if (size > cur) return mc_realloc_grow(p, cur, size);
-    return mc_realloc_move(p, cur, size);
+    /* a freed object would be handed back in place while it is also free */
+    unsigned cls = (unsigned)(e & MC_PM_CLASS_MASK);
+    uintptr_t a = (uintptr_t)p;
+    if (mc_unlikely((a & (MC_ALIGN - 1)) != 0 ||
+                    (__atomic_load_n(mc_livemap_word(a), __ATOMIC_RELAXED) & mc_livemap_bit(a)) == 0)) {
+      mc_free_refused(p, e, cls);
+    }
+    MC_PAD_CHECK(p, cls);
+    size_t cur = mc_class_size[cls] - MC_PAD_BYTES; /* the most the object holds */
+    size_t old = MC_DEBUG >= 1 ? mc_usable_size(p) : cur;
+    if (size <= cur && (size > cur / 2 || cur <= 128)) { /* same or adjacent class */
+      MC_PAD_SET(p, size);
+      return p;
+    }
+    if (size > cur) return mc_realloc_grow(p, old, size);
+    return mc_realloc_move(p, old, size);
   }
   size_t usable = mc_usable_size(p);
   if ((uintptr_t)p != s->start) return mc_realloc_move(p, usable, size); /* aligned block */
@@ -251,13 +404,15 @@ void *mc_alloc_aligned(size_t align, size_t size) {
   if (align <= MC_ALIGN) return MC_NAME(malloc)(size);
   mc_ensure_init();
   if (size == 0) size = 1;
-  if (size <= MC_SMALL_MAX && align <= MC_PAGE_SIZE) {
+  if (size <= MC_SMALL_MAX - MC_PAD_BYTES && align <= MC_PAGE_SIZE) {
     /* a class whose size is a multiple of align gives aligned objects: spans are page aligned */
-    size_t need = (size + align - 1) & ~(align - 1);
+    size_t need = (size + MC_PAD_BYTES + align - 1) & ~(align - 1);
     for (unsigned c = mc_size_to_class(need); c < MC_CLASSES; c++) {
       if (mc_class_size[c] % align == 0) {
         if (mc_class_size[c] > need * 2 && mc_class_size[c] > MC_PAGE_SIZE) break;
-        return mc_small_fast(mc_class_size[c]);
+        void *p = mc_small_fast(mc_class_size[c]);
+        if (p) MC_PAD_SET(p, size);
+        return p;
       }
     }
   }

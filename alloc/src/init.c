@@ -64,6 +64,7 @@ void mc_init(void) {
   mc_options_init();
   mc_os_thp_init();
   mc_sizeclass_init();
+  mc_secret_init();
   mc_central_init();
   mc_tcache_init();
   __atomic_store_n(&mc_initialized, 1, __ATOMIC_RELEASE);

@@ -25,7 +25,16 @@
  *             moved in batches) and the spans with free objects, each with a bitmap
  *             of its free objects (no pointer chasing, no object touched).
  *   page map  page -> entry: span pointer | size class (bits 0-5, 0 = not a small
- *             span) | shard (bits 48-55): free() finds the class in one load.
+ *             span) | shard (bits 48-55) | page index in the span (bits 56-63): free()
+ *             finds the class and the pointer's offset in its span in one load.
+ *   live map  one bit per 16-byte granule of the address space, set while the object
+ *             starting there is held by the program (malloc sets it, free clears it
+ *             and aborts if it was clear): a double free, or a free of an object never
+ *             handed out, is caught at the free wherever the first free left the
+ *             object. No other bit is ever set (a span's bits are all clear when it
+ *             goes back to the page heap), so a pointer into an object, or past a
+ *             span's last object, finds its bit clear too. Kept beside the page map
+ *             (1 GiB of address space per leaf).
  *
  * Locks, in order: central[shard][c].lock -> heap lock (mc_heap.lock) ; pool lock -> heap lock.
  * Prefixes: public memcolo_*, shared internal mc_<file>_*, file-private static.
@@ -214,6 +223,12 @@ extern uint16_t mc_class_pages[MC_CLASSES];
 extern uint16_t mc_class_batch[MC_CLASSES];
 extern uint16_t mc_class_tcap[MC_CLASSES];  /* thread cache slots of the class */
 extern uint8_t mc_class_small_idx[(1024 >> 4) + 1];
+/* What free checks of a pointer's offset `off` (bytes) from its span's start: it is an
+ * object's start iff off < end (the span's bytes that hold objects: capacity x size)
+ * and off % size == 0, tested as off * magic < magic with magic = ceil(2^64 / size)
+ * (Lemire, Kaser, Kurz, "Faster remainder by direct computation", 2019, §3). */
+typedef struct { uint64_t magic; uint32_t end; uint32_t unused; } mc_class_check_t;
+extern mc_class_check_t mc_class_check[MC_CLASSES];
 extern uint8_t mc_class_large_idx[(MC_SMALL_MAX >> 7) + 1];
 void mc_sizeclass_init(void);
 static inline unsigned mc_size_to_class(size_t size) {
@@ -227,13 +242,25 @@ extern uintptr_t *mc_pagemap_root[1 << 18];
 #define MC_PM_CLASS_MASK ((uintptr_t)63)
 #define MC_PM_SPAN_MASK ((uintptr_t)0x0000ffffffffffc0ull)
 #define MC_PM_SHARD_SHIFT 48
-/* the raw entry of the page holding p: span | class | shard << 48, or 0 */
+#define MC_PM_PAGE_SHIFT 56 /* small spans: the page's index in its span (< 256 pages) */
+/* the raw entry of the page holding p: span | class | shard << 48 | page index << 56, or 0 */
 static inline uintptr_t mc_pagemap_entry(const void *p) {
   uintptr_t a = (uintptr_t)p >> MC_PAGE_SHIFT;
   if (mc_unlikely(a >> 36)) return 0;
   uintptr_t *leaf = mc_pagemap_root[a >> 18];
   return mc_likely(leaf != NULL) ? leaf[a & ((1u << 18) - 1)] : 0;
 }
+/* The live map (see the glossary): per page map leaf (2^30 bytes of address space),
+ * 2^26 bits, one per 16-byte granule, set while the object starting there is held by
+ * the program. Mapped with the leaf (8 MiB of address space; only the words of the
+ * granules of small spans ever become resident: 1/128 of those spans' bytes). Its
+ * words are shared by objects of different threads: updated with atomic RMWs. */
+extern uint64_t *mc_livemap_root[1 << 18];
+#define MC_LIVEMAP_BYTES ((size_t)1 << (30 - 4 - 3))
+static inline uint64_t *mc_livemap_word(uintptr_t a) {
+  return &mc_livemap_root[a >> 30][(a >> 10) & ((1u << 20) - 1)];
+}
+static inline uint64_t mc_livemap_bit(uintptr_t a) { return (uint64_t)1 << ((a >> 4) & 63); }
 static inline mc_span_t *mc_pagemap_get(const void *p) {
   return (mc_span_t *)(mc_pagemap_entry(p) & MC_PM_SPAN_MASK);
 }
@@ -327,6 +354,8 @@ size_t mc_tcache_count(void);
 bool mc_tcache_contains(mc_tcache_t *tc, unsigned cls, const void *p);
 
 /* ---------------------------------------------------------------- alloc.c */
+extern uint64_t mc_secret;        /* random, nonzero (debug canaries); set by mc_secret_init */
+void mc_secret_init(void);
 void *mc_malloc_slow(size_t size);
 void *mc_alloc_aligned(size_t align, size_t size);
 void mc_free_slow(void *p, uintptr_t entry);

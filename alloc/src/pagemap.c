@@ -2,8 +2,11 @@
  * 48-bit address space: 2^18 roots of 2^18 entries; a 2 MiB leaf is mapped on first
  * use and only its touched pages become resident), and the metadata free lists of span
  * and huge page descriptors. An entry is the span's address (64-byte aligned) with the
- * size class in bits 0-5 for small spans (0 otherwise) and the span's shard in bits
- * 48-55, so that free() learns the class and the shard without reading the span.
+ * size class in bits 0-5 for small spans (0 otherwise), the span's shard in bits
+ * 48-55 and the page's index in its span in bits 56-63, so that free() learns the
+ * class, the shard and the pointer's offset in its span without reading the span.
+ * Each leaf comes with its part of the live map (internal.h), zero at first: no
+ * object of a new span is held by the program.
  * Small spans have every page in the map (objects lie anywhere in them); large blocks
  * have their first page and, for aligned blocks, the page of the returned pointer. All
  * writers hold the heap lock; readers (free) read entries of spans they own. */
@@ -12,6 +15,7 @@
 #include "internal.h"
 
 uintptr_t *mc_pagemap_root[1 << 18];
+uint64_t *mc_livemap_root[1 << 18];
 
 bool mc_pagemap_set(uintptr_t page_addr, mc_span_t *s) {
   uintptr_t a = page_addr >> MC_PAGE_SHIFT;
@@ -20,13 +24,19 @@ bool mc_pagemap_set(uintptr_t page_addr, mc_span_t *s) {
   if (leaf == NULL) {
     if (s == NULL) return true;
     leaf = (uintptr_t *)mc_os_meta_alloc(sizeof(uintptr_t) << 18);
-    if (leaf == NULL) return false;
+    uint64_t *live = (uint64_t *)mc_os_meta_alloc(MC_LIVEMAP_BYTES);
+    if (leaf == NULL || live == NULL) return false;
+    /* the live map first: an object of a page in the map has its bits */
+    __atomic_store_n(&mc_livemap_root[a >> 18], live, __ATOMIC_RELEASE);
     __atomic_store_n(&mc_pagemap_root[a >> 18], leaf, __ATOMIC_RELEASE);
   }
   uintptr_t e = 0;
   if (s != NULL) {
     e = (uintptr_t)s;
-    if (s->kind == MC_SPAN_SMALL) e |= (uintptr_t)s->sclass | ((uintptr_t)s->shard << MC_PM_SHARD_SHIFT);
+    if (s->kind == MC_SPAN_SMALL) {
+      e |= (uintptr_t)s->sclass | ((uintptr_t)s->shard << MC_PM_SHARD_SHIFT) |
+           (((page_addr - s->start) >> MC_PAGE_SHIFT) << MC_PM_PAGE_SHIFT);
+    }
   }
   __atomic_store_n(&leaf[a & ((1u << 18) - 1)], e, __ATOMIC_RELEASE);
   return true;

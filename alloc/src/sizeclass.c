@@ -1,5 +1,7 @@
 /* sizeclass.c — size classes: 16..128 B in steps of 16, then four classes per
  * doubling up to 32 KiB (the mimalloc/TCMalloc spacing; internal waste <= 25 %).
+ * free's check that a pointer is an object's start uses mc_class_check (an exact
+ * divisibility test by one multiply, and the end of the span's objects).
  * Each class has a span length in pages (>= 8 objects; classes up to 128 B
  * MC_SPAN_MAX_OBJECTS objects so that a thread turns fewer spans through the page heap,
  * up to 1 KiB two pages; tail waste <= 1/8 of the span), a batch size for moves between
@@ -20,6 +22,7 @@ uint16_t mc_class_pages[MC_CLASSES];
 uint16_t mc_class_batch[MC_CLASSES];
 uint16_t mc_class_tcap[MC_CLASSES];
 uint8_t mc_class_small_idx[(1024 >> 4) + 1];
+mc_class_check_t mc_class_check[MC_CLASSES];
 uint8_t mc_class_large_idx[(MC_SMALL_MAX >> 7) + 1];
 
 void mc_sizeclass_init(void) {
@@ -43,6 +46,10 @@ void mc_sizeclass_init(void) {
     while (((pages * MC_PAGE_SIZE) % sz) > (pages * MC_PAGE_SIZE) / 8) pages++;
     mc_class_pages[i] = (uint16_t)pages;
     mc_class_recip[i] = (uint32_t)((((uint64_t)1 << 32) + sz - 1) / sz);
+    /* the page map entry holds a page's index in its span in 8 bits */
+    if (pages > 255) mc_fatal("size class span too long for the page map ", NULL, (long)i, "at most 255 pages");
+    mc_class_check[i].magic = UINT64_MAX / sz + 1;
+    mc_class_check[i].end = (uint32_t)((pages * MC_PAGE_SIZE) / sz * sz);
     uint32_t batch = (uint32_t)(MC_BATCH_BYTES / sz);
     if (batch < 2) batch = 2;
     if (batch > 64) batch = 64;
