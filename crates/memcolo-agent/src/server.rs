@@ -334,27 +334,35 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
 
-    /// A notification pushed while the client is halfway through a request line
-    /// neither loses nor corrupts that request.
-    #[tokio::test]
-    async fn a_push_in_the_middle_of_a_request_keeps_the_request_whole() {
-        let (agent_end, mut client) = UnixStream::pair().unwrap();
+    /// A connection served with `write_timeout`: the client's end, the commands it
+    /// sends the main loop, its push sender and its task.
+    async fn served(
+        write_timeout: std::time::Duration,
+    ) -> (
+        UnixStream,
+        mpsc::Receiver<Command>,
+        mpsc::Sender<Reply>,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    ) {
+        let (agent_end, client) = UnixStream::pair().unwrap();
         let (cmds, mut rx) = mpsc::channel(8);
         let peer = Peer {
             pid: None,
             uid: 0,
             process: None,
         };
-        let conn = tokio::spawn(connection(
-            1,
-            agent_end,
-            peer,
-            cmds,
-            std::time::Duration::from_secs(5),
-        ));
+        let conn = tokio::spawn(connection(1, agent_end, peer, cmds, write_timeout));
         let Some(Command::Opened { push, .. }) = rx.recv().await else {
             panic!("no Opened")
         };
+        (client, rx, push, conn)
+    }
+
+    /// A notification pushed while the client is halfway through a request line
+    /// neither loses nor corrupts that request.
+    #[tokio::test]
+    async fn a_push_in_the_middle_of_a_request_keeps_the_request_whole() {
+        let (mut client, mut rx, push, conn) = served(std::time::Duration::from_secs(5)).await;
         client.write_all(br#"{"v":1,"type":"pi"#).await.unwrap();
         // Let the reader take in the first half before the push.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -397,23 +405,7 @@ mod tests {
     /// ends instead of holding its slot.
     #[tokio::test]
     async fn a_client_that_never_reads_is_disconnected() {
-        let (agent_end, client) = UnixStream::pair().unwrap();
-        let (cmds, mut rx) = mpsc::channel(8);
-        let peer = Peer {
-            pid: None,
-            uid: 0,
-            process: None,
-        };
-        let conn = tokio::spawn(connection(
-            1,
-            agent_end,
-            peer,
-            cmds,
-            std::time::Duration::from_millis(200),
-        ));
-        let Some(Command::Opened { push, .. }) = rx.recv().await else {
-            panic!("no Opened")
-        };
+        let (client, _rx, push, conn) = served(std::time::Duration::from_millis(200)).await;
         let big = Reply::Status {
             status: serde_json::json!({"pad": "x".repeat(60_000)}),
         };

@@ -142,6 +142,15 @@ fn call(sock: &Path, line: &str) -> Value {
     serde_json::from_str(&r).unwrap_or_else(|e| panic!("answer `{r}`: {e}"))
 }
 
+/// The first line a child prints on its (piped) standard output.
+fn first_line(c: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line
+}
+
 fn alive(pid: u32) -> bool {
     // A zombie is dead for this purpose.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -328,10 +337,7 @@ fn a_be_registration_never_kills_a_set_user_id_program() {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(c.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let line = first_line(&mut c);
         assert!(line.contains("registered"), "{mode}: {line}");
         let pid = c.id();
         procs.0.push(c);
@@ -436,10 +442,7 @@ fn one_user_holding_connections_locks_out_neither_root_nor_another_user() {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(c.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let line = first_line(&mut c);
         assert_eq!(
             line.trim(),
             "600",
