@@ -196,9 +196,12 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *data) {
 /* A new shadow for a region of len bytes: 0 with the memfd and its mapped control
  * page, -1 (nothing left open) on failure. */
 static int shadow_create(size_t len, int *fd_out, unsigned char **journal_out) {
-  int fd = (int)syscall(SYS_memfd_create, "memcolo-shadow", MFD_CLOEXEC);
+  int fd = (int)syscall(SYS_memfd_create, "memcolo-shadow", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return -1;
   if (ftruncate(fd, (off_t)(len + MC_TIER_PAGE)) != 0) { close(fd); return -1; }
+  /* The agent maps the control page: it refuses a shadow this process could shrink
+   * under that mapping (which would crash the agent with SIGBUS). */
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) { close(fd); return -1; }
   void *j = raw_mmap(NULL, MC_TIER_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)len);
   if (j == MAP_FAILED) { close(fd); return -1; }
   uint64_t slots = MC_SHADOW_SLOTS;

@@ -66,13 +66,24 @@ unsafe impl Sync for Shadow {}
 
 impl Shadow {
     /// The shadow memfd `fd` of a region of `pages` pages: at least `(pages + 1) ×
-    /// PAGE` bytes long, its control page initialized by the process (magic and slot
-    /// count).
+    /// PAGE` bytes long, sealed against shrinking (`F_SEAL_SHRINK`: the agent maps its
+    /// control page, and a process that could shrink the memfd under that mapping
+    /// would make the agent take `SIGBUS`), its control page initialized by the
+    /// process (magic and slot count).
     ///
     /// # Errors
-    /// `InvalidInput` if the memfd is too short or its control page has no magic or
-    /// too many slots; `mmap(2)`'s or `fstat(2)`'s error.
+    /// `InvalidInput` if the memfd is not sealed against shrinking, is too short, or
+    /// its control page has no magic or too many slots; `mmap(2)`'s or `fstat(2)`'s
+    /// error.
     pub fn new(fd: OwnedFd, pages: usize) -> io::Result<Self> {
+        // SAFETY: F_GET_SEALS takes no argument.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the shadow memfd is not sealed against shrinking (F_SEAL_SHRINK)",
+            ));
+        }
         let file = SharedFile::new(fd, 0, pages + 1)?;
         // SAFETY: mapping one page of the memfd, which is long enough (checked above).
         let p = unsafe {
@@ -117,7 +128,8 @@ impl Shadow {
     /// in-process regions.
     ///
     /// # Errors
-    /// `ftruncate(2)`'s or `pwrite(2)`'s error.
+    /// `ftruncate(2)`'s, `pwrite(2)`'s or `fcntl(F_ADD_SEALS)`'s error (the memfd
+    /// must be created with `MFD_ALLOW_SEALING`).
     pub fn init(fd: &OwnedFd, pages: usize) -> io::Result<()> {
         // SAFETY: resizing our own descriptor's file.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), ((pages + 1) * PAGE) as libc::off_t) } != 0 {
@@ -126,7 +138,12 @@ impl Shadow {
         let mut head = [0u8; 16];
         head[..8].copy_from_slice(&MAGIC);
         head[8..].copy_from_slice(&(MAX_SLOTS as u64).to_le_bytes());
-        pwrite_all(fd, &head, pages * PAGE)
+        pwrite_all(fd, &head, pages * PAGE)?;
+        // SAFETY: adding a seal to our own memfd.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     fn slot(&self, k: usize) -> (&AtomicU64, u64, u64) {
@@ -280,7 +297,12 @@ mod tests {
 
     fn memfd() -> OwnedFd {
         // SAFETY: creating a new memfd.
-        let fd = unsafe { libc::memfd_create(c"shadow-test".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                c"shadow-test".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         assert!(fd >= 0, "{}", io::Error::last_os_error());
         // SAFETY: a new descriptor nothing else owns.
         unsafe { OwnedFd::from_raw_fd(fd) }
@@ -369,5 +391,32 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         let short = memfd();
         assert!(Shadow::new(short, 8).is_err());
+    }
+
+    /// The agent maps a shadow's control page: a process that could shrink the memfd
+    /// under that mapping would crash the agent with SIGBUS at its next journal read.
+    #[test]
+    fn a_shadow_its_process_could_shrink_is_refused_and_a_sealed_one_cannot_shrink() {
+        let fd = memfd();
+        // A control page written as the process would, but no seal.
+        // SAFETY: resizing our own memfd.
+        assert_eq!(
+            unsafe { libc::ftruncate(fd.as_raw_fd(), (9 * PAGE) as i64) },
+            0
+        );
+        let mut head = [0u8; 16];
+        head[..8].copy_from_slice(&MAGIC);
+        head[8..].copy_from_slice(&(MAX_SLOTS as u64).to_le_bytes());
+        pwrite_all(&fd, &head, 8 * PAGE).unwrap();
+        let e = Shadow::new(dup(&fd), 8).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("F_SEAL_SHRINK"), "{e}");
+        // Sealed as init does: accepted, and the process can no longer shrink it.
+        let sealed = memfd();
+        Shadow::init(&sealed, 8).unwrap();
+        let s = Shadow::new(dup(&sealed), 8).unwrap();
+        // SAFETY: trying to shrink our own memfd.
+        assert_ne!(unsafe { libc::ftruncate(sealed.as_raw_fd(), 0) }, 0);
+        assert!(s.pending_removes().is_empty());
     }
 }

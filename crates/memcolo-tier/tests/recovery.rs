@@ -97,7 +97,12 @@ fn differing(
 /// as libmemcolo does.
 fn shadow_memfd(pages: usize) -> OwnedFd {
     // SAFETY: creating a new memfd with a static name.
-    let fd = unsafe { libc::memfd_create(c"memcolo-shadow".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe {
+        libc::memfd_create(
+            c"memcolo-shadow".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
     assert!(fd >= 0, "{}", io::Error::last_os_error());
     // SAFETY: a new descriptor nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
