@@ -45,6 +45,9 @@ CARGO_FUZZ_VERSION=0.13.2
 if ! cargo fuzz --version 2>/dev/null | grep -q " $CARGO_FUZZ_VERSION\$"; then
   cargo install --locked --version "$CARGO_FUZZ_VERSION" cargo-fuzz
 fi
+# The fuzz project has its own lock file: fetch its crates now, so that the tests
+# need no network of their own.
+cargo fetch --locked --manifest-path fuzz/Cargo.toml
 
 cargo build --release --workspace --locked
 if [ -f alloc/Makefile ]; then make -C alloc; fi

@@ -22,19 +22,6 @@ use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
-fn own_v1_memory_cgroup() -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = text.lines().find_map(|l| {
-        let mut parts = l.splitn(3, ':');
-        let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
-        ctrl.split(',')
-            .any(|c| c == "memory")
-            .then(|| path.to_string())
-    })?;
-    let p = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
-    p.join("memory.limit_in_bytes").exists().then_some(p)
-}
-
 /// Kills everything in the scratch group, removes it and the data file, on every exit path.
 struct Cleanup {
     scope: PathBuf,
@@ -133,14 +120,8 @@ while True:
 
 #[test]
 fn agent_manages_real_processes_in_a_cgroup_scope() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: needs root");
-        return;
-    }
-    let Some(own) = own_v1_memory_cgroup() else {
-        eprintln!("SKIP: no cgroup v1 memory controller");
-        return;
-    };
+    common::require_root();
+    let own = common::own_v1_memory_cgroup();
     let python = ["python3", "/usr/bin/python3"]
         .into_iter()
         .find(|p| {

@@ -34,27 +34,6 @@ const PYTHON: &str = "/usr/bin/python3";
 /// stalled (generous: a live agent answers in milliseconds).
 const ANSWER_LIMIT: Duration = Duration::from_secs(30);
 
-fn own_v1_memory_cgroup() -> PathBuf {
-    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let rel = text
-        .lines()
-        .find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
-            ctrl.split(',')
-                .any(|c| c == "memory")
-                .then(|| path.to_string())
-        })
-        .expect("these tests need the cgroup v1 memory controller");
-    let p = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
-    assert!(
-        p.join("memory.limit_in_bytes").exists(),
-        "no cgroup v1 memory directory at {}",
-        p.display()
-    );
-    p
-}
-
 /// Prelude of every tenant script: ctypes for the system calls Python lacks, and
 /// 48 MiB of anonymous memory so that the scope's used memory is above adv_thr.
 const PRELUDE: &str = r#"
@@ -100,7 +79,7 @@ impl Rig {
                 .is_ok_and(|o| o.status.success()),
             "setpriv (util-linux) is needed"
         );
-        let own = own_v1_memory_cgroup();
+        let own = common::own_v1_memory_cgroup();
         let exe = env!("CARGO_BIN_EXE_memcolo");
         let tmp = tempfile::tempdir().unwrap();
         let id = format!("memcolo-hermes-{tag}-{}", std::process::id());

@@ -38,10 +38,7 @@ fn exe() -> String {
 }
 
 fn require_root() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "these tests attack the agent as other users: run them as root"
-    );
+    common::require_root();
     assert!(Path::new(PYTHON).exists(), "{PYTHON} is needed");
 }
 
@@ -260,18 +257,7 @@ struct Scratch(PathBuf);
 impl Scratch {
     /// `name` tells apart the groups of tests running at once.
     fn new(name: &str, limit_bytes: u64) -> Scratch {
-        let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-        let rel = text
-            .lines()
-            .find_map(|l| {
-                let mut p = l.splitn(3, ':');
-                let (_, ctrl, path) = (p.next()?, p.next()?, p.next()?);
-                ctrl.split(',')
-                    .any(|c| c == "memory")
-                    .then(|| path.to_string())
-            })
-            .expect("this test needs the cgroup v1 memory controller");
-        let own = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
+        let own = common::own_v1_memory_cgroup();
         let path = own.join(format!("memcolo-security-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&path).unwrap();
         std::fs::write(path.join("memory.limit_in_bytes"), limit_bytes.to_string()).unwrap();

@@ -1,7 +1,7 @@
 //! Helpers shared by the CLI's end-to-end tests against a real agent.
 
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -30,4 +30,38 @@ pub fn agent_status(exe: &str, sock: &Path) -> Value {
         String::from_utf8_lossy(&o.stderr)
     );
     serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// This process's own cgroup v1 memory directory, below which the tests make their
+/// scratch groups; panics saying why when there is none (such a test cannot run).
+#[allow(dead_code)]
+pub fn own_v1_memory_cgroup() -> PathBuf {
+    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let rel = text
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+            ctrl.split(',')
+                .any(|c| c == "memory")
+                .then(|| path.to_string())
+        })
+        .expect("this test needs the cgroup v1 memory controller");
+    let p = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
+    assert!(
+        p.join("memory.limit_in_bytes").exists(),
+        "no cgroup v1 memory directory at {}: this test needs the cgroup v1 memory controller",
+        p.display()
+    );
+    p
+}
+
+/// Panics unless the test runs as root (it makes cgroups, drops to other uids, or
+/// attacks the agent as other users).
+#[allow(dead_code)]
+pub fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root: run it as root"
+    );
 }
