@@ -96,7 +96,7 @@ fn program(conn: &mut RawConn, mut p: &[u8]) -> std::io::Result<()> {
                 conn.send_header(op, id, key, len, checksum(&payload))?;
                 conn.send_payload(&payload)?;
             }
-            6 => (&*conn.stream()).write_all(&payload)?,
+            6 => conn.stream().write_all(&payload)?,
             _ => break,
         }
     }
