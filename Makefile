@@ -30,7 +30,8 @@ fuzz:
 	scripts/fuzz.sh run
 
 # Hostile traffic against a real agent and memory server (fuzz/soak): 10 M agent.sock
-# lines, 1 M tier.sock lines and 1 M memory-server frames, then liveness and
+# lines, 1 M tier.sock lines and 1 M memory-server frames (a tenth from peers without
+# the secret), connections past the per-uid caps refused and counted, then liveness and
 # RSS/thread/fd growth checks. SOAK_ARGS passes options (e.g. --agent-lines 100000).
 fuzz-soak:
 	cargo build --release --locked -p memcolo

@@ -6,8 +6,12 @@
 //! `memcolo memserver` on loopback, then re-executes itself as an unprivileged uid
 //! (`--uid`, what any tenant is) to send the traffic ([`attack`]): by default 10 M
 //! agent.sock lines (mutated valid requests, invalid ones, random bytes, over-long
-//! lines, split writes, abrupt closes, bursts of concurrent connections), 1 M
-//! tier.sock lines and 1 M memory-server frames (unauthenticated, [`frames`]). It
+//! lines, split writes, abrupt closes, bursts of concurrent connections past the
+//! per-uid connection caps, whose refusals are counted, not failures), 1 M
+//! tier.sock lines and 1 M memory-server frames ([`frames`]: a tenth from peers
+//! without the secret, all refused; the rest from a client holding the shared secret,
+//! valid frames and damaged records). The memory server and that client get the
+//! secret from a 0600 file each (`--secret-file`). It
 //! samples each daemon's VmRSS, threads (`/proc/PID/task`) and open descriptors
 //! (`/proc/PID/fd`) at the start, every few seconds and at the end, prints a table,
 //! and exits non-zero if the attacker saw a hang or a bad reply, a daemon died or
@@ -19,9 +23,10 @@ mod frames;
 mod lines;
 
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::os::unix::fs::PermissionsExt;
+use memcolo_tier::channel::Auth;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -93,12 +98,13 @@ fn main() {
 }
 
 fn attack_main(v: Vec<String>) -> Result<()> {
-    let [agent_sock, tier_sock, memserver, seeds, agent_lines, tier_lines, frames, workers, burst, seed] =
-        <[String; 10]>::try_from(v).map_err(|_| anyhow::anyhow!("attack: bad arguments"))?;
+    let [agent_sock, tier_sock, memserver, secret, seeds, agent_lines, tier_lines, frames, workers, burst, seed] =
+        <[String; 11]>::try_from(v).map_err(|_| anyhow::anyhow!("attack: bad arguments"))?;
     attack::run(attack::Plan {
         agent_sock: agent_sock.into(),
         tier_sock: tier_sock.into(),
         memserver: memserver.parse()?,
+        secret: secret.into(),
         seeds: seeds.into(),
         agent_lines: agent_lines.parse()?,
         tier_lines: tier_lines.parse()?,
@@ -223,12 +229,10 @@ fn agent_alive(sock: &Path, tier: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The memory server accepts a valid hello.
-fn memserver_alive(addr: SocketAddr) -> Result<()> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(&frames::hello(1, 4096))?;
-    let (status, id, _) = frames::read_response(&mut s)?;
+/// The memory server accepts a client with the secret and answers its hello.
+fn memserver_alive(addr: SocketAddr, auth: &Auth) -> Result<()> {
+    let mut c = frames::connect(addr, auth, Duration::from_secs(10))?.context("memserver busy")?;
+    let (status, id) = frames::hello(&mut c, 1, 4096)?;
     anyhow::ensure!(
         status == 0 && id == 1,
         "memserver answered hello with status {status}, id {id}"
@@ -256,6 +260,22 @@ fn drive_in(a: &Args, memcolo: &Path, tmp: &Path) -> Result<()> {
     let tier = tmp.join("tier.sock");
     let config = tmp.join("agent.toml");
     std::fs::write(&config, "[tier]\nenabled = true\n")?;
+    // The memory server's shared secret: one 0600 file for the server (root's), one
+    // for the attacker's authenticated client (its own uid's).
+    let mut secret = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
+    let server_secret = tmp.join("memserver.secret");
+    let client_secret = tmp.join("client.secret");
+    for (path, uid) in [(&server_secret, 0), (&client_secret, a.uid)] {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?
+            .write_all(&secret)?;
+        std::os::unix::fs::chown(path, Some(uid), Some(uid))?;
+    }
+    let auth = Auth::from_file(&server_secret)?;
     let t0 = Instant::now();
 
     let mut ms = Command::new(memcolo)
@@ -266,6 +286,8 @@ fn drive_in(a: &Args, memcolo: &Path, tmp: &Path) -> Result<()> {
             "--capacity-mib",
             &MEMSERVER_CAPACITY_MIB.to_string(),
         ])
+        .arg("--secret-file")
+        .arg(&server_secret)
         .stdout(Stdio::piped())
         .spawn()
         .context("starting memcolo memserver")?;
@@ -313,7 +335,7 @@ fn drive_in(a: &Args, memcolo: &Path, tmp: &Path) -> Result<()> {
         end: Sample::default(),
     };
     wait_for("the agent", || agent_alive(&sock, &tier).is_ok())?;
-    memserver_alive(addr)?;
+    memserver_alive(addr, &auth)?;
     std::thread::sleep(Duration::from_secs(1));
     for d in [&mut agent, &mut memserver] {
         d.start = d.observe()?;
@@ -331,6 +353,7 @@ fn drive_in(a: &Args, memcolo: &Path, tmp: &Path) -> Result<()> {
         .arg(&sock)
         .arg(&tier)
         .arg(addr.to_string())
+        .arg(&client_secret)
         .arg(&seeds)
         .args([a.agent_lines, a.tier_lines, a.frames].map(|n| n.to_string()))
         .args([a.workers, a.burst].map(|n| n.to_string()))
@@ -377,7 +400,7 @@ fn drive_in(a: &Args, memcolo: &Path, tmp: &Path) -> Result<()> {
         std::thread::sleep(Duration::from_millis(500));
     }
     let alive_agent = agent_alive(&sock, &tier);
-    let alive_mem = memserver_alive(addr);
+    let alive_mem = memserver_alive(addr, &auth);
 
     println!();
     println!("| daemon | | VmRSS KiB | threads | fds |");
