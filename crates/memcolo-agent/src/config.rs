@@ -541,6 +541,8 @@ impl AgentConfig {
         c.kill_after = Duration::from_secs(self.m3.kill_after_s);
         c.reclaim_history = self.m3.reclaim_history;
         c.resignal_after = Duration::from_secs(self.m3.resignal_after_s);
+        // R8: event-triggered polls between two ticks repeat no notification.
+        c.min_signal_interval = Duration::from_millis(self.poll_ms);
         c.fair_share = self.m3.fair_share;
         c
     }

@@ -614,6 +614,35 @@ impl Core {
                 );
             }
         }
+        if notify == NotifyMode::Signal {
+            // Without a handler, the first real-time signal's default action would
+            // kill the process.
+            let sigs = notify_signals();
+            match self.procfs.read_pid_status(target) {
+                Ok(st) => {
+                    let handled = st.sig_cgt | st.sig_ign;
+                    let missing: Vec<i32> = sigs
+                        .iter()
+                        .copied()
+                        .filter(|s| handled & (1u64 << (s - 1)) == 0)
+                        .collect();
+                    if !missing.is_empty() {
+                        return err(
+                            ErrorCode::BadRequest,
+                            format!(
+                                "process {target} has no handler for signal(s) {missing:?} (SIGRTMIN+1..3 carry low, high and top): the first notification would kill it; install handlers first or register with notify socket"
+                            ),
+                        );
+                    }
+                }
+                Err(e) => {
+                    return err(
+                        ErrorCode::NoSuchProcess,
+                        format!("cannot read process {target}: {e}"),
+                    )
+                }
+            }
+        }
         let comm = match self.procfs.read_pid_stat(target) {
             Ok(s) => s.comm,
             Err(_) => String::new(),
@@ -835,12 +864,11 @@ impl Core {
                 }
             }
             NotifyMode::Signal => {
-                let sig = libc::SIGRTMIN()
-                    + match level {
-                        Level::Low => 1,
-                        Level::High => 2,
-                        Level::Top => 3,
-                    };
+                let sig = notify_signals()[match level {
+                    Level::Low => 0,
+                    Level::High => 1,
+                    Level::Top => 2,
+                }];
                 // Through the registered process's pidfd, proved again just now.
                 let Some(p) = self.verified(pid) else {
                     return;
@@ -1390,6 +1418,12 @@ impl Core {
             "reclaim": self.reclaim.as_ref().map(|r| r.status()),
         })
     }
+}
+
+/// The signals that carry `low`, `high` and `top` in signal mode: SIGRTMIN+1..3.
+fn notify_signals() -> [i32; 3] {
+    let base = libc::SIGRTMIN();
+    [base + 1, base + 2, base + 3]
 }
 
 /// Whether a process runs as the same user as a registered job: the same real and

@@ -90,10 +90,12 @@ impl FakeProc {
         )
         .unwrap();
         std::fs::write(d.join("maps"), "").unwrap();
+        // It catches SIGRTMIN+1..3, as a process registered for signals must.
+        let sig_cgt: u64 = (1..=3).map(|n| 1u64 << (libc::SIGRTMIN() + n - 1)).sum();
         std::fs::write(
             d.join("status"),
             format!(
-                "Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nVmRSS:\t{} kB\n",
+                "Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nSigCgt:\t{sig_cgt:016x}\nVmRSS:\t{} kB\n",
                 rss_pages * 4
             ),
         )
@@ -101,6 +103,22 @@ impl FakeProc {
     }
     fn remove(&self, pid: Pid) {
         std::fs::remove_dir_all(self.root.join(pid.to_string())).unwrap();
+    }
+    /// Makes `pid` catch no signal (its `SigCgt` empty).
+    fn drop_handlers(&self, pid: Pid) {
+        let path = self.root.join(pid.to_string()).join("status");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("SigCgt:") {
+                    "SigCgt:\t0000000000000000\n".to_string()
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        std::fs::write(&path, text).unwrap();
     }
 }
 
@@ -421,6 +439,41 @@ fn signal_mode_uses_realtime_signals() {
             sig: libc::SIGRTMIN() + 1
         }]
     );
+}
+
+#[test]
+fn signal_mode_is_refused_for_a_process_without_handlers() {
+    let mut h = harness(|_| {});
+    h.proc_.add(100, 1, "plain", 500, 1000);
+    h.proc_.drop_handlers(100);
+    let r = register(
+        &mut h.core,
+        1,
+        &ROOT,
+        Some(100),
+        Class::Elastic,
+        NotifyMode::Signal,
+    );
+    match r {
+        Reply::Error {
+            code: ErrorCode::BadRequest,
+            message,
+        } => assert!(message.contains("no handler"), "{message}"),
+        other => panic!("registered a process the first notification would kill: {other:?}"),
+    }
+    assert!(h.core.registry().is_empty());
+    // Socket notifications need no handler.
+    assert!(matches!(
+        register(
+            &mut h.core,
+            1,
+            &ROOT,
+            Some(100),
+            Class::Elastic,
+            NotifyMode::Socket
+        ),
+        Reply::Registered { .. }
+    ));
 }
 
 #[test]

@@ -102,6 +102,10 @@ pub struct PidStatus {
     pub cap_prm: u64,
     /// `CapEff`: effective capabilities (bit set).
     pub cap_eff: u64,
+    /// `SigCgt`: signals the process catches (bit `n - 1` for signal `n`).
+    pub sig_cgt: u64,
+    /// `SigIgn`: signals the process ignores (bit `n - 1` for signal `n`).
+    pub sig_ign: u64,
     /// `VmRSS`: resident set size = `RssAnon + RssFile + RssShmem`.
     pub vm_rss_bytes: u64,
     /// `VmHWM`: peak RSS.
@@ -589,13 +593,14 @@ pub fn parse_pid_status(text: &str, path: &Path) -> Result<PidStatus> {
                     out.gids = ids;
                 }
             }
-            "CapPrm" | "CapEff" => {
+            "CapPrm" | "CapEff" | "SigCgt" | "SigIgn" => {
                 let v = u64::from_str_radix(value, 16)
                     .map_err(|_| Error::parse(path, format!("bad {key} line `{line}`")))?;
-                if key == "CapPrm" {
-                    out.cap_prm = v;
-                } else {
-                    out.cap_eff = v;
+                match key {
+                    "CapPrm" => out.cap_prm = v,
+                    "CapEff" => out.cap_eff = v,
+                    "SigCgt" => out.sig_cgt = v,
+                    _ => out.sig_ign = v,
                 }
             }
             "VmRSS" => out.vm_rss_bytes = kib()?,

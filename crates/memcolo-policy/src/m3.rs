@@ -113,6 +113,14 @@
 //! that reclamation is in flight. [`Monitor::record_reclaim`] (the process answered)
 //! clears the outstanding signal, so the next poll may signal it again.
 //!
+//! **R8 — one notification of a level per poll period** (memcolo's). Event-triggered
+//! polls run between the ticks (a pressure event, a threshold crossed): each of them
+//! would re-send the low signal that a process answered a moment ago, and an elastic
+//! application that evicts, regrows and evicts again is flooded (1,109 low
+//! notifications in 67 s were seen). A process is sent a level at most once per
+//! [`M3Config::min_signal_interval`] (the agent's poll period), answered or not; in
+//! Algorithm 1 it still counts as picked, as under R7.
+//!
 //! Ties in every sort order are broken by ascending pid, so the output is a
 //! deterministic function of the input.
 //!
@@ -207,6 +215,11 @@ pub struct M3Config {
     /// A process with an unanswered signal of the same or a higher level younger than
     /// this is not signalled again (R7). 5 s by default.
     pub resignal_after: Duration,
+    /// A process is sent one level at most once per this interval, answered or not
+    /// (R8): the poll period, so that event-triggered polls between two ticks do not
+    /// repeat a notification. 1 s by default (M3 §6 polls once a second).
+    #[serde(default = "M3Config::default_min_signal_interval")]
+    pub min_signal_interval: Duration,
     /// Rule R3c: Algorithm 1 walks the processes that hold at least an equal share of
     /// the top first, and those below it after them (each group in `sort_order`).
     /// Off by default (the paper's Algorithm 1).
@@ -230,6 +243,12 @@ impl M3Config {
     pub const DEFAULT_RECLAIM_HISTORY: usize = 5;
     /// Default resignal suppression.
     pub const DEFAULT_RESIGNAL_AFTER: Duration = Duration::from_secs(5);
+    /// Default shortest interval between two signals of one level to one process.
+    pub const DEFAULT_MIN_SIGNAL_INTERVAL: Duration = Duration::from_secs(1);
+
+    fn default_min_signal_interval() -> Duration {
+        Self::DEFAULT_MIN_SIGNAL_INTERVAL
+    }
 
     /// The paper's configuration scaled to `top_bytes`: low = top × 50/62, high =
     /// top × 55/62 (the 50/55/62 GB of §6), step = 2 % of top (at least 1 byte), a
@@ -247,6 +266,7 @@ impl M3Config {
             kill_after: Self::DEFAULT_KILL_AFTER,
             reclaim_history: Self::DEFAULT_RECLAIM_HISTORY,
             resignal_after: Self::DEFAULT_RESIGNAL_AFTER,
+            min_signal_interval: Self::DEFAULT_MIN_SIGNAL_INTERVAL,
             fair_share: false,
         }
     }
@@ -481,6 +501,8 @@ pub struct Monitor {
     /// When the current run above top began.
     above_top_since: Option<Duration>,
     outstanding: BTreeMap<Pid, Outstanding>,
+    /// When each process was last sent each level (R8), with its start time.
+    last_signal: BTreeMap<(Pid, Level), (Duration, Duration)>,
     /// Processes already killed, by pid, with their start time.
     killed: BTreeMap<Pid, Duration>,
     /// Reclamation reports per pid, oldest first, at most `reclaim_history`.
@@ -510,6 +532,7 @@ impl Monitor {
             window: VecDeque::new(),
             above_top_since: None,
             outstanding: BTreeMap::new(),
+            last_signal: BTreeMap::new(),
             killed: BTreeMap::new(),
             history: BTreeMap::new(),
             cfg,
@@ -586,6 +609,8 @@ impl Monitor {
         }
         self.outstanding
             .retain(|pid, o| present.get(pid) == Some(&o.started_at));
+        self.last_signal
+            .retain(|(pid, _), (_, started)| present.get(pid) == Some(started));
         self.killed
             .retain(|pid, started| present.get(pid) == Some(started));
 
@@ -660,6 +685,7 @@ impl Monitor {
     pub fn forget(&mut self, pid: Pid) {
         self.history.remove(&pid);
         self.outstanding.remove(&pid);
+        self.last_signal.retain(|(p, _), _| *p != pid);
         self.killed.remove(&pid);
     }
 
@@ -772,8 +798,16 @@ impl Monitor {
         v.into_iter().map(|(_, p)| p).collect()
     }
 
-    /// Whether a new `level` signal to `p` is suppressed by an outstanding one (R7).
+    /// Whether a new `level` signal to `p` is suppressed: by an outstanding one (R7),
+    /// or by one of the same level sent less than `min_signal_interval` ago (R8).
     fn suppressed(&self, p: &ProcView, level: Level, now: Duration) -> bool {
+        if let Some((sent_at, started_at)) = self.last_signal.get(&(p.pid, level)) {
+            if *started_at == p.started_at
+                && now.saturating_sub(*sent_at) < self.cfg.min_signal_interval
+            {
+                return true;
+            }
+        }
         match self.outstanding.get(&p.pid) {
             Some(o) => {
                 o.started_at == p.started_at
@@ -804,6 +838,7 @@ impl Monitor {
                 started_at: p.started_at,
             },
         );
+        self.last_signal.insert((p.pid, level), (now, p.started_at));
         actions.push(Action::Signal {
             pid: p.pid,
             level,
@@ -1506,6 +1541,28 @@ mod tests {
         // The same pid now names a new process (another start time): not suppressed.
         let reborn = vec![proc_(1, Class::Elastic, 19, 500, true, Some(100))];
         assert_eq!(m.step(secs(21), 850, &reborn), vec![low(1, 50)]);
+    }
+
+    #[test]
+    fn event_polls_between_ticks_send_a_level_once_per_poll_period() {
+        // The storm: yellow, and an answer after every notification; event-triggered
+        // polls every 100 ms.
+        let mut m = Monitor::new(static_cfg());
+        let p = vec![proc_(1, Class::Elastic, 0, 500, true, Some(100))];
+        let ms = Duration::from_millis;
+        let mut lows = 0;
+        for i in 0..30u64 {
+            let now = secs(10) + ms(100 * i);
+            lows += m.step(now, 850, &p).len();
+            m.record_reclaim(1, Some(Level::Low), 10, now);
+        }
+        // 3 s of polls: one low per second.
+        assert_eq!(lows, 3);
+        // A higher level is not held back by a recent lower one.
+        assert_eq!(m.step(secs(13), 950, &p), vec![high(1, 50)]);
+        // A new process behind the pid is not held back either.
+        let reborn = vec![proc_(1, Class::Elastic, 12, 500, true, Some(100))];
+        assert_eq!(m.step(secs(13) + ms(100), 850, &reborn), vec![low(1, 50)]);
     }
 
     #[test]

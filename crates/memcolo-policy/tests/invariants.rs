@@ -52,6 +52,7 @@ fn random_config(rng: &mut Rng) -> M3Config {
         kill_after: Duration::from_secs(rng.range(0, 20)),
         reclaim_history: rng.range(1, 8) as usize,
         resignal_after: Duration::from_secs(rng.pick(&[0, 1, 3, 5])),
+        min_signal_interval: Duration::from_millis(rng.pick(&[0, 500, 1000])),
         fair_share: rng.chance(50),
     }
 }

@@ -9,7 +9,7 @@
 use crate::client::Client;
 use crate::SocketArg;
 use memcolo_policy::Class;
-use memcolo_proto::{NotifyMode, Reply, Request};
+use memcolo_proto::{ErrorCode, NotifyMode, Reply, Request};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -135,13 +135,26 @@ fn run_inner(a: RunArgs) -> anyhow::Result<ExitCode> {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
         });
-        match c.call(&Request::Register {
+        let req = Request::Register {
             pid: Some(pid),
             class: a.class,
             name,
             expected_reclaim_bytes: a.expected_reclaim_bytes,
             notify: a.notify,
-        }) {
+        };
+        // With --notify signal the agent refuses a process that does not catch
+        // SIGRTMIN+1..3 yet: give the program a few seconds after exec to install its
+        // handlers.
+        let t0 = std::time::Instant::now();
+        let mut reply = c.call(&req);
+        while a.notify == NotifyMode::Signal
+            && t0.elapsed() < std::time::Duration::from_secs(5)
+            && matches!(&reply, Ok(Reply::Error { code: ErrorCode::BadRequest, message }) if message.contains("no handler"))
+        {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            reply = c.call(&req);
+        }
+        match reply {
             Ok(Reply::Registered { .. }) => {}
             Ok(Reply::Error { message, .. }) => {
                 eprintln!("memcolo run: warning: not registered: {message}")
