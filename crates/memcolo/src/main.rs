@@ -199,14 +199,39 @@ fn agent(a: AgentArgs) -> Result<()> {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MEMCOLO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour codes only for a person at a terminal, never in a log file or journal.
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
+}
+
+/// Commands that print for a person or a pipeline end quietly when the reader goes
+/// away (`memcolo status | head`), as other Unix tools do, instead of panicking on
+/// the write; the daemons keep `SIGPIPE` ignored (a client closing its socket must
+/// not kill them).
+fn die_quietly_on_a_closed_pipe() {
+    // SAFETY: restoring a signal's default disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if matches!(
+        cli.cmd,
+        Cmd::Status { .. }
+            | Cmd::Top { .. }
+            | Cmd::Register { .. }
+            | Cmd::Unregister { .. }
+            | Cmd::AllocStats(_)
+            | Cmd::Tier(_)
+    ) {
+        die_quietly_on_a_closed_pipe();
+    }
     init_tracing();
     let res = match cli.cmd {
         Cmd::Agent(a) => agent(a),

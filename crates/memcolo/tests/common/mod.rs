@@ -18,6 +18,7 @@ pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// `memcolo status --json` of the agent at `sock`, parsed; panics if the command fails.
+#[allow(dead_code)]
 pub fn agent_status(exe: &str, sock: &Path) -> Value {
     let o = Command::new(exe)
         .args(["status", "--json", "--socket"])

@@ -1,0 +1,64 @@
+//! What the `memcolo` commands write for people and pipelines: `memcolo status`
+//! into a pipe whose reader is gone ends quietly (no panic), and the agent's log has
+//! no terminal colour codes when it goes to a file.
+//!
+//! Needs root (the agent's socket and state live in a temporary directory).
+
+mod common;
+
+use common::wait_for;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn status_into_a_closed_pipe_ends_quietly_and_the_agent_log_has_no_colour_codes() {
+    common::require_root();
+    let exe = env!("CARGO_BIN_EXE_memcolo");
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("agent.sock");
+    let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
+    let mut agent = Command::new(exe)
+        .arg("agent")
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["--metrics-addr", "off"])
+        .env("MEMCOLO_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_for("the agent's socket", Duration::from_secs(20), || {
+        UnixStream::connect(&sock).is_ok()
+    });
+    // A pipe whose read end is closed before `status` writes: every write fails.
+    let (rd, wr) = nix::unistd::pipe().unwrap();
+    drop(rd);
+    let stdout = Stdio::from(wr);
+    let out = Command::new(exe)
+        .args(["status", "--socket"])
+        .arg(&sock)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "status panicked: {err}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "status ended with {:?}: {err}",
+        out.status
+    );
+    let text = std::fs::read(dir.path().join("agent.log")).unwrap();
+    assert!(!text.is_empty(), "the agent logged nothing");
+    assert!(
+        !text.contains(&0x1b),
+        "terminal colour codes in a log file: {}",
+        String::from_utf8_lossy(&text)
+    );
+}
