@@ -285,8 +285,45 @@ fn main() -> std::process::ExitCode {
     match res {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("memcolo: {e:#}");
+            eprintln!("memcolo: {}", error_chain(&e));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// An error and its causes as one line, `outer: inner: ...`, leaving out a cause whose
+/// text the line already holds (the Linux layer's errors print their source, and
+/// anyhow's `{:#}` would print it again: `...(os error 2): No such file or directory
+/// (os error 2)`).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_chain_names_each_cause_once() {
+        let io = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let inner = memcolo_linux::Error::io("/sys/fs/cgroup/x/memory.max", io);
+        let e = anyhow::Error::new(inner).context("scope `cgroup:x`");
+        let line = error_chain(&e);
+        assert_eq!(line.matches("os error 2").count(), 1, "{line}");
+        assert!(
+            line.starts_with("scope `cgroup:x`: /sys/fs/cgroup/x/memory.max"),
+            "{line}"
+        );
     }
 }
