@@ -94,7 +94,12 @@ void mc_os_thp_init(void) {
   (void)defrag;
 }
 
-/* MADV_COLLAPSE failed with EINVAL: no such advice (Linux < 6.1) */
+/* A collapse succeeded: the kernel has MADV_COLLAPSE, and a later EINVAL is about
+ * that range (a VM_NOHUGEPAGE area, say), not about the advice. */
+static int mc_collapse_worked;
+
+/* MADV_COLLAPSE failed with EINVAL before any had succeeded: no such advice
+ * (Linux < 6.1) */
 static void collapse_unsupported(long err) {
   char defrag[32];
   mc_thp_collapse = 0;
@@ -120,7 +125,9 @@ bool mc_os_collapse(void *p) {
   int rc = madvise(p, MC_HUGE_SIZE, MADV_COLLAPSE);
   int err = rc != 0 ? errno : 0;
   if (mc_thp_flip) madvise(p, MC_HUGE_SIZE, MADV_NOHUGEPAGE);
-  if (rc != 0 && err == EINVAL) collapse_unsupported(err);
+  if (rc == 0) __atomic_store_n(&mc_collapse_worked, 1, __ATOMIC_RELAXED);
+  else if (err == EINVAL && !__atomic_load_n(&mc_collapse_worked, __ATOMIC_RELAXED))
+    collapse_unsupported(err);
   return rc == 0;
 }
 

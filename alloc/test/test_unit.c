@@ -4,6 +4,7 @@
  * tracker, realized fragmentation) on a fake clock. */
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -558,6 +559,25 @@ TEST(test_span_objects_ascending) {
   for (int i = 0; i < N; i++) MC_API(free)(objs[i]);
 }
 
+/* On a kernel with MADV_COLLAPSE, an EINVAL for one range (here a VM_NOHUGEPAGE one)
+ * after a collapse succeeded does not turn background collapse off, nor warn that the
+ * kernel lacks the advice. */
+TEST(test_collapse_einval_after_a_success_keeps_collapse_on) {
+  CHECK(mc_os_thp_background());
+  if (!mc_os_thp_background()) return; /* THP off on this machine: reported above */
+  char *p = mc_os_map_huge(2 * MC_HUGE_SIZE);
+  CHECK(p != NULL);
+  if (!p) return;
+  memset(p, 1, 2 * MC_HUGE_SIZE);
+  int ok = 0;
+  for (int i = 0; i < 5 && !ok; i++) ok = mc_os_collapse(p); /* EAGAIN is transient */
+  CHECK(ok);
+  madvise(p + MC_HUGE_SIZE, MC_HUGE_SIZE, MADV_NOHUGEPAGE);
+  CHECK(!mc_os_collapse(p + MC_HUGE_SIZE));
+  CHECK(mc_os_thp_background());
+  mc_os_unmap(p, 2 * MC_HUGE_SIZE);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--print-options") == 0) {
     free(malloc(1));
@@ -584,5 +604,6 @@ int main(int argc, char **argv) {
   RUN(test_skip_subrelease_and_tracker);
   RUN(test_realized_fragmentation);
   RUN(test_realized_fragmentation_worked);
+  RUN(test_collapse_einval_after_a_success_keeps_collapse_on);
   TEST_END();
 }
