@@ -170,7 +170,7 @@ pub fn render(s: &Value) -> Vec<String> {
         String::new(),
         format!(
             "{:>8} {:<8} {:<20} {:>10} {:>6} {:>8} {:>12} {:>12}",
-            "PID", "CLASS", "NAME", "RSS MiB", "DESC", "SIGNALS", "RECLAIMED", "EXPECTED"
+            "PID", "CLASS", "NAME", "RSS MiB", "DESC", "NOTIFIED", "RECLAIMED", "EXPECTED"
         ),
     ]);
     for p in s["processes"].as_array().into_iter().flatten() {
@@ -212,6 +212,20 @@ pub fn status(socket: &Path, json: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_counts_notifications_of_every_channel_under_one_name() {
+        let s = serde_json::json!({"processes": [
+            {"pid": 7, "class": "elastic", "name": "cache", "rss_bytes": 1048576,
+             "descendants": 0, "signals_sent": 3, "reclaimed_bytes": 0,
+             "expected_reclaim_bytes": 0}
+        ]});
+        let lines = render(&s);
+        let header = lines.iter().find(|l| l.contains("PID")).unwrap();
+        // Socket notifications count too: the column is not "signals".
+        assert!(header.contains("NOTIFIED"), "{header}");
+        assert!(!header.contains("SIGNALS"), "{header}");
+    }
 
     #[test]
     fn the_sampled_turnaround_shows_its_quantiles_and_the_censored_tail() {
