@@ -147,6 +147,9 @@ pub struct Core {
     prover: Box<dyn Prover>,
     /// The pidfd, start time and credentials of every registered process.
     proven: HashMap<Pid, Arc<ProvenProcess>>,
+    /// Registered processes that were outside a cgroup scope when they registered:
+    /// their memory is not the scope's (warned about, marked in status).
+    out_of_scope: HashSet<Pid>,
     metrics: Arc<Metrics>,
     events: EventLog,
     conns: HashMap<u64, mpsc::Sender<Reply>>,
@@ -225,6 +228,7 @@ impl Core {
             watcher,
             prover,
             proven: HashMap::new(),
+            out_of_scope: HashSet::new(),
             metrics,
             events,
             conns: HashMap::new(),
@@ -273,7 +277,9 @@ impl Core {
                         tracing::warn!(pid = e.pid, error = %err, "cannot watch restored process");
                         continue;
                     }
+                    let (pid, name) = (e.pid, e.name.clone());
                     core.registry.insert(e);
+                    core.note_scope(pid, &name);
                     kept += 1;
                 }
                 Err(err) => {
@@ -684,6 +690,7 @@ impl Core {
             json!({"pid": target, "class": class, "name": entry.name, "notify": notify,
                    "by_pid": peer.pid, "by_uid": peer.uid, "again": prev.is_some()}),
         );
+        self.note_scope(target, &entry.name.clone());
         self.registry.insert(entry);
         self.persist();
         self.update_registry_metrics();
@@ -712,7 +719,36 @@ impl Core {
         }
     }
 
+    /// Whether `pid` lives in the scope: always on a host scope; on a cgroup scope,
+    /// when its memory cgroup is the scope's or below it. Unknown (gone, unreadable)
+    /// counts as inside: nothing is claimed without evidence.
+    fn in_scope(&self, pid: Pid) -> bool {
+        let Scope::Cgroup(cg) = &self.scope else {
+            return true;
+        };
+        match memcolo_linux::cgroup::memory_cgroup_path(&self.procfs, &pid.to_string()) {
+            Ok(p) => p.starts_with(cg.path()),
+            Err(_) => true,
+        }
+    }
+
+    /// Records whether a newly (re)registered process is in the scope, warning once
+    /// when it is not.
+    fn note_scope(&mut self, pid: Pid, name: &str) {
+        if self.in_scope(pid) {
+            self.out_of_scope.remove(&pid);
+        } else if self.out_of_scope.insert(pid) {
+            tracing::warn!(pid, name, scope = %self.scope.describe(),
+                "registered process is outside the agent's scope: its memory is not the scope's, and M3's thresholds do not see it");
+            self.events.record(
+                "outside_scope",
+                json!({"pid": pid, "name": name, "scope": self.scope.describe()}),
+            );
+        }
+    }
+
     fn forget(&mut self, pid: Pid) {
+        self.out_of_scope.remove(&pid);
         if self.proven.remove(&pid).is_some() {
             self.watcher.unwatch(pid);
         }
@@ -1377,6 +1413,7 @@ impl Core {
             "rss_bytes": seen.map(|s| s.rss_bytes), "descendants": seen.map(|s| s.descendants),
             "signals_sent": e.signals_sent, "reclaimed_bytes": e.reclaimed_bytes,
             "failed_reclaims": e.failed_reclaims,
+            "in_scope": !self.out_of_scope.contains(&e.pid),
             "expected_reclaim_bytes": self.monitor.expected_reclaim_bytes(&ProcView {
                 pid: e.pid, class: e.class, started_at: Duration::ZERO,
                 rss_bytes: seen.map(|s| s.rss_bytes).unwrap_or(0), notifiable: true,

@@ -628,19 +628,24 @@ pub fn cgroup2_mount(procfs: &ProcFs) -> Result<PathBuf> {
 /// of `<procfs>/self/cgroup` joined to the v1 memory mount; else the v2 (`0::`) line
 /// joined to the cgroup2 mount, if that group has the memory controller.
 pub fn own_memory_cgroup(procfs: &ProcFs) -> Result<MemoryCgroup> {
-    let path = procfs.path().join("self").join("cgroup");
+    MemoryCgroup::open(memory_cgroup_path(procfs, "self")?)
+}
+
+/// The directory of the memory cgroup of process `who` (a pid, or `self`), as
+/// [`own_memory_cgroup`] finds it, without opening it. Errors: the process is gone
+/// ([`Error::is_not_found`]), or no memory cgroup hierarchy names it.
+pub fn memory_cgroup_path(procfs: &ProcFs, who: &str) -> Result<PathBuf> {
+    let path = procfs.path().join(who).join("cgroup");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
     let lines = crate::procfs::parse_cgroup_lines(&text, &path)?;
     if let Some(line) = lines
         .iter()
         .find(|l| l.controllers.iter().any(|c| c == "memory"))
     {
-        let mount = v1_memory_mount(procfs)?;
-        return MemoryCgroup::open(mount.join(line.path.trim_start_matches('/')));
+        return Ok(v1_memory_mount(procfs)?.join(line.path.trim_start_matches('/')));
     }
     if let Some(line) = lines.iter().find(|l| l.hierarchy_id == 0) {
-        let mount = cgroup2_mount(procfs)?;
-        return MemoryCgroup::open(mount.join(line.path.trim_start_matches('/')));
+        return Ok(cgroup2_mount(procfs)?.join(line.path.trim_start_matches('/')));
     }
     Err(Error::Unsupported {
         what: format!("{} names no memory cgroup", path.display()),

@@ -1,0 +1,113 @@
+//! A process registered with an agent whose scope is a memory cgroup, but living
+//! outside that cgroup, is registered with a warning and marked `in_scope: false` in
+//! `status` (its memory is not the scope's, so M3's thresholds do not see it); one
+//! inside is not marked.
+//!
+//! Needs root and the cgroup v1 memory controller (fails saying so otherwise).
+
+mod common;
+
+use common::{agent_status, wait_for};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Cleanup {
+    scope: std::path::PathBuf,
+    children: Vec<Child>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir(&self.scope);
+    }
+}
+
+fn register(exe: &str, sock: &Path, pid: u32) {
+    let o = Command::new(exe)
+        .args(["register", "--socket"])
+        .arg(sock)
+        .args(["--pid", &pid.to_string(), "--class", "be"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "register {pid}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn a_process_outside_a_cgroup_scope_is_marked() {
+    common::require_root();
+    let exe = env!("CARGO_BIN_EXE_memcolo");
+    let scope =
+        common::own_v1_memory_cgroup().join(format!("memcolo-scope-{}", std::process::id()));
+    std::fs::create_dir(&scope).unwrap();
+    std::fs::write(
+        scope.join("memory.limit_in_bytes"),
+        (256u64 << 20).to_string(),
+    )
+    .unwrap();
+    let mut clean = Cleanup {
+        scope: scope.clone(),
+        children: vec![],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("agent.sock");
+    let events = dir.path().join("events.jsonl");
+    clean.children.push(
+        Command::new(exe)
+            .arg("agent")
+            .arg(format!("--scope=cgroup:{}", scope.display()))
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .args(["--metrics-addr", "off", "--event-log"])
+            .arg(&events)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the agent's socket", Duration::from_secs(20), || {
+        UnixStream::connect(&sock).is_ok()
+    });
+    let inside = Command::new("sleep").arg("600").spawn().unwrap();
+    std::fs::write(scope.join("cgroup.procs"), inside.id().to_string()).unwrap();
+    let outside = Command::new("sleep").arg("600").spawn().unwrap();
+    let (i, o) = (inside.id(), outside.id());
+    clean.children.push(inside);
+    clean.children.push(outside);
+    register(exe, &sock, i);
+    register(exe, &sock, o);
+    let st = agent_status(exe, &sock);
+    let mark = |pid: u32| {
+        st["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .map(|p| p["in_scope"].clone())
+    };
+    assert_eq!(mark(i), Some(serde_json::json!(true)), "{st}");
+    assert_eq!(mark(o), Some(serde_json::json!(false)), "{st}");
+    let warned = std::fs::read_to_string(&events)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|e| e["event"] == "outside_scope" && e["pid"] == o);
+    assert!(warned, "no outside_scope event for pid {o}");
+    // The agent's stop kills nothing in the scope: the sleeps are removed by Cleanup.
+    for c in &mut clean.children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    clean.children.clear();
+}
