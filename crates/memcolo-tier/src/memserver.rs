@@ -473,11 +473,24 @@ fn serve_conn(stream: TcpStream, backend: &dyn SlowTier, shared: &Shared) -> io:
         if r.buffer().is_empty() {
             r.get_mut().waiting(true)?;
         }
-        let Some(h) = wire::read_request_header(&mut r, &mut rx)? else {
-            break;
+        // A record that fails (forged, replayed, cut) ends the connection, but only
+        // after the answers owed to the frames before it have gone out.
+        let h = match wire::read_request_header(&mut r, &mut rx) {
+            Ok(Some(h)) => h,
+            Ok(None) => break,
+            Err(e) => {
+                let _ = w.flush();
+                return Err(e);
+            }
         };
         r.get_mut().waiting(false)?;
-        let (resp, reserved) = serve_request(h, &mut r, &mut rx, backend, &mut page, shared)?;
+        let (resp, reserved) = match serve_request(h, &mut r, &mut rx, backend, &mut page, shared) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = w.flush();
+                return Err(e);
+            }
+        };
         wire::write_response(&mut w, &mut tx, &resp)?;
         drop(reserved);
         if r.buffer().is_empty() {

@@ -49,6 +49,14 @@ fn wait(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// The tests of this file one at a time: they count the process's connection
+/// threads, which the servers of tests running beside them would add to.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Threads of this process whose name starts with `memserver-conn`.
 fn conn_threads() -> usize {
     std::fs::read_dir("/proc/self/task")
@@ -60,6 +68,7 @@ fn conn_threads() -> usize {
 
 #[test]
 fn a_peer_without_the_secret_can_neither_read_nor_write_pages() {
+    let _serial = serial();
     let h = server_with(ServerConfig::new(secret(1), 16 << 20));
     let agent = client(h.addr(), secret(1)).unwrap();
     let key = PageKey::new(42, 0);
@@ -94,6 +103,7 @@ fn a_peer_without_the_secret_can_neither_read_nor_write_pages() {
 
 #[test]
 fn a_server_with_another_secret_is_refused_by_the_client() {
+    let _serial = serial();
     let h = server_with(ServerConfig::new(secret(3), 16 << 20));
     match client(h.addr(), secret(4)) {
         Err(TierError::Auth { reason, .. }) => assert!(reason.contains("proof"), "{reason}"),
@@ -121,6 +131,8 @@ fn replaying_proxy(server: std::net::SocketAddr, skip: usize) -> std::net::Socke
             let (mut c2, mut s2) = (c.try_clone().unwrap(), s.try_clone().unwrap());
             std::thread::spawn(move || {
                 let _ = std::io::copy(&mut s2, &mut c2);
+                // The server hung up: so does the proxy, toward the client.
+                let _ = c2.shutdown(std::net::Shutdown::Both);
             });
             std::thread::spawn(move || {
                 let mut seen = 0;
@@ -142,6 +154,7 @@ fn replaying_proxy(server: std::net::SocketAddr, skip: usize) -> std::net::Socke
 
 #[test]
 fn a_replayed_frame_is_refused_and_the_connection_dropped() {
+    let _serial = serial();
     let h = server_with(ServerConfig::new(secret(5), 16 << 20));
     let proxy = replaying_proxy(h.addr(), 72);
     let mut c = RawConn::connect(proxy, &secret(5)).unwrap();
@@ -149,9 +162,13 @@ fn a_replayed_frame_is_refused_and_the_connection_dropped() {
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     c.send(STORE, 1, PageKey::new(1, 1), &[7u8; PAGE]).unwrap();
-    // The first copy is answered; the replayed one fails to open and the server
-    // hangs up: the second answer never comes.
-    assert_eq!(c.recv().unwrap().status, 0);
+    // The replayed record fails to open wherever it falls and the server hangs up:
+    // after the whole frame, the frame is answered once; inside it (the proxy saw the
+    // header and the payload as two chunks), the frame never completes. Nothing is
+    // ever answered twice.
+    if let Ok(first) = c.recv() {
+        assert_eq!(first.status, 0);
+    }
     assert!(c.recv().is_err());
     wait("the replaying connection to close", || {
         h.open_connections() == 0
@@ -160,6 +177,7 @@ fn a_replayed_frame_is_refused_and_the_connection_dropped() {
 
 #[test]
 fn a_flood_beyond_the_cap_is_refused_while_an_agent_works() {
+    let _serial = serial();
     let cfg = ServerConfig {
         max_connections: 8,
         ..ServerConfig::new(secret(6), 16 << 20)
@@ -199,6 +217,7 @@ fn a_flood_beyond_the_cap_is_refused_while_an_agent_works() {
 
 #[test]
 fn idle_and_silent_connections_time_out_and_free_their_slots() {
+    let _serial = serial();
     let cfg = ServerConfig {
         max_connections: 4,
         handshake_timeout: Duration::from_millis(500),
@@ -234,6 +253,7 @@ fn rss_kib() -> u64 {
 
 #[test]
 fn stores_beyond_the_capacity_in_flight_are_refused() {
+    let _serial = serial();
     const CAP: u64 = 16 << 20;
     const BIG: u32 = 4 << 20;
     let cfg = ServerConfig {
