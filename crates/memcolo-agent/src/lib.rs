@@ -250,8 +250,8 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     // touched while another agent owns the state directory. Held until we return.
     let _state_lock = registry::lock_state_dir(&cfg.state_dir)?;
     let procfs = ProcFs::new(cfg.procfs.clone());
-    let scope = Scope::parse(&cfg.scope, ProcFs::new(cfg.procfs.clone()))
-        .map_err(|e| anyhow::anyhow!("scope `{}`: {e}", cfg.scope))?;
+    // The error names the scope already.
+    let scope = Scope::parse(&cfg.scope, ProcFs::new(cfg.procfs.clone()))?;
     let listener = server::bind(&cfg.socket).await?;
     let metrics = Arc::new(Metrics::new());
     let events = eventlog::EventLog::open(&cfg.event_log)

@@ -1,6 +1,6 @@
 //! What the `memcolo` commands write for people and pipelines: `memcolo status`
 //! into a pipe whose reader is gone ends quietly (no panic), and the agent's log has
-//! no terminal colour codes when it goes to a file.
+//! no terminal colour codes when it goes to a file; an error names its subject once.
 //!
 //! Needs root (the agent's socket and state live in a temporary directory).
 
@@ -61,4 +61,20 @@ fn status_into_a_closed_pipe_ends_quietly_and_the_agent_log_has_no_colour_codes(
         "terminal colour codes in a log file: {}",
         String::from_utf8_lossy(&text)
     );
+}
+
+#[test]
+fn a_bad_scope_is_named_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_memcolo"))
+        .args(["agent", "--scope", "bogus", "--socket"])
+        .arg(dir.path().join("agent.sock"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["--metrics-addr", "off"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("scope `bogus`").count(), 1, "{err}");
 }
