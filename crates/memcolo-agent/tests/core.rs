@@ -650,8 +650,12 @@ fn hermes_drops_be_files_but_never_files_an_lc_process_holds() {
         s += 1;
         !dropped_paths(&act).is_empty()
     });
-    // Only the file no LC process holds, and one call per file.
-    assert_eq!(dropped_paths(&act), vec![be_only.clone()]);
+    // Only the file no LC process holds. (The loop keeps the file resident and
+    // polls until a round has advised it, so a round handed over just before that
+    // was seen may advise it again: the count is not the point.)
+    let dropped = dropped_paths(&act);
+    assert!(!dropped.is_empty());
+    assert!(dropped.iter().all(|p| *p == be_only), "{dropped:?}");
 }
 
 /// Blocks in `drop_file_cache` until `release` is set, like a file system that does
