@@ -45,6 +45,8 @@ cargo fuzz build -s none -a "${build[@]}" >"$scratch/build.log" 2>&1 \
 bin=fuzz/target/x86_64-unknown-linux-gnu/release
 
 status=0
+passed=0
+failed=0
 for t in "${targets[@]}"; do
   if [ "$mode" = smoke ]; then corpus="$scratch/$t"; else corpus="fuzz/corpus/$t"; fi
   mkdir -p "$corpus" "fuzz/artifacts/$t"
@@ -61,13 +63,22 @@ for t in "${targets[@]}"; do
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
   printf 'fuzz %-16s %ss: %s execs, %s exec/s; %s -> %s (%s counters)\n' \
     "$t" "$seconds" "${execs:-?}" "${rate:-?}" "${inited:-?}" "${done_:-?}" "${counters:-0}"
+  ok=1
   if [ "$rc" -ne 0 ]; then
     echo "fuzz: $t FAILED (exit $rc); the input is in fuzz/artifacts/$t/:" >&2
     grep -E -A30 'panicked|ERROR: libFuzzer|SUMMARY' "$log" | head -60 >&2
-    status=1
+    ok=0
   elif [ "${counters:-0}" -eq 0 ]; then
     echo "fuzz: $t ran without coverage instrumentation" >&2
+    ok=0
+  fi
+  if [ "$ok" -eq 1 ]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
     status=1
   fi
 done
+# One target, one test: the closing line test runners end with.
+echo "fuzz: $passed passed, $failed failed"
 exit "$status"
