@@ -462,9 +462,15 @@ mod tests {
 
     #[test]
     fn an_exited_process_is_refused_and_its_pidfd_says_so() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
+        // A process that lives until the test ends it (`true` could exit before the
+        // proof, which is then refused: right, but not this test).
+        let mut child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
         let pid = child.id() as Pid;
         let p = ProvenProcess::open(&ProcFs::root(), pid, None).unwrap();
+        child.kill().unwrap();
         child.wait().unwrap();
         let e = p.verify(&ProcFs::root()).unwrap_err();
         assert!(e.is_gone(), "{e}");
