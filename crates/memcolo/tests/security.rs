@@ -121,6 +121,17 @@ impl Drop for Procs {
     }
 }
 
+/// A process the test did not start itself (a grandchild), killed through a pidfd
+/// opened while it was known to be the one wanted.
+struct Reaped(std::os::fd::OwnedFd);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        use std::os::fd::AsFd;
+        let _ = memcolo_linux::pidfd::pidfd_send_signal(self.0.as_fd(), libc::SIGKILL);
+    }
+}
+
 /// A command that runs as `uid` (and gid `uid`), with no supplementary groups.
 fn as_user(program: &str, uid: u32) -> Command {
     let mut c = Command::new(program);
@@ -357,6 +368,8 @@ fn a_be_registration_never_kills_a_set_user_id_program() {
         });
         found.unwrap()
     };
+    // Nobody reaps the set-user-ID child (its parent is killed): the test ends it.
+    let _suid_child_guard = Reaped(memcolo_linux::pidfd::pidfd_open(suid_child as i32).unwrap());
     // Above top: the holder, as root, in the scope.
     let holder = Command::new(PYTHON)
         .args([
