@@ -149,13 +149,14 @@ pub async fn serve(
             }
         };
         let accepted_ticks = memcolo_linux::identity::ticks_since_boot();
-        let uid = match stream.peer_cred() {
-            Ok(c) => c.uid(),
+        let cred = match stream.peer_cred() {
+            Ok(c) => c,
             Err(e) => {
                 tracing::debug!(error = %e, "no peer credentials; closing");
                 continue;
             }
         };
+        let uid = cred.uid();
         if let Err(why) = slots.lock().unwrap().take(uid, &limits) {
             let reply = Reply::Error {
                 code: ErrorCode::LimitExceeded,
@@ -172,7 +173,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let process = ProvenProcess::from_peer(&procfs, stream.as_fd(), accepted_ticks);
             let peer = Peer {
-                pid: stream.peer_cred().ok().and_then(|c| c.pid()),
+                pid: cred.pid(),
                 uid,
                 process: match process {
                     Ok(p) => Some(Arc::new(p)),

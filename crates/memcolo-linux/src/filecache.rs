@@ -349,8 +349,6 @@ pub struct SkippedFiles {
 #[derive(Debug)]
 pub struct ProcessFiles {
     proc_: ProvenProcess,
-    pid: Pid,
-    uid: u32,
     dir: OwnedFd,
 }
 
@@ -407,28 +405,23 @@ impl ProcessFiles {
             &dir_path,
             OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
         )?;
-        let files = ProcessFiles {
-            proc_,
-            pid,
-            uid,
-            dir,
-        };
+        let files = ProcessFiles { proc_, dir };
         files.still_alive()?;
         Ok(files)
     }
 
     /// The process id.
     pub fn pid(&self) -> Pid {
-        self.pid
+        self.proc_.pid()
     }
 
     /// The uid it runs as (real = effective = saved = filesystem).
     pub fn uid(&self) -> u32 {
-        self.uid
+        self.proc_.credentials().ruid()
     }
 
     fn subdir(&self, name: &str) -> Result<(nix::dir::Dir, PathBuf)> {
-        let path = PathBuf::from(format!("/proc/{}/{name}", self.pid));
+        let path = PathBuf::from(format!("/proc/{}/{name}", self.proc_.pid()));
         let fd = openat(
             Some(self.dir.as_raw_fd()),
             Path::new(name),
@@ -531,7 +524,7 @@ impl ProcessFiles {
                     skipped.not_regular += 1;
                     continue;
                 }
-                Ok(st) if st.st_uid != self.uid => {
+                Ok(st) if st.st_uid != self.uid() => {
                     skipped.foreign += 1;
                     continue;
                 }
@@ -587,7 +580,7 @@ impl ProcessFiles {
                 skipped.not_regular += 1;
                 continue;
             }
-            if st.st_uid != self.uid {
+            if st.st_uid != self.uid() {
                 skipped.foreign += 1;
                 continue;
             }
@@ -630,7 +623,7 @@ impl ProcessFiles {
         };
         if !is_regular(&st) {
             skipped.not_regular += 1;
-        } else if st.st_uid != self.uid {
+        } else if st.st_uid != self.uid() {
             skipped.foreign += 1;
         } else if is_memory_backed(&file) {
             skipped.memory_backed += 1;
@@ -647,7 +640,7 @@ impl ProcessFiles {
     fn still_alive(&self) -> Result<()> {
         if pidfd::pidfd_exited(self.proc_.pidfd())? {
             return Err(Error::Syscall {
-                call: format!("pid {}: exited", self.pid),
+                call: format!("pid {}: exited", self.proc_.pid()),
                 source: io::Error::from_raw_os_error(libc::ESRCH),
             });
         }
