@@ -552,7 +552,8 @@ impl TierNode {
 
     /// Runs windows and epochs with `timing` until `stop` is set, calling `on_epoch`
     /// after every epoch. Windows are kept on a fixed schedule (a late window does not
-    /// shift the ones after it); `stop` is checked at least once per window.
+    /// shift the ones after it); `stop` is checked at least once per window. While no
+    /// region is attached the slot boundaries are skipped.
     pub fn run(
         &self,
         timing: NodeTiming,
@@ -572,8 +573,11 @@ impl TierNode {
             // Slot boundaries of this window, while some region re-arms (a region
             // re-arms only while it has slow accesses; the others sleep through).
             let window_start = due - timing.window;
-            // Every slot drains the regions' records, re-arming or not.
-            for j in 1..slots {
+            // Every slot drains the regions' records, re-arming or not. With no region
+            // attached there is nothing to drain: the thread sleeps the whole window
+            // (an idle tier service wakes once a window, not once a slot).
+            let idle = lock(&self.table).is_empty();
+            for j in 1..if idle { 1 } else { slots } {
                 if stop.load(Ordering::Acquire) {
                     break;
                 }
