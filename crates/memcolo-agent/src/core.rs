@@ -1006,7 +1006,8 @@ impl Core {
             .inc();
         self.events.record(
             "notify",
-            json!({"pid": pid, "name": name, "level": level, "target_bytes": target_bytes, "seq": seq, "via": via}),
+            json!({"pid": pid, "name": name, "level": level, "target_bytes": target_bytes, "seq": seq, "via": via,
+                   "poll_at_ms": now.as_millis() as u64}),
         );
     }
 
