@@ -27,6 +27,7 @@ use memcolo_linux::identity::{Credentials, IdentityError, ProvenProcess, Prover}
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::scope::{Scope, ScopeSample};
 use memcolo_policy::hermes::AdviceConfig;
+use memcolo_policy::ledger::Ledger;
 use memcolo_policy::m3::{Action, Monitor, ProcView, Zone};
 use memcolo_policy::{Class, Level, Pid};
 use memcolo_proto::{ErrorCode, NotifyMode, Reply, Request};
@@ -154,12 +155,17 @@ pub struct Core {
     events: EventLog,
     conns: HashMap<u64, mpsc::Sender<Reply>>,
     outstanding: HashMap<u64, Outstanding>,
+    /// Each registered process's last minute of notifications, reports and RSS falls
+    /// (rates, and rule R10: unmatched reclaim).
+    ledgers: HashMap<Pid, Ledger>,
     next_seq: u64,
     state_path: PathBuf,
     scope_total_bytes: u64,
     last_sample: Option<ScopeSample>,
     seen: BTreeMap<Pid, Seen>,
     polls: u64,
+    /// `now` of the last poll (status rates are taken at it).
+    last_poll_at: Duration,
     page_size: u64,
     ticks_per_sec: u64,
     file_cache_dropped_bytes: u64,
@@ -233,12 +239,14 @@ impl Core {
             events,
             conns: HashMap::new(),
             outstanding: HashMap::new(),
+            ledgers: HashMap::new(),
             next_seq: 1,
             state_path,
             scope_total_bytes,
             last_sample: Some(sample),
             seen: BTreeMap::new(),
             polls: 0,
+            last_poll_at: Duration::ZERO,
             page_size: ProcFs::page_size(),
             ticks_per_sec: ProcFs::clock_ticks_per_sec(),
             file_cache_dropped_bytes: 0,
@@ -388,9 +396,16 @@ impl Core {
                     );
                 };
                 e.reclaimed_bytes += bytes;
+                e.reclaim_reports += 1;
                 if !ok {
                     e.failed_reclaims += 1;
                 }
+                let class = e.class;
+                self.ledgers.entry(target).or_default().reported(now, bytes);
+                self.metrics
+                    .reclaim_reports
+                    .with_label_values(&[class.as_str()])
+                    .inc();
                 if let Some(s) = seq {
                     self.outstanding.remove(&s);
                 }
@@ -400,7 +415,10 @@ impl Core {
                     if ok { bytes } else { 0 },
                     now,
                 );
-                self.metrics.reclaimed_bytes.inc_by(bytes);
+                self.metrics
+                    .reclaimed_bytes
+                    .with_label_values(&[class.as_str()])
+                    .inc_by(bytes);
                 self.events.record(
                     "reclaimed",
                     json!({"pid": target, "seq": seq, "bytes": bytes, "duration_ms": duration_ms, "ok": ok}),
@@ -679,8 +697,10 @@ impl Core {
                 .as_ref()
                 .map(|p| p.registered_unix_s)
                 .unwrap_or_else(unix_now_s),
-            signals_sent: prev.as_ref().map(|p| p.signals_sent).unwrap_or(0),
+            notifications_sent: prev.as_ref().map(|p| p.notifications_sent).unwrap_or(0),
+            notified: prev.as_ref().map(|p| p.notified).unwrap_or_default(),
             reclaimed_bytes: prev.as_ref().map(|p| p.reclaimed_bytes).unwrap_or(0),
+            reclaim_reports: prev.as_ref().map(|p| p.reclaim_reports).unwrap_or(0),
             failed_reclaims: prev.as_ref().map(|p| p.failed_reclaims).unwrap_or(0),
             creds: Some(creds),
             conn: (notify == NotifyMode::Socket).then_some(conn),
@@ -754,12 +774,14 @@ impl Core {
         }
         self.monitor.forget(pid);
         self.seen.remove(&pid);
+        self.ledgers.remove(&pid);
         self.outstanding.retain(|_, o| o.pid != pid);
     }
 
     /// One sense → decide → act round.
     pub fn poll(&mut self, now: Duration, trigger: Trigger) {
         self.polls += 1;
+        self.last_poll_at = self.last_poll_at.max(now);
         self.metrics
             .polls
             .with_label_values(&[trigger.as_str()])
@@ -791,6 +813,7 @@ impl Core {
         self.collect_advice();
         let procs = self.read_procs();
         let views = self.views(&procs);
+        self.audit_reclaim(now);
         let actions = self.monitor.step(now, sample.working_set_bytes, &views);
         for a in actions {
             self.act(a, now, &procs);
@@ -861,6 +884,44 @@ impl Core {
         views
     }
 
+    /// Feeds each registered process's RSS (as this poll saw it) to its ledger, and
+    /// reports an elastic process whose reported reclamation its RSS does not show
+    /// (rule R10 of `memcolo_policy::m3`): once per episode, as the event
+    /// `reclaim_unmatched`, a warning and `memcolo_reclaim_unmatched_total`.
+    fn audit_reclaim(&mut self, now: Duration) {
+        for e in self.registry.iter() {
+            let Some(seen) = self.seen.get(&e.pid) else {
+                continue;
+            };
+            let ledger = self.ledgers.entry(e.pid).or_default();
+            let Some(u) = ledger.observe_rss(now, seen.rss_bytes) else {
+                continue;
+            };
+            if e.class != Class::Elastic {
+                continue;
+            }
+            self.metrics
+                .reclaim_unmatched
+                .with_label_values(&[e.class.as_str()])
+                .inc();
+            tracing::warn!(pid = e.pid, name = %e.name, reported_bytes = u.reported_bytes,
+                rss_fell_bytes = u.rss_fell_bytes,
+                "reported reclamation is not matched by a fall of the process's RSS");
+            self.events.record(
+                "reclaim_unmatched",
+                json!({"pid": e.pid, "name": e.name, "class": e.class,
+                       "window_s": memcolo_policy::ledger::WINDOW.as_secs(),
+                       "reported_bytes": u.reported_bytes, "rss_fell_bytes": u.rss_fell_bytes,
+                       "rss_bytes": seen.rss_bytes}),
+            );
+        }
+    }
+
+    /// Whether `e` is in an unmatched-reclaim episode (R10; elastic processes only).
+    fn reclaim_unmatched(&self, e: &Entry) -> bool {
+        e.class == Class::Elastic && self.ledgers.get(&e.pid).is_some_and(|l| l.unmatched())
+    }
+
     fn act(&mut self, action: Action, now: Duration, procs: &ProcTable) {
         match action {
             Action::Signal {
@@ -876,7 +937,7 @@ impl Core {
         let Some(e) = self.registry.get(pid) else {
             return;
         };
-        let (notify, conn, name) = (e.notify, e.conn, e.name.clone());
+        let (notify, conn, name, class) = (e.notify, e.conn, e.name.clone(), e.class);
         let seq = self.next_seq;
         let via = match notify {
             NotifyMode::Socket => {
@@ -935,15 +996,18 @@ impl Core {
             }
         }
         if let Some(e) = self.registry.get_mut(pid) {
-            e.signals_sent += 1;
+            e.notifications_sent += 1;
+            e.notified.add(level);
         }
+        self.ledgers.entry(pid).or_default().notified(now, level);
         self.metrics
             .notifications
-            .with_label_values(&[level.as_str(), via])
+            .with_label_values(&[class.as_str(), level.as_str(), via])
             .inc();
         self.events.record(
             "notify",
-            json!({"pid": pid, "name": name, "level": level, "target_bytes": target_bytes, "seq": seq, "via": via}),
+            json!({"pid": pid, "name": name, "level": level, "target_bytes": target_bytes, "seq": seq, "via": via,
+                   "poll_at_ms": now.as_millis() as u64}),
         );
     }
 
@@ -1293,6 +1357,16 @@ impl Core {
             Zone::Red => 2,
             Zone::AboveTop => 3,
         });
+        for class in [Class::Lc, Class::Be, Class::Elastic] {
+            let n = self
+                .registry
+                .iter()
+                .filter(|e| e.class == class && self.reclaim_unmatched(e))
+                .count();
+            m.reclaim_unmatched_processes
+                .with_label_values(&[class.as_str()])
+                .set(n as i64);
+        }
         m.process_rss_bytes.reset();
         for e in self.registry.iter() {
             if let Some(seen) = self.seen.get(&e.pid) {
@@ -1407,11 +1481,21 @@ impl Core {
 
     fn process_json(&self, e: &Entry) -> serde_json::Value {
         let seen = self.seen.get(&e.pid);
+        let rates = self
+            .ledgers
+            .get(&e.pid)
+            .map(|l| l.rates(self.last_poll_at))
+            .unwrap_or_default();
         json!({
             "pid": e.pid, "class": e.class, "name": e.name, "notify": e.notify,
             "connected": e.conn.is_some(),
             "rss_bytes": seen.map(|s| s.rss_bytes), "descendants": seen.map(|s| s.descendants),
-            "signals_sent": e.signals_sent, "reclaimed_bytes": e.reclaimed_bytes,
+            "notifications_sent": e.notifications_sent, "notifications": e.notified,
+            "notifications_per_min": rates.notifications_per_min,
+            "reclaimed_bytes": e.reclaimed_bytes, "reclaim_reports": e.reclaim_reports,
+            "reclaim_bytes_per_s": rates.reclaim_bytes_per_s,
+            "reclaim_unmatched": self.reclaim_unmatched(e),
+            "epoch_ms": self.monitor.epoch(e.pid).map(|d| d.as_millis() as u64),
             "failed_reclaims": e.failed_reclaims,
             "in_scope": !self.out_of_scope.contains(&e.pid),
             "expected_reclaim_bytes": self.monitor.expected_reclaim_bytes(&ProcView {

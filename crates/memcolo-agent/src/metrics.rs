@@ -3,6 +3,11 @@
 //! Every series is prefixed `memcolo_`; sizes are in bytes. Per-process series carry
 //! `pid`, `class` and `name` labels and are rebuilt every poll, so an exited process
 //! leaves no stale series behind.
+//!
+//! Notifications and reclaim reports are counted per class (`lc`, `be`, `elastic`),
+//! never per process: a pid label would add series with every process that comes
+//! and goes. Their rates are `rate()` of these counters; per-process rates and counts
+//! are in `memcolo status` (`notifications_per_min`, `reclaim_bytes_per_s`).
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
@@ -22,10 +27,18 @@ pub struct Metrics {
     pub registered: IntGaugeVec,
     /// `memcolo_process_rss_bytes{pid,class,name}` (the process and its descendants).
     pub process_rss_bytes: IntGaugeVec,
-    /// `memcolo_notifications_total{level,via}`.
+    /// `memcolo_notifications_total{class,level,via}`: notifications sent, by the
+    /// class of the process, level and channel (socket, signal).
     pub notifications: IntCounterVec,
-    /// `memcolo_reclaimed_bytes_total`: bytes processes reported reclaimed.
-    pub reclaimed_bytes: IntCounter,
+    /// `memcolo_reclaimed_bytes_total{class}`: bytes processes reported reclaimed.
+    pub reclaimed_bytes: IntCounterVec,
+    /// `memcolo_reclaim_reports_total{class}`: `reclaimed` reports received.
+    pub reclaim_reports: IntCounterVec,
+    /// `memcolo_reclaim_unmatched_total{class}`: unmatched-reclaim episodes begun
+    /// (rule R10: reported reclamation not matched by a fall of the RSS).
+    pub reclaim_unmatched: IntCounterVec,
+    /// `memcolo_reclaim_unmatched_processes{class}`: processes in such an episode now.
+    pub reclaim_unmatched_processes: IntGaugeVec,
     /// `memcolo_file_cache_dropped_bytes_total`: BE page cache dropped (Hermes §3.3).
     pub file_cache_dropped_bytes: IntCounter,
     /// `memcolo_file_advice_total`: `posix_fadvise(DONTNEED)` calls.
@@ -129,10 +142,29 @@ impl Metrics {
             ),
             notifications: cv(
                 "memcolo_notifications_total",
-                "Memory pressure notifications sent, by level and channel",
-                &["level", "via"],
+                "Memory pressure notifications sent, by class of the process, level and channel (socket, signal)",
+                &["class", "level", "via"],
             ),
-            reclaimed_bytes: c("memcolo_reclaimed_bytes_total", "Bytes processes reported reclaimed"),
+            reclaimed_bytes: cv(
+                "memcolo_reclaimed_bytes_total",
+                "Bytes processes reported reclaimed, by class",
+                &["class"],
+            ),
+            reclaim_reports: cv(
+                "memcolo_reclaim_reports_total",
+                "Reclaim reports (reclaimed messages) received, by class",
+                &["class"],
+            ),
+            reclaim_unmatched: cv(
+                "memcolo_reclaim_unmatched_total",
+                "Episodes of reported reclamation not matched by a fall of the process's RSS (>= 64 MiB reported in 60 s, RSS fell by less than a quarter of it), by class",
+                &["class"],
+            ),
+            reclaim_unmatched_processes: gv(
+                "memcolo_reclaim_unmatched_processes",
+                "Processes whose reported reclamation is not matched by a fall of their RSS now, by class",
+                &["class"],
+            ),
             file_cache_dropped_bytes: c(
                 "memcolo_file_cache_dropped_bytes_total",
                 "BE page cache dropped with posix_fadvise(DONTNEED)",
@@ -237,6 +269,15 @@ impl Metrics {
         }
     }
 
+    /// Bytes processes of every class reported reclaimed
+    /// (`memcolo_reclaimed_bytes_total` summed over its classes).
+    pub fn reported_reclaimed_bytes(&self) -> u64 {
+        ["lc", "be", "elastic"]
+            .iter()
+            .map(|c| self.reclaimed_bytes.with_label_values(&[c]).get())
+            .sum()
+    }
+
     /// The exposition text.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
@@ -261,7 +302,9 @@ mod tests {
     fn render_contains_series_with_labels() {
         let m = Metrics::new();
         m.node_memory_bytes.with_label_values(&["used"]).set(123);
-        m.notifications.with_label_values(&["high", "socket"]).inc();
+        m.notifications
+            .with_label_values(&["elastic", "high", "socket"])
+            .inc();
         m.kills.inc();
         let t = m.render();
         assert!(
@@ -269,7 +312,9 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("memcolo_notifications_total{level=\"high\",via=\"socket\"} 1"),
+            t.contains(
+                "memcolo_notifications_total{class=\"elastic\",level=\"high\",via=\"socket\"} 1"
+            ),
             "{t}"
         );
         assert!(t.contains("memcolo_kills_total 1"), "{t}");

@@ -1102,7 +1102,7 @@ impl Controller {
         // reported freeing: taken out of the scope, so usage growth alone would
         // understate allocation by it.
         let removed =
-            self.metrics.file_cache_dropped_bytes.get() + self.metrics.reclaimed_bytes.get();
+            self.metrics.file_cache_dropped_bytes.get() + self.metrics.reported_reclaimed_bytes();
         let removed_bytes = removed.saturating_sub(self.last_removed.unwrap_or(removed));
         self.last_removed = Some(removed);
         Ok(ReclaimObservation {

@@ -27,6 +27,7 @@
 //! Every such finding is returned as a [`Problem`] for the agent to log, count and
 //! record.
 
+use memcolo_policy::ledger::LevelCounts;
 use memcolo_policy::m3::MonitorState;
 use memcolo_policy::{Class, Pid};
 use memcolo_proto::NotifyMode;
@@ -62,12 +63,21 @@ pub struct Entry {
     pub notify: NotifyMode,
     /// Wall-clock registration time, seconds since the Unix epoch.
     pub registered_unix_s: u64,
-    /// Notifications sent to this process.
+    /// Notifications sent to this process, every level and channel (socket message
+    /// or real-time signal). Registries saved before it was renamed call it
+    /// `signals_sent`.
+    #[serde(default, alias = "signals_sent")]
+    pub notifications_sent: u64,
+    /// Notifications sent to this process, by level (absent in older registries:
+    /// zero then).
     #[serde(default)]
-    pub signals_sent: u64,
+    pub notified: LevelCounts,
     /// Bytes this process reported reclaimed.
     #[serde(default)]
     pub reclaimed_bytes: u64,
+    /// `reclaimed` reports this process sent.
+    #[serde(default)]
+    pub reclaim_reports: u64,
     /// Reclaim answers that reported a failed handler.
     #[serde(default)]
     pub failed_reclaims: u64,
@@ -704,8 +714,14 @@ mod tests {
             expected_reclaim_bytes: Some(7),
             notify: NotifyMode::Signal,
             registered_unix_s: 1,
-            signals_sent: 3,
+            notifications_sent: 3,
+            notified: LevelCounts {
+                low: 2,
+                high: 1,
+                top: 0,
+            },
             reclaimed_bytes: 9,
+            reclaim_reports: 2,
             failed_reclaims: 0,
             creds: None,
             conn: Some(5),
@@ -748,7 +764,9 @@ mod tests {
         assert_eq!(back.registry.len(), 2);
         let e = back.registry.get(10).unwrap();
         assert_eq!(e.conn, None);
-        assert_eq!(e.signals_sent, 3);
+        assert_eq!(e.notifications_sent, 3);
+        assert_eq!(e.notified.total(), 3);
+        assert_eq!(e.reclaim_reports, 2);
         assert_eq!(e.class, Class::Be);
         let mode = std::fs::metadata(&p).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
@@ -852,6 +870,24 @@ mod tests {
         let l = load(&p).unwrap();
         assert_eq!(l.registry.len(), 1);
         assert!(l.problems.is_empty());
+    }
+
+    #[test]
+    fn a_registry_saved_with_signals_sent_keeps_its_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = registry_path(dir.path());
+        let mut e = entry_json(10, "elastic");
+        e["signals_sent"] = json!(41);
+        std::fs::write(
+            &p,
+            serde_json::to_vec(&json!({"version": 1, "entries": [e]})).unwrap(),
+        )
+        .unwrap();
+        let l = load(&p).unwrap();
+        assert!(l.problems.is_empty(), "{:?}", l.problems);
+        let e = l.registry.get(10).unwrap();
+        assert_eq!(e.notifications_sent, 41);
+        assert_eq!(e.notified, LevelCounts::default());
     }
 
     #[test]

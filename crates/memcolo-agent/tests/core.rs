@@ -362,7 +362,7 @@ fn red_zone_notifies_over_the_socket_and_records_the_answer() {
     assert_eq!(r, Reply::Ok);
     let e = h.core.registry().get(100).unwrap();
     assert_eq!(e.reclaimed_bytes, 3 * GIB);
-    assert!(e.signals_sent >= 1);
+    assert!(e.notifications_sent >= 1);
     let st = h.core.status_json();
     assert_eq!(st["processes"][0]["expected_reclaim_bytes"], 3 * GIB);
     assert_eq!(st["zone"], "red");
@@ -957,4 +957,152 @@ fn a_failed_state_write_loses_nothing_and_is_retried() {
     drop(core);
     let (core, _) = core_with_metrics(&h.cfg);
     assert_eq!(core.registry().get(100).unwrap().class, Class::Lc);
+}
+
+#[test]
+fn answers_without_an_rss_fall_are_flagged_once_and_rates_are_in_status() {
+    // The storm's cache: yellow for two minutes, event-triggered polls every 100 ms
+    // between ticks of 1 s, every low answered at once with 8 MiB while the RSS the
+    // polls see never falls (evict, regrow, evict). Thresholds held still (a ratio
+    // target of 0:1 moves none in yellow).
+    let still = |c: &mut AgentConfig| c.m3.ratio_target = [0, 1];
+    let h = harness(still);
+    h.proc_.add(100, 1, "cache", 500, 1000);
+    let events = h._dir.path().join("events.jsonl");
+    let metrics = Arc::new(Metrics::new());
+    let mut core = Core::new(
+        h.cfg.clone(),
+        Scope::Host(ProcFs::new(h.cfg.procfs.clone())),
+        Box::new(Shared::default()),
+        Box::new(Watched::default()),
+        Box::new(memcolo_linux::fake::FakeProver {
+            procfs: ProcFs::new(h.cfg.procfs.clone()),
+        }),
+        metrics.clone(),
+        EventLog::open(events.to_str().unwrap()).unwrap(),
+    )
+    .unwrap();
+    let (tx, mut rx) = mpsc::channel(64);
+    core.conn_opened(7, tx);
+    let peer = peer_of(&h, 100, 1000);
+    register(
+        &mut core,
+        7,
+        &peer,
+        None,
+        Class::Elastic,
+        NotifyMode::Socket,
+    );
+    // 64 GiB node: low 50, high 55 GiB. Working set 52 GiB: yellow.
+    h.proc_.set_meminfo(64 * GIB, 12 * GIB);
+    let ms = Duration::from_millis;
+    let mut lows = 0;
+    for i in 0..1200u64 {
+        let now = Duration::from_secs(10) + ms(100 * i);
+        let trigger = if i % 10 == 0 {
+            Trigger::Tick
+        } else {
+            Trigger::Event
+        };
+        core.poll(now, trigger);
+        while let Ok(Reply::Notify { seq, level, .. }) = rx.try_recv() {
+            assert_eq!(level, Level::Low);
+            lows += 1;
+            core.handle(
+                7,
+                &peer,
+                Request::Reclaimed {
+                    pid: None,
+                    seq: Some(seq),
+                    bytes: 8 << 20,
+                    duration_ms: 1,
+                    ok: true,
+                },
+                now,
+            );
+        }
+    }
+    // 120 s at one poll period (1 s) of epoch after each answer: a low every 1.1 s
+    // at most (R8, R9), not one per poll.
+    assert!((100..=120).contains(&lows), "{lows} lows");
+    let st = core.status_json();
+    let p = &st["processes"][0];
+    assert_eq!(p["notifications_sent"], lows);
+    assert_eq!(p["notifications"]["low"], lows);
+    assert_eq!(p["reclaim_reports"], lows);
+    assert_eq!(p["epoch_ms"], 1000);
+    let per_min = p["notifications_per_min"]["low"].as_u64().unwrap();
+    assert!((50..=60).contains(&per_min), "{per_min} per minute");
+    let rate = p["reclaim_bytes_per_s"].as_f64().unwrap();
+    assert!(
+        (rate - (per_min * (8 << 20)) as f64 / 60.0).abs() < 1.0,
+        "{rate}"
+    );
+    assert_eq!(p["reclaim_unmatched"], true);
+    // One episode: one event, one count.
+    let flagged: Vec<serde_json::Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "reclaim_unmatched")
+        .collect();
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert_eq!(flagged[0]["pid"], 100);
+    assert!(flagged[0]["reported_bytes"].as_u64().unwrap() >= 64 << 20);
+    let text = metrics.render();
+    assert!(
+        text.contains("memcolo_reclaim_unmatched_total{class=\"elastic\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("memcolo_reclaim_unmatched_processes{class=\"elastic\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "memcolo_notifications_total{{class=\"elastic\",level=\"low\",via=\"socket\"}} {lows}"
+        )),
+        "{text}"
+    );
+    // Reclaim that the RSS shows is matched: a process whose RSS falls by what it
+    // reports is not flagged.
+    let h = harness(still);
+    h.proc_.add(100, 1, "honest", 500, 1_000_000);
+    let (tx, mut rx) = mpsc::channel(64);
+    let mut core = new_core(&h.cfg, &h.act, &h.watched);
+    core.conn_opened(7, tx);
+    let peer = peer_of(&h, 100, 1000);
+    register(
+        &mut core,
+        7,
+        &peer,
+        None,
+        Class::Elastic,
+        NotifyMode::Socket,
+    );
+    h.proc_.set_meminfo(64 * GIB, 12 * GIB);
+    let mut pages = 1_000_000u64;
+    for t in 0..120u64 {
+        let now = Duration::from_secs(10 + t);
+        core.poll(now, Trigger::Tick);
+        while let Ok(Reply::Notify { seq, .. }) = rx.try_recv() {
+            pages -= 2048; // 8 MiB
+            h.proc_.add(100, 1, "honest", 500, pages);
+            core.handle(
+                7,
+                &peer,
+                Request::Reclaimed {
+                    pid: None,
+                    seq: Some(seq),
+                    bytes: 8 << 20,
+                    duration_ms: 1,
+                    ok: true,
+                },
+                now,
+            );
+        }
+    }
+    let st = core.status_json();
+    assert!(st["processes"][0]["reclaim_reports"].as_u64().unwrap() >= 40);
+    assert_eq!(st["processes"][0]["reclaim_unmatched"], false);
 }

@@ -13,6 +13,9 @@
 //! - [`m3`]: the M3 node monitor (M3, EuroSys'21 §5): adaptive low/high thresholds
 //!   below a *top* of memory, selective high signalling (Algorithm 1), kill as a last
 //!   resort (BE processes only).
+//! - [`ledger`]: a registered process's notifications, reported reclamation and RSS
+//!   falls over a sliding minute: its rates, and the unmatched-reclaim rule (M3's
+//!   R10).
 //! - [`hermes`]: Hermes' file-cache advice (Hermes, Middleware'21 §3.3): which BE
 //!   files to drop from the page cache, largest resident first.
 //! - [`hermit`]: Hermit's feedback-directed asynchronous reclaim (NSDI'23): when to
@@ -24,6 +27,7 @@
 pub mod error;
 pub mod hermes;
 pub mod hermit;
+pub mod ledger;
 pub mod m3;
 pub mod maxmem;
 pub mod types;

@@ -121,6 +121,31 @@
 //! [`M3Config::min_signal_interval`] (the agent's poll period), answered or not; in
 //! Algorithm 1 it still counts as picked, as under R7.
 //!
+//! **R9 — low waits until the last answer has had time to act** (memcolo's). An answer
+//! (a `reclaimed` report that clears an outstanding notification, R7) says the process
+//! acted; whether that was enough shows only once its reclamation has taken effect. A
+//! process's *epoch* is how long it takes to answer: the longest of its last
+//! [`EPOCH_SAMPLES`] answer times (notification sent → answer received), clamped to
+//! [`M3Config::min_signal_interval`, [`MAX_EPOCH`]]. After an answer at `t`, the
+//! process is sent no [`Level::Low`] before `t + epoch`; the first poll from then on
+//! sends it only if usage is still above low (that poll's zone decides, as always).
+//! [`Level::High`] and [`Level::Top`] are not held back (R7 and R8 bound them; red and
+//! above top need answers sooner). The longest rather than the mean answer time: a
+//! process whose answers vary is given the time of its slowest recent one, erring
+//! towards fewer notifications, and forgets a slow answer after [`EPOCH_SAMPLES`]
+//! quicker ones. The lower bound makes "time to act" at least one poll period, so a
+//! process that answers at once is asked again only after a poll has seen the
+//! effect; the upper bound keeps a process that once took minutes from going
+//! unasked for minutes. A report that answers nothing (no outstanding notification)
+//! is not an answer here. Before its first answer a process is held back by R7 and
+//! R8 only.
+//!
+//! **R10 — unmatched reclaim** (memcolo's; in [`crate::ledger`], which the caller
+//! feeds with every notification, report and RSS observation). An elastic process
+//! whose reported reclamation over the last minute (at least 64 MiB) is not matched
+//! by falls of its RSS (at least a quarter of it) is flagged: its reports are not what
+//! its memory shows. The monitor's decisions do not change; the caller reports it.
+//!
 //! Ties in every sort order are broken by ascending pid, so the output is a
 //! deterministic function of the input.
 //!
@@ -135,6 +160,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
+
+/// How many of a process's latest answer times its epoch is the longest of (R9).
+pub const EPOCH_SAMPLES: usize = 4;
+
+/// The longest epoch (R9): a process is asked again at the latest this long after its
+/// last answer while usage stays above low (30 s).
+pub const MAX_EPOCH: Duration = Duration::from_secs(30);
 
 /// The order in which Algorithm 1 (M3 §5.1) walks the processes; the first ones are
 /// signalled (or, above top for too long, killed) first.
@@ -489,6 +521,15 @@ struct Outstanding {
     started_at: Duration,
 }
 
+/// A process's answers (R9): when it last answered, and how long its latest answers
+/// took, oldest first (at most [`EPOCH_SAMPLES`]).
+#[derive(Clone, Debug)]
+struct Answers {
+    started_at: Duration,
+    last_at: Duration,
+    took: VecDeque<Duration>,
+}
+
 /// The M3 node monitor. See the module docs for the rules it applies.
 #[derive(Clone, Debug)]
 pub struct Monitor {
@@ -503,6 +544,8 @@ pub struct Monitor {
     outstanding: BTreeMap<Pid, Outstanding>,
     /// When each process was last sent each level (R8), with its start time.
     last_signal: BTreeMap<(Pid, Level), (Duration, Duration)>,
+    /// Each process's answers (R9).
+    answers: BTreeMap<Pid, Answers>,
     /// Processes already killed, by pid, with their start time.
     killed: BTreeMap<Pid, Duration>,
     /// Reclamation reports per pid, oldest first, at most `reclaim_history`.
@@ -533,6 +576,7 @@ impl Monitor {
             above_top_since: None,
             outstanding: BTreeMap::new(),
             last_signal: BTreeMap::new(),
+            answers: BTreeMap::new(),
             killed: BTreeMap::new(),
             history: BTreeMap::new(),
             cfg,
@@ -611,6 +655,8 @@ impl Monitor {
             .retain(|pid, o| present.get(pid) == Some(&o.started_at));
         self.last_signal
             .retain(|(pid, _), (_, started)| present.get(pid) == Some(started));
+        self.answers
+            .retain(|pid, a| present.get(pid) == Some(&a.started_at));
         self.killed
             .retain(|pid, started| present.get(pid) == Some(started));
 
@@ -664,9 +710,30 @@ impl Monitor {
     /// light-weight reclamation by design (M3 §4.2: a JVM answers it with a collection
     /// that may give back nothing). `level` `None` (an answer that names no
     /// notification) takes the level of the outstanding signal, and feeds the
-    /// expectation when none is outstanding.
+    /// expectation when none is outstanding. An answer to the outstanding signal
+    /// measures the process's epoch and holds its next low signal back (rule R9).
     pub fn record_reclaim(&mut self, pid: Pid, level: Option<Level>, bytes: u64, now: Duration) {
-        let answered = self.outstanding.get(&pid).filter(|o| o.sent_at <= now);
+        let answered = self
+            .outstanding
+            .get(&pid)
+            .filter(|o| o.sent_at <= now)
+            .copied();
+        if let Some(o) = answered {
+            let a = self.answers.entry(pid).or_insert(Answers {
+                started_at: o.started_at,
+                last_at: now,
+                took: VecDeque::new(),
+            });
+            if a.started_at != o.started_at {
+                a.took.clear();
+                a.started_at = o.started_at;
+            }
+            a.last_at = now;
+            a.took.push_back(now - o.sent_at);
+            while a.took.len() > EPOCH_SAMPLES {
+                a.took.pop_front();
+            }
+        }
         let level = level.or(answered.map(|o| o.level));
         if level != Some(Level::Low) {
             let reports = self.history.entry(pid).or_default();
@@ -686,7 +753,18 @@ impl Monitor {
         self.history.remove(&pid);
         self.outstanding.remove(&pid);
         self.last_signal.retain(|(p, _), _| *p != pid);
+        self.answers.remove(&pid);
         self.killed.remove(&pid);
+    }
+
+    /// `pid`'s epoch (rule R9): the longest of its last [`EPOCH_SAMPLES`] answer
+    /// times, clamped to [`M3Config::min_signal_interval`, [`MAX_EPOCH`]]; `None`
+    /// before its first answer.
+    pub fn epoch(&self, pid: Pid) -> Option<Duration> {
+        let a = self.answers.get(&pid)?;
+        let longest = a.took.iter().max().copied().unwrap_or_default();
+        let floor = self.cfg.min_signal_interval;
+        Some(longest.max(floor).min(MAX_EPOCH.max(floor)))
     }
 
     /// The scope's memory changed: the top becomes `top_bytes`, and the current
@@ -799,8 +877,16 @@ impl Monitor {
     }
 
     /// Whether a new `level` signal to `p` is suppressed: by an outstanding one (R7),
-    /// or by one of the same level sent less than `min_signal_interval` ago (R8).
+    /// by one of the same level sent less than `min_signal_interval` ago (R8), or,
+    /// for a low one, by an answer less than one epoch old (R9).
     fn suppressed(&self, p: &ProcView, level: Level, now: Duration) -> bool {
+        if level == Level::Low {
+            if let (Some(a), Some(epoch)) = (self.answers.get(&p.pid), self.epoch(p.pid)) {
+                if a.started_at == p.started_at && now < a.last_at + epoch {
+                    return true;
+                }
+            }
+        }
         if let Some((sent_at, started_at)) = self.last_signal.get(&(p.pid, level)) {
             if *started_at == p.started_at
                 && now.saturating_sub(*sent_at) < self.cfg.min_signal_interval
@@ -1532,15 +1618,17 @@ mod tests {
         assert_eq!(m.step(secs(16), 950, &p), vec![high(1, 50)]);
         // A lower level is suppressed by a higher outstanding one.
         assert!(m.step(secs(17), 850, &p).is_empty());
-        // The process answers: the next poll may signal it again at once.
+        // The process answers (2 s after the High): the outstanding signal is
+        // cleared, and the next low waits one epoch (R9: 2 s) after the answer.
         m.record_reclaim(1, None, 80, secs(18));
-        assert_eq!(m.step(secs(19), 850, &p), vec![low(1, 50)]);
+        assert!(m.step(secs(19), 850, &p).is_empty());
+        assert_eq!(m.step(secs(20), 850, &p), vec![low(1, 50)]);
         // A report dated before the signal does not answer it.
-        m.record_reclaim(1, None, 80, secs(18));
-        assert!(m.step(secs(20), 850, &p).is_empty());
+        m.record_reclaim(1, None, 80, secs(19));
+        assert!(m.step(secs(21), 850, &p).is_empty());
         // The same pid now names a new process (another start time): not suppressed.
         let reborn = vec![proc_(1, Class::Elastic, 19, 500, true, Some(100))];
-        assert_eq!(m.step(secs(21), 850, &reborn), vec![low(1, 50)]);
+        assert_eq!(m.step(secs(22), 850, &reborn), vec![low(1, 50)]);
     }
 
     #[test]
@@ -1563,6 +1651,60 @@ mod tests {
         // A new process behind the pid is not held back either.
         let reborn = vec![proc_(1, Class::Elastic, 12, 500, true, Some(100))];
         assert_eq!(m.step(secs(13) + ms(100), 850, &reborn), vec![low(1, 50)]);
+    }
+
+    #[test]
+    fn low_repeats_only_after_the_answer_has_had_one_epoch_to_act() {
+        // Static thresholds (low 800, high 900); polls every 100 ms, as when events
+        // trigger them between ticks; min_signal_interval 1 s.
+        let mut m = Monitor::new(static_cfg());
+        let p = vec![proc_(1, Class::Elastic, 0, 500, true, Some(100))];
+        let ms = Duration::from_millis;
+        assert_eq!(m.epoch(1), None);
+        // Yellow: low at t = 10 s; the process answers 3 s later. Its epoch is 3 s.
+        assert_eq!(m.step(secs(10), 850, &p), vec![low(1, 50)]);
+        m.record_reclaim(1, Some(Level::Low), 10, secs(13));
+        assert_eq!(m.epoch(1), Some(secs(3)));
+        // Still yellow: no low before 13 + 3 = 16 s, however many polls run.
+        for i in 0..30u64 {
+            assert!(m.step(secs(13) + ms(100 * i), 850, &p).is_empty(), "i={i}");
+        }
+        // At 16 s usage is back at low: nothing to send.
+        assert!(m.step(secs(16), 800, &p).is_empty());
+        // Above low again later: the answer has had its time; low at once.
+        assert_eq!(m.step(secs(17), 850, &p), vec![low(1, 50)]);
+        // A quick answer (0.2 s): the epoch is still the longest of the last four
+        // answers (3 s); red is not held back by an answer.
+        m.record_reclaim(1, Some(Level::Low), 10, secs(17) + ms(200));
+        assert_eq!(m.epoch(1), Some(secs(3)));
+        assert!(m.step(secs(20), 850, &p).is_empty());
+        assert_eq!(m.step(secs(20) + ms(100), 950, &p), vec![high(1, 50)]);
+        m.record_reclaim(1, Some(Level::High), 10, secs(20) + ms(100));
+        // Three more answers within the floor: the 3 s answer is forgotten and the
+        // epoch is the floor, one poll period (min_signal_interval, 1 s).
+        for k in 0..3u64 {
+            let t = secs(30 + 4 * k);
+            assert_eq!(m.step(t, 850, &p), vec![low(1, 50)], "k={k}");
+            m.record_reclaim(1, Some(Level::Low), 10, t);
+        }
+        assert_eq!(m.epoch(1), Some(secs(1)));
+        assert!(m.step(secs(38) + ms(900), 850, &p).is_empty());
+        assert_eq!(m.step(secs(39), 850, &p), vec![low(1, 50)]);
+        // A very slow answer is capped at MAX_EPOCH.
+        m.record_reclaim(1, Some(Level::Low), 10, secs(139));
+        assert_eq!(m.epoch(1), Some(MAX_EPOCH));
+        assert!(m.step(secs(139) + MAX_EPOCH - ms(100), 850, &p).is_empty());
+        assert_eq!(m.step(secs(139) + MAX_EPOCH, 850, &p), vec![low(1, 50)]);
+        // A report that answers nothing outstanding holds nothing back; a new
+        // process behind the pid starts without an epoch.
+        m.record_reclaim(1, Some(Level::Low), 10, secs(170));
+        let reborn = vec![proc_(1, Class::Elastic, 171, 500, true, Some(100))];
+        assert_eq!(m.step(secs(172), 850, &reborn), vec![low(1, 50)]);
+        m.forget(1);
+        assert_eq!(m.epoch(1), None);
+        m.record_reclaim(1, None, 10, secs(173));
+        assert_eq!(m.epoch(1), None);
+        assert_eq!(m.step(secs(174), 850, &reborn), vec![low(1, 50)]);
     }
 
     #[test]

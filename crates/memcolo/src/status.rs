@@ -166,33 +166,82 @@ pub fn render(s: &Value) -> Vec<String> {
             out.push(turnaround_line(t));
         }
     }
+    // NOTIFIED counts every notification of every level and channel (socket message
+    // or real-time signal); NOTIFY/MIN is low/high/top sent in the last 60 s;
+    // RECL KiB/s is what the process reported reclaimed in the last 60 s, per second;
+    // EPOCH its measured answer time (M3 rule R9). A `!` after RECLAIMED marks
+    // reported reclamation its RSS does not show (rule R10).
+    let row = |c: [&str; 11]| {
+        format!(
+            "{:>8} {:<8} {:<20} {:>10} {:>6} {:>8} {:>11} {:>12} {:>10} {:>12} {:>8}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10]
+        )
+    };
     out.extend([
         String::new(),
-        format!(
-            "{:>8} {:<8} {:<20} {:>10} {:>6} {:>8} {:>12} {:>12}",
-            "PID", "CLASS", "NAME", "RSS MiB", "DESC", "NOTIFIED", "RECLAIMED", "EXPECTED"
-        ),
+        row([
+            "PID",
+            "CLASS",
+            "NAME",
+            "RSS MiB",
+            "DESC",
+            "NOTIFIED",
+            "NOTIFY/MIN",
+            "RECLAIMED",
+            "RECL KiB/s",
+            "EXPECTED",
+            "EPOCH",
+        ]),
     ]);
+    let mut unmatched = false;
     for p in s["processes"].as_array().into_iter().flatten() {
-        out.push(format!(
-            "{:>8} {:<8} {:<20} {:>10} {:>6} {:>8} {:>12} {:>12}",
-            p["pid"].to_string(),
+        let flagged = p["reclaim_unmatched"] == true;
+        unmatched |= flagged;
+        let per_min = &p["notifications_per_min"];
+        let per_min = if per_min.is_object() {
+            format!("{}/{}/{}", per_min["low"], per_min["high"], per_min["top"])
+        } else {
+            "-".into()
+        };
+        let name: String = p["name"].as_str().unwrap_or("?").chars().take(20).collect();
+        out.push(row([
+            &p["pid"].to_string(),
             p["class"].as_str().unwrap_or("?"),
-            p["name"]
-                .as_str()
-                .unwrap_or("?")
-                .chars()
-                .take(20)
-                .collect::<String>(),
-            mib(&p["rss_bytes"]),
-            p["descendants"]
+            &name,
+            &mib(&p["rss_bytes"]),
+            &p["descendants"]
                 .as_u64()
                 .map(|d| d.to_string())
                 .unwrap_or_else(|| "-".into()),
-            p["signals_sent"].to_string(),
-            mib(&p["reclaimed_bytes"]),
-            mib(&p["expected_reclaim_bytes"]),
-        ));
+            &p["notifications_sent"].to_string(),
+            &per_min,
+            &format!(
+                "{}{}",
+                mib(&p["reclaimed_bytes"]),
+                if flagged { "!" } else { "" }
+            ),
+            &p["reclaim_bytes_per_s"]
+                .as_f64()
+                .map(|b| format!("{:.1}", b / 1024.0))
+                .unwrap_or_else(|| "-".into()),
+            &mib(&p["expected_reclaim_bytes"]),
+            &p["epoch_ms"]
+                .as_u64()
+                .map(|ms| format!("{:.1} s", ms as f64 / 1000.0))
+                .unwrap_or_else(|| "-".into()),
+        ]));
+    }
+    out.push(String::new());
+    out.push(
+        "NOTIFIED: notifications of every level and channel; NOTIFY/MIN: low/high/top in the last 60 s; \
+         RECL KiB/s: reported reclaim over the last 60 s; EPOCH: time to answer (R9)"
+            .into(),
+    );
+    if unmatched {
+        out.push(
+            "! reported reclamation not matched by a fall of the process's RSS (reclaim_unmatched: >= 64 MiB in 60 s, RSS fell by less than a quarter)"
+                .into(),
+        );
     }
     out
 }
@@ -217,7 +266,7 @@ mod tests {
     fn the_table_counts_notifications_of_every_channel_under_one_name() {
         let s = serde_json::json!({"processes": [
             {"pid": 7, "class": "elastic", "name": "cache", "rss_bytes": 1048576,
-             "descendants": 0, "signals_sent": 3, "reclaimed_bytes": 0,
+             "descendants": 0, "notifications_sent": 3, "reclaimed_bytes": 0,
              "expected_reclaim_bytes": 0}
         ]});
         let lines = render(&s);
@@ -225,6 +274,52 @@ mod tests {
         // Socket notifications count too: the column is not "signals".
         assert!(header.contains("NOTIFIED"), "{header}");
         assert!(!header.contains("SIGNALS"), "{header}");
+        let row = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with("7 "))
+            .unwrap();
+        assert!(row.contains(" 3 "), "{row}");
+    }
+
+    #[test]
+    fn the_table_shows_rates_and_marks_unmatched_reclaim() {
+        let s = serde_json::json!({"processes": [
+            {"pid": 7, "class": "elastic", "name": "cache", "rss_bytes": 555 << 20,
+             "descendants": 0, "notifications_sent": 1109,
+             "notifications_per_min": {"low": 54, "high": 2, "top": 0},
+             "reclaimed_bytes": 6u64 << 30, "reclaim_bytes_per_s": 8.0 * 1024.0 * 1024.0,
+             "reclaim_unmatched": true, "epoch_ms": 1500, "expected_reclaim_bytes": 0},
+            {"pid": 8, "class": "be", "name": "batch", "rss_bytes": 1 << 20,
+             "descendants": 0, "notifications_sent": 0,
+             "notifications_per_min": {"low": 0, "high": 0, "top": 0},
+             "reclaimed_bytes": 0, "reclaim_bytes_per_s": 0.0,
+             "reclaim_unmatched": false, "epoch_ms": null, "expected_reclaim_bytes": 0}
+        ]});
+        let lines = render(&s);
+        let header = lines.iter().find(|l| l.contains("PID")).unwrap();
+        assert!(
+            header.contains("NOTIFY/MIN") && header.contains("RECL KiB/s"),
+            "{header}"
+        );
+        let cache = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with("7 "))
+            .unwrap();
+        assert!(cache.contains("54/2/0"), "{cache}");
+        assert!(cache.contains("6144.0!"), "{cache}");
+        assert!(cache.contains("8192.0"), "{cache}");
+        assert!(cache.contains("1.5 s"), "{cache}");
+        let batch = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with("8 "))
+            .unwrap();
+        assert!(!batch.contains('!'), "{batch}");
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("! reported reclamation")));
+        // Nothing flagged: no legend for it.
+        let s = serde_json::json!({"processes": [s["processes"][1].clone()]});
+        assert!(!render(&s).iter().any(|l| l.starts_with("! ")));
     }
 
     #[test]
