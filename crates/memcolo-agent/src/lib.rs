@@ -275,7 +275,12 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         None
     };
     let tier = if cfg.tier.enabled {
-        Some(tier::TierService::start(&cfg.tier, &cfg.socket, &metrics)?)
+        Some(tier::TierService::start(
+            &cfg.tier,
+            &cfg.socket,
+            &procfs,
+            &metrics,
+        )?)
     } else {
         None
     };

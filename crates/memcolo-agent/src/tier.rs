@@ -453,6 +453,7 @@ impl TierService {
     pub fn start(
         cfg: &TierSection,
         agent_socket: &Path,
+        procfs: &ProcFs,
         metrics: &Metrics,
     ) -> anyhow::Result<Self> {
         cfg.validate()
@@ -484,7 +485,7 @@ impl TierService {
             regions: Mutex::new(Vec::new()),
             conns: Mutex::new(HashMap::new()),
             slots: Mutex::new(HashMap::new()),
-            procfs: ProcFs::root(),
+            procfs: procfs.clone(),
             next_region: AtomicU64::new(1),
             ids: Default::default(),
             next_conn: AtomicU64::new(1),
@@ -1154,7 +1155,7 @@ fn register(
             return err(ErrorCode::BadRequest, format!("the region's shadow: {e}"));
         }
     }
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"));
+    let maps = shared.procfs.read_pid_maps_text(pid);
     // Read while the proved process was alive: its own maps.
     if let Err(e) = conn.proc_.verify(&shared.procfs) {
         return err(
@@ -1164,7 +1165,7 @@ fn register(
     }
     let maps = match maps {
         Ok(m) => m,
-        Err(e) => return err(ErrorCode::Internal, format!("/proc/{pid}/maps: {e}")),
+        Err(e) => return err(ErrorCode::Internal, e.to_string()),
     };
     if let Err(why) = check_mapping(&maps, start, length, &memfd_id) {
         return err(

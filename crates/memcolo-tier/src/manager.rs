@@ -132,6 +132,7 @@ use crate::sampler::{choose, choose_by_rejection, pages_for_fmmr_error, Rng, Win
 use crate::shadow::Shadow;
 use crate::uffd::{Event, Uffd};
 use crate::{checksum, PageKey, SlowTier, TierError};
+use memcolo_linux::procfs::ProcFs;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
@@ -580,11 +581,10 @@ fn thread_schedstat(tid: i32) -> (u64, u64) {
     if tid == 0 {
         return (0, 0);
     }
-    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) else {
-        return (0, 0);
-    };
-    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0));
-    (f.next().unwrap_or(0), f.next().unwrap_or(0))
+    match ProcFs::root().read_self_task_schedstat(tid) {
+        Ok(s) => (s.run_ns, s.wait_ns),
+        Err(_) => (0, 0),
+    }
 }
 
 /// Puts thread `tid` in `SCHED_IDLE` (`idle`) or `SCHED_OTHER`, at nice value `nice`
