@@ -1234,13 +1234,7 @@ impl Core {
         }
         // Every thread of the agent (runtime workers, reclaim threads), not only this
         // one: sched_setaffinity acts on one thread.
-        let tids: Vec<i32> = std::fs::read_dir("/proc/self/task")
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let tids = ProcFs::root().read_self_task_tids().unwrap_or_default();
         for tid in tids {
             let _ = sched_setaffinity(nix::unistd::Pid::from_raw(tid), &mine);
         }
