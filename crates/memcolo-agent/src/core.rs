@@ -798,9 +798,9 @@ impl Core {
         if self.cfg.hermes.enabled {
             self.advise(&sample, &procs);
         }
-        self.publish_reclaim_targets(&procs);
         self.update_poll_metrics(&sample);
         self.last_sample = Some(sample);
+        self.publish_reclaim_targets(&procs);
         // The registry is marked for saving on every change; the adapted thresholds
         // every 10 polls.
         if self.polls.is_multiple_of(10) {
@@ -1156,7 +1156,9 @@ impl Core {
 
     fn publish_reclaim_targets(&mut self, procs: &ProcTable) {
         let Some(link) = &self.reclaim else { return };
-        let mut inputs = crate::reclaim::ReclaimInputs {
+        let mut inputs = crate::snapshot::NodeSnapshot {
+            poll: self.polls,
+            scope: self.last_sample.clone(),
             cpus: self.agent_cpus.clone(),
             ..Default::default()
         };
@@ -1173,6 +1175,9 @@ impl Core {
                     process: p.clone(),
                     class: e.class,
                 });
+                if let Some(&rss) = procs.rss_bytes.get(&e.pid) {
+                    inputs.rss_bytes.insert(e.pid, rss);
+                }
             }
         }
         link.publish(inputs);

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod reclaim;
 pub mod registry;
 pub mod server;
+pub mod snapshot;
 pub mod tier;
 
 use crate::config::AgentConfig;
