@@ -75,7 +75,7 @@ impl Default for AgentConfig {
             metrics_addr: "127.0.0.1:9464".into(),
             event_log: "off".into(),
             poll_ms: 1000,
-            procfs: PathBuf::from("/proc"),
+            procfs: PathBuf::from(memcolo_linux::procfs::PROC_ROOT),
             avoid_lc_cpus: true,
             m3: M3Section::default(),
             hermes: HermesSection::default(),

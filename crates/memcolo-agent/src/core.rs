@@ -821,9 +821,9 @@ impl Core {
         if self.cfg.hermes.enabled {
             self.advise(&sample, &procs);
         }
-        self.publish_reclaim_targets(&procs);
         self.update_poll_metrics(&sample);
         self.last_sample = Some(sample);
+        self.publish_reclaim_targets(&procs);
         // The registry is marked for saving on every change; the adapted thresholds
         // every 10 polls.
         if self.polls.is_multiple_of(10) {
@@ -1220,7 +1220,9 @@ impl Core {
 
     fn publish_reclaim_targets(&mut self, procs: &ProcTable) {
         let Some(link) = &self.reclaim else { return };
-        let mut inputs = crate::reclaim::ReclaimInputs {
+        let mut inputs = crate::snapshot::NodeSnapshot {
+            poll: self.polls,
+            scope: self.last_sample.clone(),
             cpus: self.agent_cpus.clone(),
             ..Default::default()
         };
@@ -1237,6 +1239,9 @@ impl Core {
                     process: p.clone(),
                     class: e.class,
                 });
+                if let Some(&rss) = procs.rss_bytes.get(&e.pid) {
+                    inputs.rss_bytes.insert(e.pid, rss);
+                }
             }
         }
         link.publish(inputs);
@@ -1298,13 +1303,7 @@ impl Core {
         }
         // Every thread of the agent (runtime workers, reclaim threads), not only this
         // one: sched_setaffinity acts on one thread.
-        let tids: Vec<i32> = std::fs::read_dir("/proc/self/task")
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let tids = ProcFs::root().read_self_task_tids().unwrap_or_default();
         for tid in tids {
             let _ = sched_setaffinity(nix::unistd::Pid::from_raw(tid), &mine);
         }

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod reclaim;
 pub mod registry;
 pub mod server;
+pub mod snapshot;
 pub mod tier;
 
 use crate::config::AgentConfig;
@@ -275,7 +276,12 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         None
     };
     let tier = if cfg.tier.enabled {
-        Some(tier::TierService::start(&cfg.tier, &cfg.socket, &metrics)?)
+        Some(tier::TierService::start(
+            &cfg.tier,
+            &cfg.socket,
+            &procfs,
+            &metrics,
+        )?)
     } else {
         None
     };

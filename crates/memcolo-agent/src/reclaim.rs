@@ -4,8 +4,12 @@
 //! of low-priority worker threads that reclaim BE memory in batches until the scope
 //! is back above the low mark.
 //!
-//! Targets come from the core every poll: registered BE processes (and elastic ones
-//! when `include_elastic`, LC ones only when `allow_lc`), plus `reclaim.cgroups`.
+//! Targets come from the core's [`NodeSnapshot`] of every poll (the registry's view:
+//! registered BE processes, and elastic ones when `include_elastic`, LC ones only when
+//! `allow_lc`, with the RSS the poll read), plus `reclaim.cgroups`. The scope's
+//! headroom, swap and refaults the controller samples itself every tick, through the
+//! same [`Scope::sample_with_host`] as the poll: at 20 ms, a figure up to a poll (1 s)
+//! old would be fifty ticks late.
 //! A target whose own memory cgroup holds no LC process is reclaimed through that
 //! cgroup (the kernel's LRU of the group picks the pages: v2 `memory.reclaim`, v1 a
 //! limit step — see [`memcolo_linux::reclaim::reclaim_cgroup`]); otherwise through
@@ -37,6 +41,7 @@ pub mod turnaround;
 
 use crate::config::AgentConfig;
 use crate::metrics::Metrics;
+use crate::snapshot::{NodeSnapshot, SnapshotRx, SnapshotTx};
 use memcolo_linux::cgroup::{CgroupVersion, Limit, MemoryCgroup};
 use memcolo_linux::filecache::ProcessFiles;
 use memcolo_linux::identity::ProvenProcess;
@@ -76,18 +81,6 @@ impl ReclaimTarget {
     pub fn pid(&self) -> Pid {
         self.process.pid()
     }
-}
-
-/// What the core hands the reclaim service every poll.
-#[derive(Clone, Debug, Default)]
-pub struct ReclaimInputs {
-    /// Registered processes (tree roots) whose memory may be reclaimed.
-    pub targets: Vec<ReclaimTarget>,
-    /// Every process of every LC tree: their memory is never reclaimed (unless
-    /// allowed), and a cgroup holding one is never stepped.
-    pub lc_pids: BTreeSet<Pid>,
-    /// CPUs the agent may use (off the LC CPUs); `None`: any.
-    pub cpus: Option<Vec<usize>>,
 }
 
 /// One target of the worker pool.
@@ -260,7 +253,6 @@ struct Shared {
     pool: Mutex<Pool>,
     cv: Condvar,
     stop: AtomicBool,
-    inputs: Mutex<Option<ReclaimInputs>>,
     status: Mutex<ReclaimStatus>,
     /// Causes already logged, so each is logged once.
     logged: Mutex<HashSet<String>>,
@@ -293,16 +285,17 @@ pub struct ReclaimService {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// The core's side: where it publishes targets and reads status.
+/// The core's side: where it publishes each poll's [`NodeSnapshot`] and reads status.
 #[derive(Clone)]
 pub struct ReclaimLink {
     shared: Arc<Shared>,
+    snapshots: SnapshotTx,
 }
 
 impl ReclaimLink {
-    /// Publishes the targets of this poll.
-    pub fn publish(&self, inputs: ReclaimInputs) {
-        *self.shared.inputs.lock().unwrap() = Some(inputs);
+    /// Publishes this poll's snapshot; never waits for the controller.
+    pub fn publish(&self, snapshot: NodeSnapshot) {
+        self.snapshots.publish(snapshot);
     }
 
     /// A snapshot of the service's state.
@@ -408,7 +401,6 @@ impl ReclaimService {
             pool: Mutex::new(Pool::default()),
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
-            inputs: Mutex::new(None),
             status: Mutex::new(ReclaimStatus {
                 enabled: true,
                 state: "starting".into(),
@@ -439,7 +431,8 @@ impl ReclaimService {
             );
         }
         let sh = shared.clone();
-        let ctl = Controller::new(cfg, scope, threads_n, metrics)?;
+        let (tx, rx) = crate::snapshot::channel();
+        let ctl = Controller::new(cfg, scope, rx, threads_n, metrics)?;
         threads.push(
             std::thread::Builder::new()
                 .name("memcolo-reclaimctl".into())
@@ -447,6 +440,7 @@ impl ReclaimService {
         );
         let link = ReclaimLink {
             shared: shared.clone(),
+            snapshots: tx,
         };
         Ok((ReclaimService { shared, threads }, link))
     }
@@ -738,7 +732,9 @@ struct Controller {
     last_failures: Option<u64>,
     last_removed: Option<u64>,
     last_refresh: Option<Instant>,
-    inputs: ReclaimInputs,
+    /// Where the core's snapshots arrive, and the latest one taken.
+    snapshots: SnapshotRx,
+    snap: Arc<NodeSnapshot>,
     reclaimable: u64,
     totals: Totals,
     memory_mount: Option<PathBuf>,
@@ -764,6 +760,7 @@ impl Controller {
     fn new(
         cfg: &AgentConfig,
         scope: Scope,
+        snapshots: SnapshotRx,
         budget: u32,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Controller> {
@@ -787,7 +784,8 @@ impl Controller {
             last_failures: None,
             last_removed: None,
             last_refresh: None,
-            inputs: ReclaimInputs::default(),
+            snap: snapshots.latest(),
+            snapshots,
             reclaimable: 0,
             totals: Totals::default(),
             memory_mount,
@@ -854,10 +852,10 @@ impl Controller {
         MemoryCgroup::open(mount.join(rel)).ok()
     }
 
-    /// Rebuilds the target slots from the latest inputs (once a second, or when the
-    /// core published new ones).
+    /// Rebuilds the target slots from the latest snapshot (once a second, or when the
+    /// core published a new one).
     fn refresh(&mut self, sh: &Shared) {
-        let fresh = sh.inputs.lock().unwrap().take();
+        let fresh = self.snapshots.newer();
         let due = self
             .last_refresh
             .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
@@ -865,7 +863,7 @@ impl Controller {
             return;
         }
         if let Some(f) = fresh {
-            self.inputs = f;
+            self.snap = f;
         }
         self.last_refresh = Some(Instant::now());
         let rc = &self.cfg.reclaim;
@@ -874,14 +872,14 @@ impl Controller {
             Scope::Host(_) => None,
         };
         let lc_groups: Vec<PathBuf> = self
-            .inputs
+            .snap
             .lc_pids
             .iter()
             .filter_map(|&p| self.cgroup_of(p).map(|c| c.path().to_path_buf()))
             .collect();
         if rc.file_first && !rc.allow_lc {
             let mut protected = HashSet::new();
-            for &pid in &self.inputs.lc_pids {
+            for &pid in &self.snap.lc_pids {
                 for f in self.procfs.read_pid_files(pid).unwrap_or_default() {
                     protected.insert((f.dev, f.ino));
                 }
@@ -905,7 +903,7 @@ impl Controller {
             Option<Arc<ProvenProcess>>,
         );
         let mut wanted: BTreeMap<String, Wanted> = BTreeMap::new();
-        let mut order: Vec<ReclaimTarget> = self.inputs.targets.clone();
+        let mut order: Vec<ReclaimTarget> = self.snap.targets.clone();
         // BE before elastic before LC.
         order.sort_by_key(|t| match t.class {
             Class::Be => 0,
@@ -919,7 +917,7 @@ impl Controller {
                 Class::Elastic => rc.include_elastic,
                 Class::Lc => rc.allow_lc,
             };
-            if !allowed || (!rc.allow_lc && self.inputs.lc_pids.contains(&pid)) {
+            if !allowed || (!rc.allow_lc && self.snap.lc_pids.contains(&pid)) {
                 continue;
             }
             let cg = if rc.mechanism != "process" {
@@ -987,11 +985,7 @@ impl Controller {
             if let Some((cg, _)) = &cg {
                 reclaimable += cg.read_usage_bytes().unwrap_or(0);
             } else if let Some(p) = &proc_ {
-                reclaimable += self
-                    .procfs
-                    .read_pid_stat(p.pid())
-                    .map(|s| s.rss_pages * self.page_size)
-                    .unwrap_or(0);
+                reclaimable += self.snap.rss_bytes.get(&p.pid()).copied().unwrap_or(0);
             }
             if have.contains(&id) || dead.contains(&id) {
                 continue;
@@ -1014,15 +1008,15 @@ impl Controller {
         }
         self.reclaimable = reclaimable;
         let mut target_cpus = BTreeSet::new();
-        for t in &self.inputs.targets {
+        for t in &self.snap.targets {
             if let Some(c) = affinity_of(t.pid()) {
                 target_cpus.extend(c);
             }
         }
         let place = placement(
             rc.nice,
-            &self.inputs.cpus,
-            !self.inputs.lc_pids.is_empty(),
+            &self.snap.cpus,
+            !self.snap.lc_pids.is_empty(),
             &target_cpus,
             self.online,
         );
@@ -1044,45 +1038,19 @@ impl Controller {
         sh.status.lock().unwrap().targets = targets;
     }
 
+    /// The scope's figures, sampled now (the 20 ms fast path: see
+    /// `docs/architecture.md`), turned into the scheduler's observation: counters
+    /// become the increments since the previous tick.
     fn observe(&mut self) -> memcolo_linux::Result<ReclaimObservation> {
-        let mi = self.procfs.read_meminfo()?;
-        let (limit, used, swapped, refaults, charged, failures) = match &self.scope {
-            Scope::Cgroup(cg) => {
-                let limit = cg
-                    .read_effective_limit()?
-                    .bytes()
-                    .unwrap_or(mi.mem_total_bytes)
-                    .min(mi.mem_total_bytes);
-                let stat = cg.read_memory_stat()?;
-                let key = match cg.version() {
-                    CgroupVersion::V1 => "total_workingset_refault_anon",
-                    CgroupVersion::V2 => "workingset_refault_anon",
-                };
-                let charged = match cg.version() {
-                    CgroupVersion::V1 => stat.raw.get("total_pgpgin").copied(),
-                    CgroupVersion::V2 => None,
-                };
-                (
-                    limit,
-                    cg.read_usage_bytes()?,
-                    stat.swap_bytes,
-                    stat.raw.get(key).copied().unwrap_or(0),
-                    charged,
-                    cg.read_events().ok().map(|e| e.max),
-                )
-            }
-            Scope::Host(_) => {
-                let vm = self.procfs.read_vmstat()?;
-                (
-                    mi.mem_total_bytes,
-                    mi.mem_total_bytes.saturating_sub(mi.mem_free_bytes),
-                    mi.swap_total_bytes.saturating_sub(mi.swap_free_bytes),
-                    vm.get("workingset_refault_anon").copied().unwrap_or(0),
-                    None,
-                    None,
-                )
-            }
-        };
+        let s = self.scope.sample_with_host(&self.procfs)?;
+        let (limit, used, swapped, refaults, charged, failures) = (
+            s.total_bytes,
+            s.used_bytes,
+            s.swap_used_bytes,
+            s.refault_anon_pages,
+            s.charged_pages,
+            s.limit_failures,
+        );
         let swapin = match self.last_refaults {
             Some(prev) => refaults.saturating_sub(prev) * self.page_size,
             None => 0,
@@ -1113,8 +1081,8 @@ impl Controller {
             removed_bytes,
             limit_failures,
             swapped_bytes: swapped,
-            swap_total_bytes: mi.swap_total_bytes,
-            swap_free_bytes: mi.swap_free_bytes,
+            swap_total_bytes: s.host_swap_total_bytes,
+            swap_free_bytes: s.host_swap_free_bytes,
             reclaimable_bytes: self.reclaimable,
             ..Default::default()
         })

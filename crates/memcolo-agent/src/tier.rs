@@ -43,6 +43,7 @@ use crate::metrics::Metrics;
 use memcolo_linux::identity::{peer_cred, ticks_since_boot, ProvenProcess};
 use memcolo_linux::procfs::ProcFs;
 use memcolo_policy::maxmem::{validate_t_miss, MaxMemConfig};
+use memcolo_policy::tiering::{self, TierThreadSched};
 use memcolo_policy::{Pid, PolicyError};
 use memcolo_proto::tier::{decode_tier_request, TierReply, TierRequest, TIER_SOCKET_NAME};
 use memcolo_proto::{encode, ErrorCode, MAX_LINE_BYTES};
@@ -453,6 +454,7 @@ impl TierService {
     pub fn start(
         cfg: &TierSection,
         agent_socket: &Path,
+        procfs: &ProcFs,
         metrics: &Metrics,
     ) -> anyhow::Result<Self> {
         cfg.validate()
@@ -484,7 +486,7 @@ impl TierService {
             regions: Mutex::new(Vec::new()),
             conns: Mutex::new(HashMap::new()),
             slots: Mutex::new(HashMap::new()),
-            procfs: ProcFs::root(),
+            procfs: procfs.clone(),
             next_region: AtomicU64::new(1),
             ids: Default::default(),
             next_conn: AtomicU64::new(1),
@@ -1154,7 +1156,7 @@ fn register(
             return err(ErrorCode::BadRequest, format!("the region's shadow: {e}"));
         }
     }
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"));
+    let maps = shared.procfs.read_pid_maps_text(pid);
     // Read while the proved process was alive: its own maps.
     if let Err(e) = conn.proc_.verify(&shared.procfs) {
         return err(
@@ -1164,7 +1166,7 @@ fn register(
     }
     let maps = match maps {
         Ok(m) => m,
-        Err(e) => return err(ErrorCode::Internal, format!("/proc/{pid}/maps: {e}")),
+        Err(e) => return err(ErrorCode::Internal, e.to_string()),
     };
     if let Err(why) = check_mapping(&maps, start, length, &memfd_id) {
         return err(
@@ -1393,40 +1395,31 @@ fn apply_fault_priority(shared: &Shared, pid: Pid) {
         .iter()
         .find(|p| p.pid == pid)
         .map(|p| p.t_miss);
-    let lc = shared.cfg.lc_fault_priority && t_miss.is_some_and(|t| t < 1.0);
-    let nice = thread_nice(&shared.cfg, t_miss);
-    let idle = thread_idle(&shared.cfg, t_miss);
+    let sched = thread_sched(&shared.cfg, t_miss);
     for (p, _, _, m) in shared.node.regions() {
         if p == pid {
-            if let Err(e) = m.set_latency_critical(lc) {
+            if let Err(e) = m.set_latency_critical(sched.fault_fifo) {
                 tracing::warn!(pid, error = %e, "tiering: fault thread priority");
             }
-            if let Err(e) = m.set_nice(nice) {
+            if let Err(e) = m.set_nice(sched.nice) {
                 tracing::warn!(pid, error = %e, "tiering: tier threads' nice value");
             }
-            if let Err(e) = m.set_idle(idle) {
+            if let Err(e) = m.set_idle(sched.idle) {
                 tracing::warn!(pid, error = %e, "tiering: tier threads' SCHED_IDLE");
             }
         }
     }
 }
 
-/// The nice value of the tier threads of a process with target `t_miss` (`None`:
-/// not registered): `tier.be_thread_nice` for a best-effort process (t_miss >= 1).
-fn thread_nice(cfg: &TierSection, t_miss: Option<f64>) -> i32 {
-    if t_miss.is_some_and(|t| t >= 1.0) {
-        cfg.be_thread_nice
-    } else {
-        0
-    }
-}
-
-/// Whether the tier threads of a process with target `t_miss` (`None`: not
-/// registered) run `SCHED_IDLE`: a best-effort process's (t_miss >= 1) with
-/// `tier.be_thread_idle`. A latency-critical process's never do (its fault thread
-/// runs `SCHED_FIFO` with `tier.lc_fault_priority`).
-fn thread_idle(cfg: &TierSection, t_miss: Option<f64>) -> bool {
-    cfg.be_thread_idle && t_miss.is_some_and(|t| t >= 1.0)
+/// The scheduling of the tier threads of a process with target `t_miss` (`None`: not
+/// registered), by [`tiering::tier_thread_sched`] with this section's settings.
+fn thread_sched(cfg: &TierSection, t_miss: Option<f64>) -> TierThreadSched {
+    tiering::tier_thread_sched(
+        t_miss,
+        cfg.lc_fault_priority,
+        cfg.be_thread_nice,
+        cfg.be_thread_idle,
+    )
 }
 
 fn policy_loop(shared: &Arc<Shared>) {
@@ -1588,14 +1581,14 @@ mod tests {
     #[test]
     fn best_effort_tier_threads_take_the_configured_nice() {
         let cfg = TierSection::default();
-        assert_eq!(thread_nice(&cfg, Some(1.0)), 19);
-        assert_eq!(thread_nice(&cfg, Some(0.1)), 0);
-        assert_eq!(thread_nice(&cfg, None), 0);
+        assert_eq!(thread_sched(&cfg, Some(1.0)).nice, 19);
+        assert_eq!(thread_sched(&cfg, Some(0.1)).nice, 0);
+        assert_eq!(thread_sched(&cfg, None).nice, 0);
         let off = TierSection {
             be_thread_nice: 0,
             ..TierSection::default()
         };
-        assert_eq!(thread_nice(&off, Some(1.0)), 0);
+        assert_eq!(thread_sched(&off, Some(1.0)).nice, 0);
         let bad = TierSection {
             be_thread_nice: 20,
             ..TierSection::default()
@@ -1605,22 +1598,25 @@ mod tests {
 
     #[test]
     fn only_best_effort_tier_threads_run_idle() {
-        assert!(!thread_idle(&TierSection::default(), Some(1.0)));
+        assert!(!thread_sched(&TierSection::default(), Some(1.0)).idle);
         let cfg = TierSection {
             be_thread_idle: true,
             ..TierSection::default()
         };
-        assert!(thread_idle(&cfg, Some(1.0)));
-        assert!(!thread_idle(&cfg, Some(0.1)));
-        assert!(!thread_idle(&cfg, Some(0.999)));
-        assert!(!thread_idle(&cfg, None));
+        assert!(thread_sched(&cfg, Some(1.0)).idle);
+        assert!(!thread_sched(&cfg, Some(0.1)).idle);
+        assert!(!thread_sched(&cfg, Some(0.999)).idle);
+        assert!(!thread_sched(&cfg, None).idle);
         let off = TierSection {
             be_thread_idle: false,
             ..TierSection::default()
         };
-        assert!(!thread_idle(&off, Some(1.0)));
+        assert!(!thread_sched(&off, Some(1.0)).idle);
         // A target change moves a process between the two (applied live).
-        assert_ne!(thread_idle(&cfg, Some(1.0)), thread_idle(&cfg, Some(0.07)));
+        assert_ne!(
+            thread_sched(&cfg, Some(1.0)).idle,
+            thread_sched(&cfg, Some(0.07)).idle
+        );
     }
 
     #[test]

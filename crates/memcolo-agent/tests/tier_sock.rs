@@ -13,6 +13,7 @@
 
 use memcolo_agent::metrics::Metrics;
 use memcolo_agent::tier::{TierSection, TierService};
+use memcolo_linux::procfs::ProcFs;
 use memcolo_proto::tier::{decode_tier_reply, TierReply, TierRequest};
 use memcolo_proto::{encode, ErrorCode};
 use memcolo_tier::uffd::{features, mode, Uffd};
@@ -53,8 +54,13 @@ impl Agent {
             windows_per_epoch: 5,
             ..TierSection::default()
         };
-        let svc = TierService::start(&cfg, &dir.path().join("agent.sock"), &Metrics::new())
-            .expect("tier service");
+        let svc = TierService::start(
+            &cfg,
+            &dir.path().join("agent.sock"),
+            &ProcFs::root(),
+            &Metrics::new(),
+        )
+        .expect("tier service");
         Agent {
             svc: Some(svc),
             _dir: dir,

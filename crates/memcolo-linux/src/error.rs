@@ -97,9 +97,34 @@ impl Error {
     }
 }
 
+/// For callers whose interface speaks `io::Error`: keeps the kind of the underlying
+/// error and the message, which names the file.
+impl From<Error> for io::Error {
+    fn from(e: Error) -> Self {
+        let kind = match &e {
+            Error::Io { source, .. } | Error::Syscall { source, .. } => source.kind(),
+            Error::Parse { .. } => io::ErrorKind::InvalidData,
+            Error::Unsupported { .. } => io::ErrorKind::Unsupported,
+            Error::InvalidArgument { .. } => io::ErrorKind::InvalidInput,
+            Error::CgroupBusy { .. } => io::ErrorKind::ResourceBusy,
+        };
+        io::Error::new(kind, e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn into_io_error_keeps_the_kind_and_the_path() {
+        let e = Error::io("/proc/1/stat", io::Error::from_raw_os_error(libc::ENOENT));
+        let io: io::Error = e.into();
+        assert_eq!(io.kind(), io::ErrorKind::NotFound);
+        assert!(io.to_string().contains("/proc/1/stat"), "{io}");
+        let io: io::Error = Error::parse("/proc/1/stat", "bad").into();
+        assert_eq!(io.kind(), io::ErrorKind::InvalidData);
+    }
 
     #[test]
     fn not_found_covers_enoent_and_esrch_only() {

@@ -12,8 +12,13 @@ use memcolo_policy::types::Pid;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// Where procfs is mounted on a normal system: the default of the agent's `procfs`
+/// setting and the root of [`ProcFs::root`].
+pub const PROC_ROOT: &str = "/proc";
 
 /// A procfs mount (normally `/proc`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -218,9 +223,9 @@ impl ProcFs {
         ProcFs { root: root.into() }
     }
 
-    /// The real `/proc`.
+    /// The real `/proc` ([`PROC_ROOT`]).
     pub fn root() -> Self {
-        ProcFs::new("/proc")
+        ProcFs::new(PROC_ROOT)
     }
 
     /// The root path of this procfs.
@@ -342,6 +347,63 @@ impl ProcFs {
         parse_maps(&text, &path)
     }
 
+    /// `/proc/<pid>/maps` as the kernel prints it, for checks that need the columns
+    /// [`MapsEntry`] leaves out (the device and inode of a mapped file, its offset).
+    pub fn read_pid_maps_text(&self, pid: Pid) -> Result<String> {
+        read(&self.pid_path(pid, "maps"))
+    }
+
+    /// Thread ids of the calling process: the entries of `/proc/self/task`, unsorted.
+    /// Errors: [`Error::Io`] when the directory cannot be listed.
+    pub fn read_self_task_tids(&self) -> Result<Vec<i32>> {
+        let dir = self.root.join("self/task");
+        let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+        Ok(entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+            .collect())
+    }
+
+    /// `/proc/self/task/<tid>/schedstat` of a thread of the calling process: its
+    /// first two fields, the time it spent on a CPU and the time it spent runnable
+    /// waiting for one (`sched_info` in Documentation/scheduler/sched-stats.rst).
+    /// Errors: [`Error::Io`] (the thread exited: [`Error::is_not_found`]);
+    /// [`Error::Parse`] when a field is missing or not a number.
+    pub fn read_self_task_schedstat(&self, tid: i32) -> Result<SchedStat> {
+        let path = self.root.join(format!("self/task/{tid}/schedstat"));
+        let text = read(&path)?;
+        parse_schedstat(&text, &path)
+    }
+
+    /// The target of the calling process's descriptor link `/proc/self/fd/<fd>`: a
+    /// path, or a pseudo-name such as `anon_inode:[userfaultfd]` or `/memfd:name`
+    /// (`proc_fd_link` in fs/proc/fd.c).
+    pub fn read_self_fd_link(&self, fd: RawFd) -> Result<PathBuf> {
+        let path = self.root.join(format!("self/fd/{fd}"));
+        std::fs::read_link(&path).map_err(|e| Error::io(&path, e))
+    }
+
+    /// `/proc/self/fdinfo/<fd>` of the calling process: `pos`, `flags`, `mnt_id`, then
+    /// lines particular to the file's kind (for a userfaultfd, `API:`), as text.
+    pub fn read_self_fdinfo(&self, fd: RawFd) -> Result<String> {
+        read(&self.root.join(format!("self/fdinfo/{fd}")))
+    }
+
+    /// A sysctl by its dotted name (`vm.unprivileged_userfaultfd` reads
+    /// `/proc/sys/vm/unprivileged_userfaultfd`), trimmed of surrounding white space.
+    /// Errors: [`Error::InvalidArgument`] for a name with an empty component, `/` or
+    /// `..`; [`Error::Io`] when the file cannot be read.
+    pub fn read_sysctl(&self, name: &str) -> Result<String> {
+        if name.is_empty() || name.contains('/') || name.split('.').any(|c| c.is_empty()) {
+            return Err(Error::InvalidArgument {
+                what: format!("sysctl name {name:?}"),
+            });
+        }
+        let mut path = self.root.join("sys");
+        path.extend(name.split('.'));
+        Ok(read(&path)?.trim().to_string())
+    }
+
     /// Regular files the process holds open (`/proc/<pid>/fd/*`) or has mapped
     /// (`/proc/<pid>/maps`), deduplicated by `(dev, ino)` and sorted by path.
     ///
@@ -425,6 +487,28 @@ impl ProcFs {
         } else {
             4096
         }
+    }
+}
+
+/// The scheduler's per-thread counters (`/proc/PID/task/TID/schedstat`), in ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SchedStat {
+    /// Field 1: time spent on a CPU.
+    pub run_ns: u64,
+    /// Field 2: time spent runnable, waiting for a CPU.
+    pub wait_ns: u64,
+}
+
+/// Parses a `schedstat` line (`run_ns wait_ns timeslices`); the third field is
+/// optional. Errors: [`Error::Parse`] when field 1 or 2 is missing or not a number.
+pub fn parse_schedstat(text: &str, path: &Path) -> Result<SchedStat> {
+    let mut f = text.split_whitespace().map(str::parse::<u64>);
+    match (f.next(), f.next()) {
+        (Some(Ok(run_ns)), Some(Ok(wait_ns))) => Ok(SchedStat { run_ns, wait_ns }),
+        _ => Err(Error::parse(
+            path,
+            format!("not `run_ns wait_ns ...`: {text:?}"),
+        )),
     }
 }
 
@@ -778,6 +862,57 @@ pub fn parse_smaps_rollup(text: &str, path: &Path) -> Result<SmapsRollup> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedstat_takes_run_and_wait_times() {
+        let p = Path::new("schedstat");
+        let s = parse_schedstat("123456 789 42\n", p).unwrap();
+        assert_eq!(
+            s,
+            SchedStat {
+                run_ns: 123_456,
+                wait_ns: 789
+            }
+        );
+        assert_eq!(parse_schedstat("5 6", p).unwrap().wait_ns, 6);
+        for bad in ["", "5", "5 x 1", "-1 2 3"] {
+            assert!(parse_schedstat(bad, p).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sysctl_names_are_dotted_and_stay_under_sys() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("sys/vm")).unwrap();
+        std::fs::write(t.path().join("sys/vm/unprivileged_userfaultfd"), "1\n").unwrap();
+        let fs = ProcFs::new(t.path());
+        assert_eq!(fs.read_sysctl("vm.unprivileged_userfaultfd").unwrap(), "1");
+        for bad in ["", "vm/x", "vm..x", ".vm", "vm."] {
+            assert!(
+                matches!(fs.read_sysctl(bad), Err(Error::InvalidArgument { .. })),
+                "{bad:?}"
+            );
+        }
+        assert!(fs.read_sysctl("vm.absent").unwrap_err().is_not_found());
+    }
+
+    #[test]
+    fn self_readers_see_this_process() {
+        let fs = ProcFs::root();
+        let me = nix::unistd::gettid().as_raw();
+        assert!(fs.read_self_task_tids().unwrap().contains(&me));
+        fs.read_self_task_schedstat(me).unwrap();
+        let f = std::fs::File::open(file!()).or_else(|_| std::fs::File::open("Cargo.toml"));
+        let f = f.unwrap();
+        let n = std::os::fd::AsRawFd::as_raw_fd(&f);
+        assert!(fs.read_self_fd_link(n).unwrap().is_absolute());
+        assert!(fs.read_self_fdinfo(n).unwrap().contains("flags:"));
+        let mine = std::process::id() as Pid;
+        assert_eq!(
+            fs.read_pid_maps_text(mine).unwrap().lines().count(),
+            fs.read_pid_maps(mine).unwrap().len()
+        );
+    }
 
     #[test]
     fn stat_comm_with_spaces_and_parens() {

@@ -5,7 +5,7 @@
 //! real pressure without endangering the machine, and how a Kubernetes node's
 //! `kubepods` subtree is managed (DESIGN.md, "Config").
 
-use crate::cgroup::{cgroup2_mount, v1_memory_mount, Limit, MemoryCgroup};
+use crate::cgroup::{cgroup2_mount, v1_memory_mount, CgroupVersion, Limit, MemoryCgroup};
 use crate::error::{Error, Result};
 use crate::procfs::ProcFs;
 use crate::psi::Psi;
@@ -44,6 +44,22 @@ pub struct ScopeSample {
     /// Memory PSI: host `/proc/pressure/memory`; cgroup v2 `memory.pressure`; `None`
     /// on cgroup v1 or without PSI.
     pub psi: Option<Psi>,
+    /// Anonymous pages refaulted (swapped in) since boot or the group's creation, a
+    /// counter: host `/proc/vmstat` `workingset_refault_anon` (0 without the file); cgroup v1
+    /// `total_workingset_refault_anon`, v2 `workingset_refault_anon` of `memory.stat`.
+    /// 0 when the kernel does not count it.
+    pub refault_anon_pages: u64,
+    /// Pages charged to the group, a counter: cgroup v1 `total_pgpgin` of
+    /// `memory.stat`; `None` on the host and on v2, which do not count it.
+    pub charged_pages: Option<u64>,
+    /// Times the group's usage was about to go over its hard limit, a counter:
+    /// `memory.events` `max` (v2; v1's `memory.oom_control` has no such count and
+    /// reads 0); `None` on the host or when the file cannot be read.
+    pub limit_failures: Option<u64>,
+    /// The host's `SwapTotal` (for a cgroup too: the swap devices are the host's).
+    pub host_swap_total_bytes: u64,
+    /// The host's `SwapFree`.
+    pub host_swap_free_bytes: u64,
 }
 
 impl Scope {
@@ -112,6 +128,12 @@ impl Scope {
                     Err(e) if e.is_not_found() => None,
                     Err(e) => return Err(e),
                 };
+                // A procfs without vmstat (a fake tree) counts no refaults.
+                let refault_anon_pages = match procfs.read_vmstat() {
+                    Ok(vm) => vm.get("workingset_refault_anon").copied().unwrap_or(0),
+                    Err(e) if e.is_not_found() => 0,
+                    Err(e) => return Err(e),
+                };
                 Ok(ScopeSample {
                     total_bytes: m.mem_total_bytes,
                     used_bytes: m.mem_total_bytes.saturating_sub(m.mem_free_bytes),
@@ -120,16 +142,29 @@ impl Scope {
                     anon_bytes: m.anon_pages_bytes,
                     swap_used_bytes: m.swap_total_bytes.saturating_sub(m.swap_free_bytes),
                     psi,
+                    refault_anon_pages,
+                    charged_pages: None,
+                    limit_failures: None,
+                    host_swap_total_bytes: m.swap_total_bytes,
+                    host_swap_free_bytes: m.swap_free_bytes,
                 })
             }
             Scope::Cgroup(cg) => {
-                let mem_total = host.read_meminfo()?.mem_total_bytes;
+                let host_mi = host.read_meminfo()?;
+                let mem_total = host_mi.mem_total_bytes;
                 let total_bytes = match cg.read_effective_limit()? {
                     Limit::Bytes(b) => b.min(mem_total),
                     Limit::Max => mem_total,
                 };
                 let usage = cg.read_usage_bytes()?;
                 let stat = cg.read_memory_stat()?;
+                let (refault_key, charged_pages) = match cg.version() {
+                    CgroupVersion::V1 => (
+                        "total_workingset_refault_anon",
+                        stat.raw.get("total_pgpgin").copied(),
+                    ),
+                    CgroupVersion::V2 => ("workingset_refault_anon", None),
+                };
                 Ok(ScopeSample {
                     total_bytes,
                     used_bytes: usage,
@@ -138,6 +173,11 @@ impl Scope {
                     anon_bytes: stat.anon_bytes,
                     swap_used_bytes: stat.swap_bytes,
                     psi: cg.read_pressure()?,
+                    refault_anon_pages: stat.raw.get(refault_key).copied().unwrap_or(0),
+                    charged_pages,
+                    limit_failures: cg.read_events().ok().map(|e| e.max),
+                    host_swap_total_bytes: host_mi.swap_total_bytes,
+                    host_swap_free_bytes: host_mi.swap_free_bytes,
                 })
             }
         }

@@ -602,6 +602,13 @@ fn scope_host_and_cgroup() {
     assert_eq!(s.anon_bytes, m.anon_pages_bytes);
     assert_eq!(s.swap_used_bytes, 0);
     assert!(s.psi.is_some());
+    assert_eq!(
+        s.refault_anon_pages,
+        procfs.read_vmstat().unwrap()["workingset_refault_anon"]
+    );
+    assert_eq!((s.charged_pages, s.limit_failures), (None, None));
+    assert_eq!(s.host_swap_total_bytes, m.swap_total_bytes);
+    assert_eq!(s.host_swap_free_bytes, m.swap_free_bytes);
     assert!(host.pids().unwrap().contains(&FIXTURE_PID));
 
     // A v1 group with a 1 GiB limit, relative to the fake v1 mount.
@@ -626,6 +633,9 @@ fn scope_host_and_cgroup() {
         assert_eq!(s.file_bytes, 40_239_104);
         assert_eq!(s.anon_bytes, 1_724_416);
         assert_eq!(s.psi, None);
+        assert_eq!(s.charged_pages, Some(29_205));
+        assert_eq!(s.refault_anon_pages, 0);
+        assert_eq!(s.host_swap_total_bytes, m.swap_total_bytes);
         assert_eq!(scope.pids().unwrap(), vec![3, 4]);
     }
     // Unlimited: the host's MemTotal.
@@ -645,6 +655,9 @@ fn scope_host_and_cgroup() {
     assert_eq!(s.working_set_bytes, 1_610_612_736 - (384 << 20));
     assert_eq!(s.swap_used_bytes, 16 << 20);
     assert_eq!(s.psi.unwrap().some.avg60, 4.2);
+    assert_eq!(s.refault_anon_pages, 120);
+    assert_eq!(s.charged_pages, None);
+    assert_eq!(s.limit_failures, Some(37));
 
     for bad in ["", "hostx", "cgroup:", "cgroup:nope", "cpu:x"] {
         assert!(

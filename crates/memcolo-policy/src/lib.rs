@@ -23,6 +23,9 @@
 //! - [`maxmem`]: MaxMem's tiered-memory QoS (MaxMem §3.1–§3.2): per-process target
 //!   fast-memory miss ratios, proportional reallocation of the fast tier, hotness bins
 //!   with cooling, a migration cap per epoch.
+//! - [`tiering`]: the rules of MaxMem's executor (the tier's sampler, fault handling
+//!   and threads): sample sizing for the FMMR's standard error (§3.2), refaults at a
+//!   short distance, tier thread scheduling by `t_miss`.
 
 pub mod error;
 pub mod hermes;
@@ -30,6 +33,7 @@ pub mod hermit;
 pub mod ledger;
 pub mod m3;
 pub mod maxmem;
+pub mod tiering;
 pub mod types;
 
 pub use error::PolicyError;

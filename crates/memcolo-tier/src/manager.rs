@@ -128,10 +128,12 @@
 //! registered, so the process blocks on that page instead of reading zeros.
 
 use crate::region::{runs, RegionMemory, PAGE};
-use crate::sampler::{choose, choose_by_rejection, pages_for_fmmr_error, Rng, WindowEstimate};
+use crate::sampler::{choose, choose_by_rejection, Rng, WindowEstimate};
 use crate::shadow::Shadow;
 use crate::uffd::{Event, Uffd};
 use crate::{checksum, PageKey, SlowTier, TierError};
+use memcolo_linux::procfs::ProcFs;
+use memcolo_policy::tiering::{self, SampleHistory};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
@@ -450,8 +452,7 @@ impl Table {
     /// short distance: fewer pages were evicted since `p` was than the region now
     /// holds resident, so `p` would still be resident in twice the fast memory.
     fn short_refault(&self, p: usize) -> bool {
-        let at = self.evicted_at[p];
-        at != 0 && u64::from(self.evict_seq.wrapping_sub(at)) <= self.resident
+        tiering::is_short_refault(self.evicted_at[p], self.evict_seq, self.resident)
     }
 }
 
@@ -580,11 +581,10 @@ fn thread_schedstat(tid: i32) -> (u64, u64) {
     if tid == 0 {
         return (0, 0);
     }
-    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) else {
-        return (0, 0);
-    };
-    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0));
-    (f.next().unwrap_or(0), f.next().unwrap_or(0))
+    match ProcFs::root().read_self_task_schedstat(tid) {
+        Ok(s) => (s.run_ns, s.wait_ns),
+        Err(_) => (0, 0),
+    }
 }
 
 /// Puts thread `tid` in `SCHED_IDLE` (`idle`) or `SCHED_OTHER`, at nice value `nice`
@@ -2922,27 +2922,19 @@ impl Inner {
     /// Pages to sample in the next window (see [`TierConfig::sample_target_hits`]
     /// and [`TierConfig::sample_fmmr_error`]).
     fn sample_size(&self) -> usize {
-        let max = self.cfg.sample_pages;
-        let target = self.cfg.sample_target_hits as f64;
-        if target == 0.0 {
-            return max;
-        }
         let z = lock(&self.sizing);
-        let p = (z.sampled > 0.0).then(|| z.hits / z.sampled);
-        let for_target = (target / p.unwrap_or(1.0).max(0.01)).ceil();
-        let eps = self.cfg.sample_fmmr_error;
-        if eps.is_nan() || eps <= 0.0 {
-            return (for_target.min(max as f64) as usize).clamp(8.min(max), max);
-        }
-        let cap = (for_target.min(max as f64) as usize).clamp(1.min(max), max);
-        // The region's recent FMMR: unknown before anything was seen; 0 for a
-        // region sampled without a hit or a slow fault (idle).
-        let x = if z.slow > 0.0 || z.fast > 0.0 {
-            Some(z.slow / (z.slow + z.fast))
-        } else {
-            (z.sampled > 0.0).then_some(0.0)
-        };
-        pages_for_fmmr_error(x, p, z.windows_per_epoch.max(1), eps, 1, cap)
+        tiering::sample_size(
+            self.cfg.sample_pages,
+            self.cfg.sample_target_hits,
+            self.cfg.sample_fmmr_error,
+            &SampleHistory {
+                sampled: z.sampled,
+                hits: z.hits,
+                slow: z.slow,
+                fast: z.fast,
+                windows_per_epoch: z.windows_per_epoch,
+            },
+        )
     }
 
     /// Reads pending events after the fault thread stopped: remove events are

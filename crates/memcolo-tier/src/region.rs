@@ -20,6 +20,7 @@
 //! [`AnonRegion`] and [`MemfdRegion`] create such regions in this process (for
 //! in-process management and for tests).
 
+use memcolo_linux::procfs::ProcFs;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
@@ -408,7 +409,7 @@ pub struct MemfdId {
 /// `/proc/self`'s error.
 pub fn check_memfd(fd: BorrowedFd<'_>) -> io::Result<MemfdId> {
     let n = fd.as_raw_fd();
-    let target = std::fs::read_link(format!("/proc/self/fd/{n}"))?;
+    let target = ProcFs::root().read_self_fd_link(n)?;
     let target = target.to_string_lossy();
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
     if !target.starts_with("/memfd:") {

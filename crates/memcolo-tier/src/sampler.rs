@@ -150,64 +150,7 @@ pub fn slot_count_share(x: f64) -> f64 {
     }
 }
 
-/// Hits an epoch's sample is sized for at least while the process has slow
-/// accesses (see [`pages_for_fmmr_error`]).
-pub const MIN_EPOCH_HITS: f64 = 20.0;
-
-/// Pages to sample per window so that an epoch's measured FMMR has about the
-/// standard error `target_error` (absolute, in FMMR units), from the recent past:
-/// the FMMR `x` (`None` while unknown), the share `p` of sampled pages hit (`None`
-/// before any sample) and the windows per epoch `windows`. Clamped to
-/// `[min_pages, max_pages]` (`max_pages` wins).
-///
-/// An epoch's FMMR is `x = a_slow / (a_slow + a_fast)`, `a_slow` exact and
-/// `a_fast` the sum of the windows' `Ĥ`. To first order, `SE(x) = x(1 − x) ·
-/// SE(â_fast)/a_fast`, and with `K` pages sampled over the epoch's windows the
-/// relative standard error of `â_fast` is `sqrt((1 − p)/(K·p))` (the
-/// hypergeometric error above, the finite-population factor taken as 1). So
-/// `K = (x(1 − x))² (1 − p) / (p · target_error²)`, spread over the windows. The
-/// factor `x(1 − x)` is taken as 1/4 (its largest) once `x ≥ 1/2`; `p` is floored
-/// at 0.01. The formula fails for small `K`: an epoch whose sample happens to hold
-/// no hit measures `a_fast = 0`, hence `x = 1` if it had any slow access, and the
-/// policy would see a needy process. So while `x > 0`, `K` is at least
-/// [`MIN_EPOCH_HITS`]`/p` (such an epoch then has probability about
-/// `e^-MIN_EPOCH_HITS`). A process whose accesses all hit fast memory (`x = 0`)
-/// needs no precision at all: `a_miss` is 0 whatever `a_fast` is (and 0 outright
-/// if the sample saw nothing either), so it gets `min_pages`. An unknown `x` or
-/// `p` gets `max_pages`.
-///
-/// Examples (`target_error = 0.01`, 20 windows): `x = 0.3, p = 0.5` needs
-/// `K = 441`, 23 pages per window; `x = 0.1, p = 0.85` needs `K = 15` for the
-/// error but 24 for the hits, 2 pages per window; `x = 0` needs none.
-pub fn pages_for_fmmr_error(
-    x: Option<f64>,
-    p: Option<f64>,
-    windows: u32,
-    target_error: f64,
-    min_pages: usize,
-    max_pages: usize,
-) -> usize {
-    let min_pages = min_pages.min(max_pages);
-    let (Some(x), Some(p)) = (x, p) else {
-        return max_pages;
-    };
-    if target_error.is_nan() || target_error <= 0.0 {
-        return max_pages;
-    }
-    let x = x.clamp(0.0, 1.0);
-    let g = if x >= 0.5 { 0.25 } else { x * (1.0 - x) };
-    let p = p.clamp(0.01, 1.0);
-    let mut per_epoch = g * g * (1.0 - p) / (p * target_error * target_error);
-    if x > 0.0 {
-        per_epoch = per_epoch.max(MIN_EPOCH_HITS / p);
-    }
-    let per_window = (per_epoch / windows.max(1) as f64).ceil();
-    if per_window >= max_pages as f64 {
-        max_pages
-    } else {
-        (per_window as usize).clamp(min_pages, max_pages)
-    }
-}
+pub use memcolo_policy::tiering::{pages_for_fmmr_error, MIN_EPOCH_HITS};
 
 /// SplitMix64, the sampler's random source: fast, and seeded so tests are exact.
 #[derive(Clone, Debug)]
@@ -359,50 +302,6 @@ mod tests {
         assert_eq!(
             choose_by_rejection(&mut rng, 10, 0, 50, |_| true),
             Some(vec![])
-        );
-    }
-
-    #[test]
-    fn pages_for_fmmr_error_by_hand() {
-        // x = 0.1, p = 0.85, ε = 0.01: K = (0.09)²·0.15/(0.85·1e-4) = 14.29, but at
-        // least 20/0.85 = 23.5 for the hits; over 20 windows: 1.18 → 2 pages.
-        assert_eq!(
-            pages_for_fmmr_error(Some(0.1), Some(0.85), 20, 0.01, 1, 64),
-            2
-        );
-        // x = 0.3, p = 0.5: K = (0.21)²·0.5/(0.5·1e-4) = 441 → 22.05 → 23 pages.
-        assert_eq!(
-            pages_for_fmmr_error(Some(0.3), Some(0.5), 20, 0.01, 1, 64),
-            23
-        );
-        // x ≥ 1/2 counts as 1/2: x = 0.9, p = 0.5: K = 0.0625·0.5/(0.5e-4) = 625
-        // → 32 pages.
-        assert_eq!(
-            pages_for_fmmr_error(Some(0.9), Some(0.5), 20, 0.01, 1, 64),
-            32
-        );
-        // All in fast memory: the floor. Unknown: the most.
-        assert_eq!(
-            pages_for_fmmr_error(Some(0.0), Some(0.85), 20, 0.01, 1, 64),
-            1
-        );
-        assert_eq!(pages_for_fmmr_error(None, Some(0.85), 20, 0.01, 1, 64), 64);
-        assert_eq!(pages_for_fmmr_error(Some(0.2), None, 20, 0.01, 1, 64), 64);
-        // Sparse hits (p floored at 0.01) and a tight target: capped.
-        assert_eq!(
-            pages_for_fmmr_error(Some(0.4), Some(0.0), 20, 0.01, 1, 64),
-            64
-        );
-        // No sampling at all (max 0) wins over the floor.
-        assert_eq!(
-            pages_for_fmmr_error(Some(0.4), Some(0.5), 20, 0.01, 1, 0),
-            0
-        );
-        // One window per epoch: the whole K in it (x = 0.3, p = 0.9: K = 0.0441·0.1
-        // /(0.9·1e-4) = 49, the hits need 22.2).
-        assert_eq!(
-            pages_for_fmmr_error(Some(0.3), Some(0.9), 1, 0.01, 1, 64),
-            49
         );
     }
 

@@ -15,6 +15,7 @@
 //! unless `/proc/sys/vm/unprivileged_userfaultfd` is 1; [`check_permission`] says
 //! which applies.
 
+use memcolo_linux::procfs::ProcFs;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
@@ -230,15 +231,12 @@ pub fn check_permission() -> Result<(), String> {
     if euid == 0 {
         return Ok(());
     }
-    match std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd") {
-        Ok(s) if s.trim() == "1" => Ok(()),
+    match ProcFs::root().read_sysctl("vm.unprivileged_userfaultfd") {
+        Ok(s) if s == "1" => Ok(()),
         Ok(s) => Err(format!(
-            "userfaultfd needs root (euid is {euid}) or vm.unprivileged_userfaultfd = 1 (it is {})",
-            s.trim()
+            "userfaultfd needs root (euid is {euid}) or vm.unprivileged_userfaultfd = 1 (it is {s})"
         )),
-        Err(e) => Err(format!(
-            "userfaultfd needs root (euid is {euid}); /proc/sys/vm/unprivileged_userfaultfd: {e}"
-        )),
+        Err(e) => Err(format!("userfaultfd needs root (euid is {euid}); {e}")),
     }
 }
 
@@ -294,7 +292,8 @@ impl Uffd {
     /// `/proc/self`.
     pub fn from_untrusted_fd(fd: OwnedFd, features: u64) -> io::Result<Self> {
         let n = fd.as_raw_fd();
-        let target = std::fs::read_link(format!("/proc/self/fd/{n}"))?;
+        let procfs = ProcFs::root();
+        let target = procfs.read_self_fd_link(n)?;
         let target = target.to_string_lossy();
         if target != "anon_inode:[userfaultfd]" {
             return Err(io::Error::new(
@@ -302,7 +301,7 @@ impl Uffd {
                 format!("not a userfaultfd but {target}"),
             ));
         }
-        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{n}"))?;
+        let info = procfs.read_self_fdinfo(n)?;
         let granted = parse_fdinfo_features(&info).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
