@@ -15,6 +15,7 @@ PKGS=(
   redis-server memcached stress-ng rocksdb-tools fio hyperfine sqlite3 numactl util-linux
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
   python3 python3-matplotlib python3-numpy python3-pip python3-venv
+  systemd-container debootstrap
 )
 missing=()
 for p in "${PKGS[@]}"; do
@@ -48,6 +49,20 @@ fi
 # The fuzz project has its own lock file: fetch its crates now, so that the tests
 # need no network of their own.
 cargo fetch --locked --manifest-path fuzz/Cargo.toml
+
+# A Debian root file system that boots systemd, for scripts/service-test.sh (`make
+# install` must give a running memcolo.service; this machine's PID 1 may not be
+# systemd). Made once; the test boots a scratch copy of it with systemd-nspawn.
+NSPAWN_BASE=${MEMCOLO_NSPAWN_BASE:-/var/lib/memcolo-test/bookworm}
+if [ ! -x "$NSPAWN_BASE/lib/systemd/systemd" ]; then
+  echo "setup: debootstrap of a systemd test machine into $NSPAWN_BASE"
+  $SUDO rm -rf "$NSPAWN_BASE.partial"
+  $SUDO mkdir -p "$(dirname "$NSPAWN_BASE")"
+  $SUDO debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,make \
+    bookworm "$NSPAWN_BASE.partial" http://deb.debian.org/debian >/dev/null
+  echo memcolo-service-test | $SUDO tee "$NSPAWN_BASE.partial/etc/hostname" >/dev/null
+  $SUDO mv "$NSPAWN_BASE.partial" "$NSPAWN_BASE"
+fi
 
 cargo build --release --workspace --locked
 if [ -f alloc/Makefile ]; then make -C alloc; fi

@@ -199,7 +199,7 @@ impl Core {
         mut events: EventLog,
     ) -> anyhow::Result<Core> {
         let procfs = ProcFs::new(cfg.procfs.clone());
-        let sample = scope.sample()?;
+        let sample = scope.sample_with_host(&procfs)?;
         let scope_total_bytes = sample.total_bytes;
         let mut monitor = Monitor::try_new(cfg.m3_config(scope_total_bytes)).map_err(|e| {
             anyhow::anyhow!("M3 configuration for a scope of {scope_total_bytes} bytes: {e}")
@@ -786,7 +786,7 @@ impl Core {
             .polls
             .with_label_values(&[trigger.as_str()])
             .inc();
-        let sample = match self.scope.sample() {
+        let sample = match self.scope.sample_with_host(&self.procfs) {
             Ok(s) => {
                 self.sense_error_logged = false;
                 s

@@ -178,7 +178,7 @@ fn start_event_sources(
                 && cfg.events.v1_usage_thresholds
             {
                 let marks = scope
-                    .sample()
+                    .sample_with_host(procfs)
                     .map(|s| usage_threshold_marks(cfg, s.total_bytes))
                     .unwrap_or_default();
                 match memcolo_linux::events::v1_usage_threshold_eventfd(cg, &marks) {
