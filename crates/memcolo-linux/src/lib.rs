@@ -15,6 +15,7 @@ pub mod fake;
 pub mod filecache;
 pub mod identity;
 pub mod pidfd;
+pub mod probe;
 pub mod procfs;
 pub mod psi;
 pub mod reclaim;
