@@ -55,6 +55,11 @@ INCLUDEDIR ?= $(PREFIX)/include
 SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
 CONFDIR ?= /etc/memcolo
 MEMCOLO_BIN ?= target/release/memcolo
+# The commands run after an install with DESTDIR empty (test-install stubs them), and
+# the directory that exists when PID 1 is systemd (sd_booted(3)).
+LDCONFIG ?= ldconfig
+SYSTEMCTL ?= systemctl
+SYSTEMD_RUNDIR ?= /run/systemd/system
 ALLOC_DIRS = PREFIX=$(PREFIX) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) DESTDIR=$(DESTDIR)
 
 release-bin:
@@ -69,9 +74,9 @@ install: $(if $(filter target/release/memcolo,$(MEMCOLO_BIN)),release-bin)
 	chmod 0644 $(DESTDIR)$(SYSTEMD_UNITDIR)/memcolo.service
 	install -m 0644 dist/agent.toml $(DESTDIR)$(CONFDIR)/agent.toml.example
 	@if [ -z "$(DESTDIR)" ]; then \
-	  ldconfig; \
-	  if [ -d /run/systemd/system ]; then \
-	    systemctl daemon-reload && systemctl enable --now memcolo.service && \
+	  $(LDCONFIG); \
+	  if [ -d $(SYSTEMD_RUNDIR) ]; then \
+	    $(SYSTEMCTL) daemon-reload && $(SYSTEMCTL) enable --now memcolo.service && \
 	    echo "memcolo: memcolo.service enabled and started (systemctl status memcolo)"; \
 	  else \
 	    echo "memcolo: PID 1 is not systemd, no service started; start the agent by hand: $(BINDIR)/memcolo agent &"; \
@@ -80,16 +85,16 @@ install: $(if $(filter target/release/memcolo,$(MEMCOLO_BIN)),release-bin)
 
 # Leaves /etc/memcolo/agent.toml and /var/lib/memcolo (the registry) in place.
 uninstall:
-	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then \
-	  systemctl disable --now memcolo.service || true; \
+	@if [ -z "$(DESTDIR)" ] && [ -d $(SYSTEMD_RUNDIR) ]; then \
+	  $(SYSTEMCTL) disable --now memcolo.service || true; \
 	fi
 	rm -f $(DESTDIR)$(BINDIR)/memcolo $(DESTDIR)$(SYSTEMD_UNITDIR)/memcolo.service \
 	      $(DESTDIR)$(CONFDIR)/agent.toml.example
 	rmdir $(DESTDIR)$(CONFDIR) 2>/dev/null || true
 	$(MAKE) --no-print-directory -C alloc uninstall $(ALLOC_DIRS)
 	@if [ -z "$(DESTDIR)" ]; then \
-	  ldconfig; \
-	  if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi; \
+	  $(LDCONFIG); \
+	  if [ -d $(SYSTEMD_RUNDIR) ]; then $(SYSTEMCTL) daemon-reload; fi; \
 	fi
 
 # `make install` into a temporary DESTDIR with the binary test-rust built (no second

@@ -4,8 +4,11 @@
 # PKG_CONFIG_SYSROOT_DIR, a C program compiled and linked with those flags runs on the
 # installed library, `systemd-analyze verify` accepts the installed unit (a copy whose
 # ExecStart names the binary under DESTDIR) and refuses it when the binary is
-# missing, a second install keeps an existing
-# agent.toml, and `make uninstall` removes every installed file but agent.toml.
+# missing, a second install keeps an existing agent.toml, `make uninstall` removes
+# every installed file but agent.toml, and an
+# install with DESTDIR empty (PREFIX below the temporary directory, ldconfig and
+# systemctl stubbed) starts the service where PID 1 is systemd and says how to start
+# the agent by hand where it is not.
 # Uses the binary that `cargo test` built (MEMCOLO_BIN, default target/debug/memcolo),
 # so no release build is needed. Last line "N passed, N failed"; exit 1 on a failure.
 set -u
@@ -72,6 +75,23 @@ t "keeps agent.toml" grep -qx "# the operator's own settings" "$D/etc/memcolo/ag
 t "make uninstall DESTDIR" make --no-print-directory uninstall DESTDIR="$D"
 left=$(cd "$D" && find . -type f ! -name 'prog*' ! -path './verify*' | sort | tr '\n' ' ')
 t "uninstall leaves only agent.toml" [ "$left" = "./etc/memcolo/agent.toml " ]
+# DESTDIR empty (into a PREFIX below $D, with ldconfig and systemctl stubbed): the
+# service is enabled and started when PID 1 is systemd, else the operator is told
+# how to start the agent.
+P=$D/prefix
+t "without systemd: one line on starting the agent by hand" sh -c \
+  "out=\$(make --no-print-directory install PREFIX='$P' CONFDIR='$P/etc/memcolo' \
+     MEMCOLO_BIN='$BIN' LDCONFIG='echo ldconfig' SYSTEMCTL='echo systemctl' \
+     SYSTEMD_RUNDIR='$D/no-such-dir') &&
+   echo \"\$out\" | grep -qx ldconfig &&
+   echo \"\$out\" | grep -qx 'memcolo: PID 1 is not systemd, no service started; start the agent by hand: $P/bin/memcolo agent &' &&
+   ! echo \"\$out\" | grep -q '^systemctl'"
+mkdir -p "$D/systemd-run"
+t "with systemd: daemon-reload, then enable --now" sh -c \
+  "out=\$(make --no-print-directory install PREFIX='$P' CONFDIR='$P/etc/memcolo' \
+     MEMCOLO_BIN='$BIN' LDCONFIG='echo ldconfig' SYSTEMCTL='echo systemctl' \
+     SYSTEMD_RUNDIR='$D/systemd-run') &&
+   [ \"\$(echo \"\$out\" | grep '^systemctl' | tr '\n' ';')\" = 'systemctl daemon-reload;systemctl enable --now memcolo.service;' ]"
 rm -f "$D.out"
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
