@@ -657,6 +657,9 @@ pub struct Enabled {
     pub hermes: bool,
     pub reclaim: bool,
     pub tier: bool,
+    /// The scope is a memory cgroup (`cgroup:PATH`), not the host: the M3 monitor
+    /// then needs a memory controller.
+    pub cgroup_scope: bool,
 }
 
 /// Whether one mechanism can run on this node.
@@ -710,12 +713,20 @@ pub fn assess(checks: &[Check], enabled: Enabled) -> Vec<Verdict> {
             why: why.join("; "),
         }
     };
+    let m3_needs: &[(&str, &str)] = if enabled.cgroup_scope {
+        &[
+            ("pidfd_open", "notifies and kills only through pidfds"),
+            ("cgroup", "a cgroup scope needs a memory controller"),
+        ]
+    } else {
+        &[("pidfd_open", "notifies and kills only through pidfds")]
+    };
     vec![
         verdict(
             "m3",
             "M3 monitor",
             true,
-            &[("pidfd_open", "notifies and kills only through pidfds")],
+            m3_needs,
             &[
                 ("cgroup", "no memory controller: `host` scope only"),
                 ("psi", "no PSI: polls only"),
@@ -972,7 +983,35 @@ mod tests {
         hermes: true,
         reclaim: true,
         tier: true,
+        cgroup_scope: false,
     };
+
+    #[test]
+    fn a_cgroup_scope_needs_a_memory_controller() {
+        let mut c = all_ok();
+        for x in c.iter_mut().filter(|x| x.name == "cgroup") {
+            x.status = Status::Warn;
+            x.reading = "no memory controller".into();
+        }
+        let host = assess(&c, ALL);
+        assert!(host[0].can_run);
+        assert_eq!(host[0].why, "no memory controller: `host` scope only");
+        let cg = assess(
+            &c,
+            Enabled {
+                cgroup_scope: true,
+                ..ALL
+            },
+        );
+        assert!(!cg[0].can_run);
+        assert!(
+            cg[0]
+                .why
+                .starts_with("a cgroup scope needs a memory controller"),
+            "{cg:?}"
+        );
+        assert!(!ready(&cg));
+    }
 
     #[test]
     fn every_mechanism_runs_where_every_check_passes() {

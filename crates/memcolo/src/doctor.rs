@@ -47,6 +47,7 @@ fn run(a: &DoctorArgs) -> Result<ExitCode> {
             hermes: cfg.hermes.enabled,
             reclaim: cfg.reclaim.enabled,
             tier: cfg.tier.enabled,
+            cgroup_scope: cfg.scope.starts_with("cgroup:"),
         },
     );
     let ready = probe::ready(&verdicts);
