@@ -1,5 +1,6 @@
 # memcolo's top-level targets. `make test` is the README's test command and what CI runs.
-.PHONY: test test-rust lint test-alloc test-sdk build fuzz-smoke fuzz fuzz-soak
+.PHONY: test test-rust lint test-alloc test-sdk build fuzz-smoke fuzz fuzz-soak \
+        install uninstall test-install release-bin
 
 build:
 	cargo build --release --workspace
@@ -38,4 +39,69 @@ fuzz-soak:
 	cargo build --release --locked --manifest-path fuzz/Cargo.toml -p memcolo-soak
 	fuzz/target/release/memcolo-soak --memcolo target/release/memcolo $(SOAK_ARGS)
 
-test: lint test-rust test-alloc test-sdk fuzz-smoke
+# Installed like a service. PREFIX (default /usr/local) and DESTDIR as usual:
+#   $(PREFIX)/bin/memcolo, $(PREFIX)/lib/libmemcolo.so, $(PREFIX)/include/memcolo.h,
+#   $(PREFIX)/lib/pkgconfig/memcolo.pc, the unit in SYSTEMD_UNITDIR (default
+#   $(PREFIX)/lib/systemd/system, on systemd's search path for /usr/local and /usr:
+#   `systemd-analyze unit-paths`; another PREFIX wants SYSTEMD_UNITDIR=/etc/systemd/system)
+#   and the example configuration in /etc/memcolo/agent.toml.example (the agent reads
+#   /etc/memcolo/agent.toml, which is never written). With DESTDIR empty: ldconfig,
+#   and, when PID 1 is systemd, the service is enabled and started.
+# MEMCOLO_BIN installs another build of the binary (test-install uses the debug one).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
+CONFDIR ?= /etc/memcolo
+MEMCOLO_BIN ?= target/release/memcolo
+# The commands run after an install with DESTDIR empty (test-install stubs them), and
+# the directory that exists when PID 1 is systemd (sd_booted(3)).
+LDCONFIG ?= ldconfig
+SYSTEMCTL ?= systemctl
+SYSTEMD_RUNDIR ?= /run/systemd/system
+ALLOC_DIRS = PREFIX=$(PREFIX) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) DESTDIR=$(DESTDIR)
+
+release-bin:
+	cargo build --release --locked -p memcolo
+
+install: $(if $(filter target/release/memcolo,$(MEMCOLO_BIN)),release-bin)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMD_UNITDIR) $(DESTDIR)$(CONFDIR)
+	install -m 0755 $(MEMCOLO_BIN) $(DESTDIR)$(BINDIR)/.memcolo.new
+	mv -f $(DESTDIR)$(BINDIR)/.memcolo.new $(DESTDIR)$(BINDIR)/memcolo
+	$(MAKE) --no-print-directory -C alloc install $(ALLOC_DIRS)
+	sed 's|@bindir@|$(BINDIR)|g' dist/memcolo.service.in > $(DESTDIR)$(SYSTEMD_UNITDIR)/memcolo.service
+	chmod 0644 $(DESTDIR)$(SYSTEMD_UNITDIR)/memcolo.service
+	install -m 0644 dist/agent.toml $(DESTDIR)$(CONFDIR)/agent.toml.example
+	@if [ -z "$(DESTDIR)" ]; then \
+	  $(LDCONFIG); \
+	  if [ -d $(SYSTEMD_RUNDIR) ]; then \
+	    $(SYSTEMCTL) daemon-reload && $(SYSTEMCTL) enable --now memcolo.service && \
+	    echo "memcolo: memcolo.service enabled and started (systemctl status memcolo)"; \
+	  else \
+	    echo "memcolo: PID 1 is not systemd, no service started; start the agent by hand: $(BINDIR)/memcolo agent &"; \
+	  fi; \
+	fi
+
+# Leaves /etc/memcolo/agent.toml and /var/lib/memcolo (the registry) in place.
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ -d $(SYSTEMD_RUNDIR) ]; then \
+	  $(SYSTEMCTL) disable --now memcolo.service || true; \
+	fi
+	rm -f $(DESTDIR)$(BINDIR)/memcolo $(DESTDIR)$(SYSTEMD_UNITDIR)/memcolo.service \
+	      $(DESTDIR)$(CONFDIR)/agent.toml.example
+	rmdir $(DESTDIR)$(CONFDIR) 2>/dev/null || true
+	$(MAKE) --no-print-directory -C alloc uninstall $(ALLOC_DIRS)
+	@if [ -z "$(DESTDIR)" ]; then \
+	  $(LDCONFIG); \
+	  if [ -d $(SYSTEMD_RUNDIR) ]; then $(SYSTEMCTL) daemon-reload; fi; \
+	fi
+
+# `make install` into a temporary DESTDIR with the binary test-rust built (no second
+# release build): every file in place, pkg-config finds the library and a program
+# links against it, `systemd-analyze verify` accepts the unit, an existing
+# agent.toml survives install and uninstall.
+test-install:
+	scripts/test-install.sh
+
+test: lint test-rust test-alloc test-sdk fuzz-smoke test-install

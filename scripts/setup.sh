@@ -14,6 +14,7 @@ PKGS=(
   build-essential pkg-config make gcc
   redis-server memcached stress-ng rocksdb-tools fio hyperfine sqlite3 numactl util-linux
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
+  systemd  # systemd-analyze: `make test-install` verifies the unit (PID 1 need not be systemd)
   python3 python3-matplotlib python3-numpy python3-pip python3-venv
   systemd-container debootstrap
 )

@@ -54,7 +54,6 @@
 #define AG_TICK_MS 1000
 #define AG_SEND_TIMEOUT_S 5
 #define MC_AGENT_CHUNK_BYTES ((size_t)4 << 20)   /* released per heap-lock hold */
-#define AG_DEFAULT_SOCKET "/run/memcolo/agent.sock"
 
 static char ag_sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static int ag_fd = -1;
@@ -593,8 +592,7 @@ void mc_agent_start(void) {
   mc_ensure_init();
   if (__atomic_exchange_n(&ag_started, 1, __ATOMIC_ACQ_REL)) return;
   if (class_name(MC_OPT(MC_OPT_CLASS)) == NULL) { ag_started = 0; return; }
-  const char *path = getenv("MEMCOLO_SOCKET");
-  if (path == NULL || *path == 0) path = AG_DEFAULT_SOCKET;
+  const char *path = MC_OPT_STR(MC_OPT_SOCKET);
   if (strlen(path) >= sizeof(ag_sock_path)) {
     ag_warn_once(W_PATH, "MEMCOLO_SOCKET is longer than a Unix socket path may be; running standalone", NULL, 0);
     return;
@@ -618,7 +616,7 @@ void mc_agent_after_fork_child(void) {
   mc_agent_stats_after_fork_child();
 }
 
-const char *mc_agent_socket_path(void) { return ag_sock_path[0] ? ag_sock_path : AG_DEFAULT_SOCKET; }
+const char *mc_agent_socket_path(void) { return ag_sock_path[0] ? ag_sock_path : mc_option_desc(MC_OPT_SOCKET)->sdef; }
 
 void mc_agent_stats(memcolo_stats_t *st) {
   st->agent_registered = (uint32_t)__atomic_load_n(&ag_registered, __ATOMIC_ACQUIRE);

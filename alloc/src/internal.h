@@ -156,7 +156,7 @@ typedef struct mc_heap_s {
 
 /* options (options.c) */
 typedef enum {
-  MC_OPT_CLASS,               /* lc|be|elastic (string; 0=none,1=lc,2=be,3=elastic) */
+  MC_OPT_CLASS,               /* lc|be|elastic (0=none,1=lc,2=be,3=elastic) */
   MC_OPT_RESERVE,             /* force reservation on/off (-1 = by class) */
   MC_OPT_RESERVE_INTERVAL_US, /* management thread period */
   MC_OPT_RSV_FACTOR_PCT,      /* RSV_FACTOR x 100 */
@@ -183,14 +183,46 @@ typedef enum {
   MC_OPT_RSV_YIELD_WAIT_US,   /* app wait on our CPU before the fill steps aside, us (0 = at once) */
   MC_OPT_RSV_YIELD_MODE,      /* how the fill steps aside: 0 sleep, 1 sched_yield, 2 leave the app's CPU, 3 SCHED_IDLE while busy */
   MC_OPT_MGMT_SLICE_US,       /* EEVDF slice of the management thread (sched_attr.sched_runtime), us; 0 = kernel's */
+  MC_OPT_SOCKET,              /* the agent's socket (string: mc_options_str) */
+  MC_OPT_TIER,                /* MaxMem tiering of large anonymous mappings (tier.c) */
+  MC_OPT_TIER_THRESHOLD,      /* smallest mapping tiered, bytes */
+  MC_OPT_TIER_RECOVER_S,      /* how long tiered memory waits for a new agent after a crash */
+  MC_OPT_T_MISS,              /* target fast-memory miss ratio (string: mc_options_str; NULL = agent's) */
+  MC_OPT_TIER_SOCKET,         /* the tiering socket (string: mc_options_str; NULL = beside SOCKET) */
   MC_OPT__COUNT
 } mc_option_t;
 
+/* How an option's value is read (options.c). */
+typedef enum {
+  MC_OT_INT,    /* an integer (k/m/g suffixes accepted), clamped to [min, max] */
+  MC_OT_BOOL,   /* 0 or 1 (any other number is 1) */
+  MC_OT_BYTES,  /* a size in bytes, k/m/g suffixes */
+  MC_OT_X100,   /* a decimal factor, kept x100 */
+  MC_OT_CHOICE, /* one word of sdef's comma-separated list: its index + 1; unset 0 */
+  MC_OT_PATH,   /* a path (mc_options_str; sdef the default, NULL none) */
+  MC_OT_RATIO,  /* a decimal passed on as text (mc_options_str; NULL unset) */
+} mc_option_type_t;
+
+#define MC_OPT_RATIO_MAX 32 /* longest MC_OT_RATIO text, with its NUL */
+
+/* One option: MEMCOLO_<name>, its type, default (def for numbers, sdef for text and
+ * the list of a choice), range [min, max] of numbers, and its meaning. */
+typedef struct {
+  const char *name;
+  mc_option_type_t type;
+  long def, min, max;
+  const char *sdef;
+  const char *doc;
+} mc_option_desc_t;
+
 long mc_option(mc_option_t o);
-void mc_options_init(void);
+void mc_options_init(void); /* reads the environment, once per process */
 const char *mc_option_name(mc_option_t o);
+const mc_option_desc_t *mc_option_desc(mc_option_t o);
 extern long mc_options_cache[MC_OPT__COUNT];
+extern const char *mc_options_str[MC_OPT__COUNT];
 #define MC_OPT(o) (mc_options_cache[o])
+#define MC_OPT_STR(o) (mc_options_str[o]) /* MC_OT_PATH and MC_OT_RATIO options */
 
 /* ---------------------------------------------------------------- os.c */
 void *mc_os_map_huge(size_t bytes);   /* 2 MiB-aligned anonymous mapping, NULL on failure */

@@ -41,15 +41,14 @@
  * the new agent takes the pages it finds there as resident. A region partly unmapped
  * meanwhile, or refused by the new agent, stays plain.
  *
- * Options (environment): MEMCOLO_TIER (0), MEMCOLO_TIER_THRESHOLD (1g; suffix k/m/g),
- * MEMCOLO_TIER_RECOVER_S (60: how long tiered memory waits for a new agent after a crash),
- * MEMCOLO_T_MISS (target fast-memory miss ratio sent with each region; the agent's
- * default when unset), MEMCOLO_TIER_SOCKET (default: tier.sock next to
- * MEMCOLO_SOCKET, or /run/memcolo/tier.sock), MEMCOLO_VERBOSE (1).
+ * Options (environment; defined in options.c's table, documented in README.md):
+ * MEMCOLO_TIER, MEMCOLO_TIER_THRESHOLD, MEMCOLO_TIER_RECOVER_S, MEMCOLO_T_MISS,
+ * MEMCOLO_TIER_SOCKET (by default tier.sock beside MEMCOLO_SOCKET), MEMCOLO_VERBOSE.
  *
- * The file is self-contained (no allocator state): it may be built alone as a
- * preload library. It never calls malloc; mmap and friends of its own go straight to
- * the system calls. */
+ * The file keeps no allocator state (of the library it uses only options.c, which
+ * needs nothing but libc): tier.c and options.c may be built alone as a preload
+ * library (bench/tiering's tests do). It never calls malloc; mmap and friends of its
+ * own go straight to the system calls. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -69,6 +68,8 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "internal.h"
 
 #ifndef MADV_REMOVE
 #define MADV_REMOVE 9
@@ -144,19 +145,6 @@ static void say(const char *fmt, ...) {
     ssize_t w = write(2, buf, (size_t)n);
     (void)w;
   }
-}
-
-static size_t parse_size(const char *s, size_t def) {
-  if (s == NULL || *s < '0' || *s > '9') return def;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  switch (*end) {
-    case 'k': case 'K': v <<= 10; break;
-    case 'm': case 'M': v <<= 20; break;
-    case 'g': case 'G': v <<= 30; break;
-    default: break;
-  }
-  return v ? (size_t)v : def;
 }
 
 /* ------------------------------------------------------------ who is calling */
@@ -848,24 +836,19 @@ static void tier_atfork_child(void) {
 }
 
 __attribute__((constructor)) static void mc_tier_init(void) {
-  const char *e = getenv("MEMCOLO_TIER");
-  T.enabled = e != NULL && e[0] == '1';
-  e = getenv("MEMCOLO_VERBOSE");
-  T.verbose = e == NULL || e[0] != '0';
+  mc_options_init();
+  T.enabled = MC_OPT(MC_OPT_TIER) != 0;
+  T.verbose = MC_OPT(MC_OPT_VERBOSE) != 0;
   if (!T.enabled) return;
-  T.threshold = parse_size(getenv("MEMCOLO_TIER_THRESHOLD"), 1UL << 30);
-  if (T.threshold < MC_TIER_PAGE) T.threshold = MC_TIER_PAGE;
-  e = getenv("MEMCOLO_TIER_RECOVER_S");
-  T.recover_s = e != NULL && e[0] >= '0' && e[0] <= '9' ? (unsigned)strtoul(e, NULL, 10) : 60;
-  e = getenv("MEMCOLO_T_MISS");
-  if (e != NULL && strspn(e, "0123456789.eE-+") == strlen(e) && strlen(e) < sizeof T.t_miss && e[0])
-    snprintf(T.t_miss, sizeof T.t_miss, "%s", e);
-  e = getenv("MEMCOLO_TIER_SOCKET");
-  if (e != NULL && e[0]) {
+  T.threshold = (size_t)MC_OPT(MC_OPT_TIER_THRESHOLD);
+  T.recover_s = (unsigned)MC_OPT(MC_OPT_TIER_RECOVER_S);
+  const char *e = MC_OPT_STR(MC_OPT_T_MISS);
+  if (e != NULL) snprintf(T.t_miss, sizeof T.t_miss, "%s", e);
+  e = MC_OPT_STR(MC_OPT_TIER_SOCKET);
+  if (e != NULL) {
     snprintf(T.path, sizeof T.path, "%s", e);
   } else {
-    const char *s = getenv("MEMCOLO_SOCKET");
-    if (s == NULL || !s[0]) s = "/run/memcolo/agent.sock";
+    const char *s = MC_OPT_STR(MC_OPT_SOCKET);
     const char *slash = strrchr(s, '/');
     int dir = slash ? (int)(slash - s) : 0;
     snprintf(T.path, sizeof T.path, "%.*s%stier.sock", dir, s, slash ? "/" : "");

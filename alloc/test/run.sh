@@ -1,7 +1,8 @@
 #!/bin/sh
 # run.sh BUILD — runs every test program of every build (release, debug with invariant
-# checks, ASan+UBSan), the real-program preload checks and the test against the real
-# agent (agent_real.sh); prints the total as its last
+# checks, ASan+UBSan), the real-program preload checks, the options table check
+# (options_table.sh) and the test against the real agent (agent_real.sh); prints the
+# total as its last
 # line, "N passed, N failed", and exits non-zero on any failure.
 B=${1:-build}
 HERE=$(dirname "$0")
@@ -44,6 +45,11 @@ for lib in "$B/libmemcolo.so" "$B/libmemcolo-debug.so"; do
   [ -n "$(echo "$res" | grep '^FAIL')" ] && echo "$res" | grep -v '^PASS' | head -40
   add "$(echo "$res" | grep -c '^PASS')" "$(echo "$res" | grep -c '^FAIL')"
 done
+# README.md's options table is options.c's
+res=$(sh "$HERE/options_table.sh" "$B" 2>&1)
+echo "$res" | grep -E "^(PASS|FAIL)"
+[ -n "$(echo "$res" | grep '^FAIL')" ] && echo "$res" | grep -v '^PASS' | head -40
+add "$(echo "$res" | grep -c '^PASS')" "$(echo "$res" | grep -c '^FAIL')"
 # the library against the real agent (skips where it cannot run: not root, no cgroup v1)
 res=$(sh "$HERE/agent_real.sh" "$B" 2>&1)
 echo "$res" | grep -E "^(PASS|FAIL|SKIP)"

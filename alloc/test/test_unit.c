@@ -2,6 +2,7 @@
  * heap (filler packing, huge page cache, subrelease, coverage accounting and its
  * invariant checker), and the ISMM'21 policy (skip-subrelease with Delta, correctness
  * tracker, realized fragmentation) on a fake clock. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -67,6 +68,36 @@ TEST(test_options_from_env) {
   CHECK(minr == 8L << 20);
   CHECK(skip == 60); /* unreadable value: default */
   CHECK(cls == 2);
+}
+
+TEST(test_options_text_bools_ranges_and_overflow) {
+  /* every MEMCOLO_ variable, tier.c's included, is read by options.c's table */
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    unsetenv("MEMCOLO_SOCKET");
+    setenv("MEMCOLO_T_MISS", "0.05", 1);
+    setenv("MEMCOLO_TIER_SOCKET", "/tmp/x/tier.sock", 1);
+    setenv("MEMCOLO_TIER_THRESHOLD", "100", 1);              /* clamped up to 4k */
+    setenv("MEMCOLO_STATS", "7", 1);                         /* a bool: 1 */
+    setenv("MEMCOLO_RSV_YIELD_MODE", "9", 1);                /* clamped down to 3 */
+    setenv("MEMCOLO_TCACHE", "99999999999999999999g", 1);    /* overflows: default */
+    setenv("MEMCOLO_CLASS", "lcx", 1);                       /* unknown: none */
+    setenv("MEMCOLO_TIER_RECOVER_S", "5", 1);
+    execl("/proc/self/exe", "test_unit", "--print-text-options", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[512] = {0};
+  ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  waitpid(pid, NULL, 0);
+  CHECK(n > 0);
+  CHECK(strcmp(buf, "/run/memcolo/agent.sock 0.05 /tmp/x/tier.sock 4096 1 3 2097152 0 5\n") == 0);
+  if (strcmp(buf, "/run/memcolo/agent.sock 0.05 /tmp/x/tier.sock 4096 1 3 2097152 0 5\n") != 0)
+    fprintf(stderr, "got: %s", buf);
 }
 
 static size_t used_pages(void) { return mc_heap.used_pages; }
@@ -578,7 +609,73 @@ TEST(test_collapse_einval_after_a_success_keeps_collapse_on) {
   mc_os_unmap(p, 2 * MC_HUGE_SIZE);
 }
 
+/* A size as README writes it: 5m, 1g, 4k, or bytes. */
+static void print_size(long v) {
+  if (v != 0 && v % (1L << 30) == 0) printf("%ldg", v >> 30);
+  else if (v != 0 && v % (1L << 20) == 0) printf("%ldm", v >> 20);
+  else if (v != 0 && v % (1L << 10) == 0) printf("%ldk", v >> 10);
+  else printf("%ld", v);
+}
+
+static void print_x100(long v) {
+  if (v % 100 == 0) printf("%ld", v / 100);
+  else printf("%ld.%02ld", v / 100, v % 100);
+}
+
+/* --options-table: options.c's table as the Markdown table of README.md (checked by
+ * test/options_table.sh). */
+static void print_options_table(void) {
+  static const char *type_name[] = {
+    [MC_OT_INT] = "int", [MC_OT_BOOL] = "bool", [MC_OT_BYTES] = "bytes", [MC_OT_X100] = "decimal",
+    [MC_OT_CHOICE] = "choice", [MC_OT_PATH] = "path", [MC_OT_RATIO] = "decimal"};
+  printf("| Option | Type | Default | Range | Meaning |\n|---|---|---|---|---|\n");
+  for (int i = 0; i < MC_OPT__COUNT; i++) {
+    const mc_option_desc_t *d = mc_option_desc((mc_option_t)i);
+    printf("| `MEMCOLO_%s` | %s | ", d->name, type_name[d->type]);
+    switch (d->type) {
+    case MC_OT_INT: case MC_OT_BOOL: printf("%ld", d->def); break;
+    case MC_OT_BYTES: print_size(d->def); break;
+    case MC_OT_X100: print_x100(d->def); break;
+    case MC_OT_PATH: printf("%s", d->sdef ? d->sdef : "unset"); break;
+    default: printf("unset"); break;
+    }
+    printf(" | ");
+    switch (d->type) {
+    case MC_OT_BOOL: printf("0, 1"); break;
+    case MC_OT_INT: printf("%ld..%ld", d->min, d->max); break;
+    case MC_OT_BYTES:
+      printf(">= "); print_size(d->min);
+      if (d->max != LONG_MAX) { printf(", <= "); print_size(d->max); }
+      break;
+    case MC_OT_X100: print_x100(d->min); printf(".."); print_x100(d->max); break;
+    case MC_OT_CHOICE:
+      for (const char *c = d->sdef; *c; c++) {
+        if (c == d->sdef) printf("`");
+        if (*c == ',') printf("`, `"); else putchar(*c);
+      }
+      printf("`");
+      break;
+    case MC_OT_PATH: printf("a Unix socket path"); break;
+    case MC_OT_RATIO: printf("0..1"); break;
+    }
+    printf(" | %s |\n", d->doc);
+  }
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--options-table") == 0) {
+    print_options_table();
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "--print-text-options") == 0) {
+    free(malloc(1));
+    const char *t_miss = MC_OPT_STR(MC_OPT_T_MISS), *tier_sock = MC_OPT_STR(MC_OPT_TIER_SOCKET);
+    printf("%s %s %s %ld %ld %ld %ld %ld %ld\n", MC_OPT_STR(MC_OPT_SOCKET), t_miss ? t_miss : "-",
+           tier_sock ? tier_sock : "-", MC_OPT(MC_OPT_TIER_THRESHOLD), MC_OPT(MC_OPT_STATS),
+           MC_OPT(MC_OPT_RSV_YIELD_MODE), MC_OPT(MC_OPT_TCACHE_BYTES), MC_OPT(MC_OPT_CLASS),
+           MC_OPT(MC_OPT_TIER_RECOVER_S));
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "--print-options") == 0) {
     free(malloc(1));
     printf("%ld %ld %ld %ld %ld %ld\n", MC_OPT(MC_OPT_RSV_FACTOR_PCT), MC_OPT(MC_OPT_MIN_RSV_BYTES),
@@ -592,6 +689,7 @@ int main(int argc, char **argv) {
   free(malloc(1));
   RUN(test_size_classes);
   RUN(test_options_from_env);
+  RUN(test_options_text_bools_ranges_and_overflow);
   RUN(test_filler_packing);
   RUN(test_realloc_growth_region);
   RUN(test_tcache_arrays_sized_by_use);

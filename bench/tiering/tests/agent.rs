@@ -1,7 +1,7 @@
 //! Tiering end to end: the real agent (`memcolo agent` with `[tier] enabled`) manages
-//! regions that real processes hand it through libmemcolo's `tier.c` (built here as a
-//! preload library of its own; it is self-contained), with 8 MiB of fast memory for
-//! 32 MiB regions, so pages really go to the slow tier and come back.
+//! regions that real processes hand it through libmemcolo's `tier.c` (built here with
+//! its options table, `options.c`, as a preload library of their own), with 8 MiB of
+//! fast memory for 32 MiB regions, so pages really go to the slow tier and come back.
 //!
 //! Checked: a C program's view of its region (zero fill, data through eviction,
 //! MADV_DONTNEED → zeros, mremap refused, fork not inheriting it, munmap in parts),
@@ -168,8 +168,9 @@ fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     }
 }
 
-/// The pieces every test here needs: libmemcolo's `tier.c` built alone as a preload
-/// library, the C program, the binaries, an agent config with 8 MiB of fast memory.
+/// The pieces every test here needs: libmemcolo's `tier.c` (with its options table,
+/// `options.c`) built alone as a preload library, the C program, the binaries, an
+/// agent config with 8 MiB of fast memory.
 struct Rig {
     tmp: tempfile::TempDir,
     lib: PathBuf,
@@ -200,7 +201,8 @@ impl Rig {
         let tmp = tempfile::tempdir().unwrap();
         let lib = tmp.path().join("libtier.so");
         let prog = tmp.path().join("tier_semantics");
-        let tier_c = root().join("alloc/src/tier.c");
+        let alloc = root().join("alloc");
+        let (src, inc) = (alloc.join("src"), alloc.join("include"));
         if !cc(
             &[
                 "-std=gnu11",
@@ -209,7 +211,10 @@ impl Rig {
                 "-shared",
                 "-fvisibility=hidden",
                 "-pthread",
-                tier_c.to_str().unwrap(),
+                &format!("-I{}", src.display()),
+                &format!("-I{}", inc.display()),
+                src.join("tier.c").to_str().unwrap(),
+                src.join("options.c").to_str().unwrap(),
             ],
             &lib,
         ) || !cc(

@@ -1,7 +1,8 @@
 //! memcolo's Linux layer: readers of procfs, cgroup v1/v2 memory and PSI that take
 //! their root path (so tests point them at fake trees), kernel pressure event sources
-//! (v1 `memory.pressure_level` eventfds, PSI triggers, pidfds) and the actuators the
-//! agent acts through, behind a trait.
+//! (v1 `memory.pressure_level` eventfds, PSI triggers, pidfds), the actuators the
+//! agent acts through, behind a trait, and the node checks of `memcolo doctor`
+//! ([`probe`]).
 //!
 //! Modelled on facebookincubator/below's `procfs` and `cgroupfs` crates: methods are
 //! named after the kernel file they read, units are in field names, and a limit is an
@@ -15,6 +16,7 @@ pub mod fake;
 pub mod filecache;
 pub mod identity;
 pub mod pidfd;
+pub mod probe;
 pub mod procfs;
 pub mod psi;
 pub mod reclaim;

@@ -4,6 +4,7 @@
 
 mod alloc_stats;
 mod client;
+mod doctor;
 mod memserver;
 mod run;
 mod status;
@@ -97,6 +98,10 @@ enum Cmd {
     /// MaxMem tiering: status of tiered processes, and their target fast-memory miss
     /// ratio changed live.
     Tier(tier::TierArgs),
+    /// Check this node before the agent runs: cgroups, PSI, swap, userfaultfd,
+    /// process_madvise, pidfds, THP, cachestat, MADV_COLLAPSE, and whether each
+    /// mechanism can run (exit 1 when one that is on cannot).
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -229,6 +234,7 @@ fn main() -> std::process::ExitCode {
             | Cmd::Unregister { .. }
             | Cmd::AllocStats(_)
             | Cmd::Tier(_)
+            | Cmd::Doctor(_)
     ) {
         die_quietly_on_a_closed_pipe();
     }
@@ -270,6 +276,7 @@ fn main() -> std::process::ExitCode {
             })
         }
         Cmd::Run(a) => return run::run(a),
+        Cmd::Doctor(a) => return doctor::main(&a, error_chain),
         Cmd::AllocStats(a) => alloc_stats::run(&a),
         Cmd::Memserver(a) => memserver::run(&a),
         Cmd::Tier(a) => tier::run(&a),
