@@ -104,7 +104,10 @@ state=$(inside timeout 120 systemctl is-system-running --wait 2>&1)
 echo "service-test: systemd in the container is $state"
 
 install_ok=true
-inside sh -c 'cd /src/memcolo && make install' >"$work/install.log" 2>&1 || {
+# MEMCOLO_BIN names the binary setup.sh built, so that make installs it as it is
+# (the machine under test has no Rust toolchain).
+inside sh -c 'cd /src/memcolo && make install MEMCOLO_BIN=/src/memcolo/target/release/memcolo' \
+  >"$work/install.log" 2>&1 || {
   install_ok=false
   tail -30 "$work/install.log" >&2
 }
@@ -116,6 +119,8 @@ for _ in $(seq 1 30); do
   sleep 1
 done
 check "memcolo.service is active" $active
+inside systemctl show -p MainPID -p ActiveState -p ExecMainStartTimestamp memcolo.service | tr '\n' ' '
+echo
 check "memcolo status answers on the installed socket" \
   inside sh -c 'for i in $(seq 1 20); do memcolo status >/dev/null 2>&1 && exit 0; sleep 1; done; memcolo status'
 # 0: every default mechanism can run; 1: some cannot (a container may lack one);
