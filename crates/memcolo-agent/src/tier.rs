@@ -479,7 +479,9 @@ impl TierService {
         let node = TierNode::new(policy).map_err(|e| anyhow::anyhow!("tier policy: {e}"))?;
         let socket = cfg.socket_path(agent_socket);
         if let Some(dir) = socket.parent() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                anyhow::anyhow!("cannot create socket directory {}: {e}", dir.display())
+            })?;
         }
         if socket.exists() {
             if UnixStream::connect(&socket).is_ok() {

@@ -121,12 +121,17 @@ fn agent_help_names_the_five_mechanisms_and_their_defaults() {
 
 /// Starts an agent with `args` in `dir`; returns it once its socket answers.
 fn start_agent(dir: &Path, args: &[&str]) -> std::process::Child {
+    start_agent_with(dir, Path::new("/dev/null"), args)
+}
+
+/// Starts an agent with the file `config` and `args` in `dir`.
+fn start_agent_with(dir: &Path, config: &Path, args: &[&str]) -> std::process::Child {
     let sock = dir.join("agent.sock");
     let log = std::fs::File::create(dir.join("agent.log")).unwrap();
     let agent = Command::new(EXE)
         .arg("agent")
         .arg("--config")
-        .arg("/dev/null")
+        .arg(config)
         .arg("--socket")
         .arg(&sock)
         .arg("--state-dir")
@@ -249,5 +254,31 @@ fn idle_tiering_sleeps_until_a_region_arrives() {
         after - before <= 40,
         "the idle tiering policy thread woke {} times in 2 s",
         after - before
+    );
+}
+
+#[test]
+fn tiering_that_cannot_start_leaves_the_agent_running_and_says_why() {
+    common::require_root();
+    let dir = tempfile::tempdir().unwrap();
+    // A socket below a file: it cannot be bound.
+    let blocker = dir.path().join("not-a-directory");
+    std::fs::write(&blocker, "").unwrap();
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!("[tier]\nsocket = \"{}/tier.sock\"\n", blocker.display()),
+    )
+    .unwrap();
+    let mut agent = start_agent_with(dir.path(), &cfg, &[]);
+    let st = common::agent_status(EXE, &dir.path().join("agent.sock"));
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert_eq!(st["mechanisms"]["tier"], false, "{st}");
+    assert_eq!(st["mechanisms"]["m3"], true, "{st}");
+    let why = st["mechanisms_off"]["tier"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("cannot start: ") && why.contains("not-a-directory"),
+        "{st}"
     );
 }
