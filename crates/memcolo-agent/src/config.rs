@@ -323,6 +323,7 @@ pub struct ReclaimSection {
 impl Default for ReclaimSection {
     fn default() -> Self {
         let p = memcolo_policy::hermit::ReclaimConfig::default();
+        let sampler = crate::reclaim::turnaround::TurnaroundConfig::default();
         ReclaimSection {
             enabled: false,
             tick_ms: 20,
@@ -340,9 +341,9 @@ impl Default for ReclaimSection {
             allow_lc: false,
             cgroups: Vec::new(),
             fixed_low_bytes: None,
-            turnaround_samples: 512,
-            turnaround_poll_ms: 500,
-            turnaround_horizon_s: 120,
+            turnaround_samples: sampler.capacity,
+            turnaround_poll_ms: sampler.poll.as_millis() as u64,
+            turnaround_horizon_s: sampler.horizon.as_secs(),
             thrash_turnaround_ms: p.thrash_turnaround.as_millis() as u64,
             turnaround_drop_ratio: p.turnaround_drop_ratio,
             backoff_periods: p.backoff_periods,
@@ -716,11 +717,16 @@ mod tests {
     }
 
     #[test]
-    fn reclaim_section_defaults_are_the_schedulers() {
+    fn reclaim_section_defaults_are_the_schedulers_and_samplers() {
+        let r = ReclaimSection::default();
         assert_eq!(
-            ReclaimSection::default().scheduler_config(1),
+            r.scheduler_config(1),
             memcolo_policy::hermit::ReclaimConfig::default()
         );
+        let t = crate::reclaim::turnaround::TurnaroundConfig::default();
+        assert_eq!(r.turnaround_samples, t.capacity);
+        assert_eq!(Duration::from_millis(r.turnaround_poll_ms), t.poll);
+        assert_eq!(Duration::from_secs(r.turnaround_horizon_s), t.horizon);
     }
 
     #[test]
