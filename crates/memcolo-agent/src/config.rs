@@ -5,7 +5,8 @@
 //! or malformed is an error that names the path. Command-line flags are applied on
 //! top of the file by the binary.
 
-use memcolo_policy::m3::SortOrder;
+use memcolo_policy::hermes::AdviceConfig;
+use memcolo_policy::m3::{M3Config, SortOrder};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -74,7 +75,7 @@ impl Default for AgentConfig {
             state_dir: PathBuf::from("/var/lib/memcolo"),
             metrics_addr: "127.0.0.1:9464".into(),
             event_log: "off".into(),
-            poll_ms: 1000,
+            poll_ms: M3Config::DEFAULT_POLL_INTERVAL.as_millis() as u64,
             procfs: PathBuf::from(memcolo_linux::procfs::PROC_ROOT),
             avoid_lc_cpus: true,
             m3: M3Section::default(),
@@ -155,20 +156,26 @@ pub struct M3Section {
 }
 
 impl Default for M3Section {
+    /// The monitor's own defaults ([`M3Config::with_top`]); the agent adds only the
+    /// scaling to the scope's memory.
     fn default() -> Self {
+        let (top, memory) = M3Config::DEFAULT_TOP_OF_MEMORY;
+        let (step, of_top) = M3Config::DEFAULT_STEP_OF_TOP;
+        let (red, other) = M3Config::DEFAULT_RATIO_TARGET;
+        let paper = M3Config::with_top(0);
         M3Section {
             top_bytes: None,
-            top_margin_ratio: 2.0 / 64.0,
+            top_margin_ratio: (memory - top) as f64 / memory as f64,
             low_bytes: None,
             high_bytes: None,
-            window_samples: 32,
-            ratio_target: [1, 32],
-            step_ratio: 0.02,
-            sort_order: SortOrder::NewestFirst,
-            kill_after_s: 30,
-            reclaim_history: 5,
-            resignal_after_s: 5,
-            fair_share: false,
+            window_samples: M3Config::DEFAULT_WINDOW_SAMPLES,
+            ratio_target: [red, other],
+            step_ratio: step as f64 / of_top as f64,
+            sort_order: paper.sort_order,
+            kill_after_s: M3Config::DEFAULT_KILL_AFTER.as_secs(),
+            reclaim_history: M3Config::DEFAULT_RECLAIM_HISTORY,
+            resignal_after_s: M3Config::DEFAULT_RESIGNAL_AFTER.as_secs(),
+            fair_share: paper.fair_share,
         }
     }
 }
@@ -193,8 +200,8 @@ impl Default for HermesSection {
         HermesSection {
             enabled: true,
             adv_thr_bytes: None,
-            adv_thr_ratio: 0.85,
-            min_resident_bytes: 1 << 20,
+            adv_thr_ratio: AdviceConfig::DEFAULT_ADV_THR_RATIO,
+            min_resident_bytes: AdviceConfig::DEFAULT_MIN_RESIDENT_BYTES,
         }
     }
 }
@@ -316,6 +323,7 @@ pub struct ReclaimSection {
 impl Default for ReclaimSection {
     fn default() -> Self {
         let p = memcolo_policy::hermit::ReclaimConfig::default();
+        let sampler = crate::reclaim::turnaround::TurnaroundConfig::default();
         ReclaimSection {
             enabled: false,
             tick_ms: 20,
@@ -333,9 +341,9 @@ impl Default for ReclaimSection {
             allow_lc: false,
             cgroups: Vec::new(),
             fixed_low_bytes: None,
-            turnaround_samples: 512,
-            turnaround_poll_ms: 500,
-            turnaround_horizon_s: 120,
+            turnaround_samples: sampler.capacity,
+            turnaround_poll_ms: sampler.poll.as_millis() as u64,
+            turnaround_horizon_s: sampler.horizon.as_secs(),
             thrash_turnaround_ms: p.thrash_turnaround.as_millis() as u64,
             turnaround_drop_ratio: p.turnaround_drop_ratio,
             backoff_periods: p.backoff_periods,
@@ -684,6 +692,57 @@ mod tests {
         )
         .unwrap();
         AgentConfig::load(Some(&p)).unwrap();
+    }
+
+    #[test]
+    fn m3_section_defaults_are_the_monitors() {
+        let c = AgentConfig::default();
+        for gib in [2u64, 24, 64, 256] {
+            let scope = gib << 30;
+            let (top, of) = M3Config::DEFAULT_TOP_OF_MEMORY;
+            let paper = M3Config::with_top(scope / of * top);
+            assert_eq!(c.m3_config(scope), paper, "{gib} GiB");
+        }
+        assert_eq!(c.poll_interval(), M3Config::DEFAULT_POLL_INTERVAL);
+    }
+
+    #[test]
+    fn hermes_section_defaults_are_the_advices() {
+        let h = HermesSection::default();
+        assert_eq!(h.adv_thr_ratio, AdviceConfig::DEFAULT_ADV_THR_RATIO);
+        assert_eq!(
+            h.min_resident_bytes,
+            AdviceConfig::DEFAULT_MIN_RESIDENT_BYTES
+        );
+    }
+
+    #[test]
+    fn reclaim_section_defaults_are_the_schedulers_and_samplers() {
+        let r = ReclaimSection::default();
+        assert_eq!(
+            r.scheduler_config(1),
+            memcolo_policy::hermit::ReclaimConfig::default()
+        );
+        let t = crate::reclaim::turnaround::TurnaroundConfig::default();
+        assert_eq!(r.turnaround_samples, t.capacity);
+        assert_eq!(Duration::from_millis(r.turnaround_poll_ms), t.poll);
+        assert_eq!(Duration::from_secs(r.turnaround_horizon_s), t.horizon);
+    }
+
+    #[test]
+    fn tier_section_defaults_are_the_tier_managers_and_nodes() {
+        let t = crate::tier::TierSection::default();
+        let m = memcolo_tier::manager::TierConfig::new(0);
+        let n = memcolo_tier::node::NodeTiming::default();
+        assert_eq!(Duration::from_millis(t.window_ms), n.window);
+        assert_eq!(t.windows_per_epoch, n.windows_per_epoch);
+        assert_eq!(t.slots_per_window, n.slots_per_window);
+        assert_eq!(t.sample_pages, m.sample_pages);
+        assert_eq!(t.sample_target_hits, m.sample_target_hits);
+        assert_eq!(t.sample_fmmr_error, m.sample_fmmr_error);
+        assert_eq!(t.evict_workers, m.evict_workers);
+        assert_eq!(t.probation_pages, m.probation_pages);
+        assert_eq!(t.refault_samples, m.refault_samples);
     }
 
     #[test]

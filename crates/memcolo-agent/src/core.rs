@@ -184,6 +184,8 @@ pub struct Core {
     state_dirty: bool,
     /// The last write failed (its error is logged once per failing streak).
     state_write_failing: bool,
+    /// Which mechanisms run (status `mechanisms`, `mechanisms_off`).
+    mechanisms: crate::mechanisms::Mechanisms,
 }
 
 impl Core {
@@ -259,6 +261,7 @@ impl Core {
             agent_cpus: None,
             state_dirty: false,
             state_write_failing: false,
+            mechanisms: crate::mechanisms::Mechanisms::from_config(&cfg),
             cfg,
         };
         let mut kept = 0;
@@ -1536,7 +1539,14 @@ impl Core {
                 "write_errors": self.metrics.state_write_errors.get(),
             },
             "reclaim": self.reclaim.as_ref().map(|r| r.status()),
+            "mechanisms": self.mechanisms.json(),
+            "mechanisms_off": self.mechanisms.off_json(),
         })
+    }
+
+    /// Records which mechanisms run (what started of what the configuration asked).
+    pub fn set_mechanisms(&mut self, m: crate::mechanisms::Mechanisms) {
+        self.mechanisms = m;
     }
 }
 

@@ -13,6 +13,7 @@ pub mod advice;
 pub mod config;
 pub mod core;
 pub mod eventlog;
+pub mod mechanisms;
 pub mod metrics;
 pub mod reclaim;
 pub mod registry;
@@ -275,13 +276,18 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     } else {
         None
     };
+    let mut mechanisms = mechanisms::Mechanisms::from_config(&cfg);
+    // Tiering is on by default: where it cannot run, the agent runs without it and
+    // says why (status `mechanisms_off`).
     let tier = if cfg.tier.enabled {
-        Some(tier::TierService::start(
-            &cfg.tier,
-            &cfg.socket,
-            &procfs,
-            &metrics,
-        )?)
+        match tier::TierService::start(&cfg.tier, &cfg.socket, &procfs, &metrics) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(error = %e, "MaxMem tiering cannot start; running without it");
+                mechanisms.tier = mechanisms::Switch::Off(format!("cannot start: {e}"));
+                None
+            }
+        }
     } else {
         None
     };
@@ -306,6 +312,8 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         core.attach_reclaim(link);
         service
     });
+    tracing::info!("mechanisms: {}", mechanisms.summary());
+    core.set_mechanisms(mechanisms);
     tracing::info!(status = %core.status_json(), "memcolo agent started");
     let server_task = tokio::spawn(server::serve(listener, cmd_tx, limits, procfs));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

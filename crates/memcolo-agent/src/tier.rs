@@ -69,11 +69,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// `[tier]`: MaxMem tiering (off by default).
+/// `[tier]`: MaxMem tiering. On by default: the service acts only on the regions
+/// processes hand it over the tiering socket (libmemcolo with `MEMCOLO_TIER=1`), and
+/// idle it holds a socket and two threads that sleep until a region arrives.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TierSection {
-    /// Serve the tiering socket and manage the regions processes send. Default false.
+    /// Serve the tiering socket and manage the regions processes send. Default true.
     pub enabled: bool,
     /// The tiering socket. Default `tier.sock` in the agent socket's directory.
     pub socket: Option<PathBuf>,
@@ -169,9 +171,13 @@ pub struct TierSection {
 }
 
 impl Default for TierSection {
+    /// The tier manager's and the node's own defaults ([`TierConfig::new`],
+    /// [`NodeTiming::default`]) where they have one; the rest are the agent's.
     fn default() -> Self {
+        let manager = TierConfig::new(0);
+        let timing = NodeTiming::default();
         TierSection {
-            enabled: false,
+            enabled: true,
             socket: None,
             fast_bytes: 1 << 30,
             default_t_miss: 1.0,
@@ -180,18 +186,18 @@ impl Default for TierSection {
             slow_insecure_no_auth: false,
             slow_capacity_bytes: 8 << 30,
             migration_cap_bytes: 256 << 20,
-            window_ms: 50,
-            windows_per_epoch: 20,
-            slots_per_window: 5,
-            sample_pages: 64,
-            sample_target_hits: 16,
-            sample_fmmr_error: 0.01,
-            evict_workers: 1,
+            window_ms: timing.window.as_millis() as u64,
+            windows_per_epoch: timing.windows_per_epoch,
+            slots_per_window: timing.slots_per_window,
+            sample_pages: manager.sample_pages,
+            sample_target_hits: manager.sample_target_hits,
+            sample_fmmr_error: manager.sample_fmmr_error,
+            evict_workers: manager.evict_workers,
             lc_fault_priority: true,
             be_thread_nice: 19,
             be_thread_idle: false,
-            probation_pages: 128,
-            refault_samples: false,
+            probation_pages: manager.probation_pages,
+            refault_samples: manager.refault_samples,
             proportional_step: true,
         }
     }
@@ -413,6 +419,9 @@ struct Shared {
     ids: std::collections::hash_map::RandomState,
     next_conn: AtomicU64,
     stop: AtomicBool,
+    /// Ends the running epochs (set with `stop`, or when an epoch ends with no
+    /// region attached); see [`policy_loop`].
+    pause: AtomicBool,
     metrics: Metricset,
     /// Processes stopped because a page could not come back: `(pid, reason)`.
     stopped: Mutex<Vec<(Pid, String)>>,
@@ -459,6 +468,11 @@ impl TierService {
     ) -> anyhow::Result<Self> {
         cfg.validate()
             .map_err(|e| anyhow::anyhow!("invalid config: {e}"))?;
+        // No region could ever be served without userfaultfd and the features
+        // libmemcolo asks for (a kernel built without them).
+        Uffd::open(REGION_FEATURES).map_err(|e| {
+            anyhow::anyhow!("no userfaultfd with write-protect on shared memory: {e}")
+        })?;
         let policy = MaxMemConfig {
             migration_cap_pages: (cfg.migration_cap_bytes / PAGE as u64).max(2),
             proportional_step: cfg.proportional_step,
@@ -467,7 +481,9 @@ impl TierService {
         let node = TierNode::new(policy).map_err(|e| anyhow::anyhow!("tier policy: {e}"))?;
         let socket = cfg.socket_path(agent_socket);
         if let Some(dir) = socket.parent() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                anyhow::anyhow!("cannot create socket directory {}: {e}", dir.display())
+            })?;
         }
         if socket.exists() {
             if UnixStream::connect(&socket).is_ok() {
@@ -491,6 +507,7 @@ impl TierService {
             ids: Default::default(),
             next_conn: AtomicU64::new(1),
             stop: AtomicBool::new(false),
+            pause: AtomicBool::new(false),
             metrics: Metricset::new(metrics),
             stopped: Mutex::new(Vec::new()),
             epoch: AtomicU64::new(0),
@@ -524,7 +541,9 @@ impl TierService {
     /// Stops: every region is handed back (pages brought back, range unregistered),
     /// each connection gets `tier_released` and is closed.
     pub fn stop(mut self) {
-        self.shared.stop.store(true, Ordering::Release);
+        // SeqCst: `policy_loop` relies on the order of these two stores.
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.pause.store(true, Ordering::SeqCst);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -1422,13 +1441,37 @@ fn thread_sched(cfg: &TierSection, t_miss: Option<f64>) -> TierThreadSched {
     )
 }
 
+/// How often the idle policy thread (no region attached) looks for a region.
+const IDLE_CHECK: Duration = Duration::from_millis(200);
+
+/// Runs the MaxMem epochs while some region is attached. Without one the thread only
+/// looks for a region every [`IDLE_CHECK`] (rather than waking at every 10 ms slot):
+/// the service is on by default and must cost next to nothing on a node where no
+/// process tiers.
 fn policy_loop(shared: &Arc<Shared>) {
     let timing = NodeTiming {
         window: Duration::from_millis(shared.cfg.window_ms),
         windows_per_epoch: shared.cfg.windows_per_epoch,
         slots_per_window: shared.cfg.slots_per_window.max(1),
     };
-    shared.node.run(timing, &shared.stop, |out, applied| {
+    while !shared.stop.load(Ordering::Acquire) {
+        if shared.node.regions().is_empty() {
+            std::thread::sleep(IDLE_CHECK);
+            continue;
+        }
+        shared.pause.store(false, Ordering::SeqCst);
+        // `stop` sets `stop` before `pause` (SeqCst): either it is seen set here or
+        // the epochs will see `pause` set.
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        run_epochs(shared, timing);
+    }
+}
+
+/// Epochs until the agent stops or an epoch ends with no region attached.
+fn run_epochs(shared: &Arc<Shared>, timing: NodeTiming) {
+    shared.node.run(timing, &shared.pause, |out, applied| {
         shared.epoch.store(out.epoch, Ordering::Relaxed);
         on_fatal(shared, applied);
         let m = &shared.metrics;
@@ -1470,6 +1513,9 @@ fn policy_loop(shared: &Arc<Shared>) {
             ] {
                 m.faults.with_label_values(&[&pid, kind]).add(v as i64);
             }
+        }
+        if m.regions.get() == 0 || shared.stop.load(Ordering::Acquire) {
+            shared.pause.store(true, Ordering::Release);
         }
     });
 }

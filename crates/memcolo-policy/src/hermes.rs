@@ -70,6 +70,9 @@ pub struct AdviceConfig {
 impl AdviceConfig {
     /// Default `min_resident_bytes`: 1 MiB.
     pub const DEFAULT_MIN_RESIDENT_BYTES: u64 = 1 << 20;
+    /// Default `adv_thr` as a share of the node's memory (page cache included):
+    /// 0.85, memcolo's choice; Hermes §3.3 leaves `adv_thr` to the operator.
+    pub const DEFAULT_ADV_THR_RATIO: f64 = 0.85;
 
     /// `adv_thr_bytes` with the default minimum of 1 MiB resident per file.
     pub fn with_adv_thr(adv_thr_bytes: u64) -> Self {

@@ -275,8 +275,22 @@ impl M3Config {
     pub const DEFAULT_RECLAIM_HISTORY: usize = 5;
     /// Default resignal suppression.
     pub const DEFAULT_RESIGNAL_AFTER: Duration = Duration::from_secs(5);
-    /// Default shortest interval between two signals of one level to one process.
-    pub const DEFAULT_MIN_SIGNAL_INTERVAL: Duration = Duration::from_secs(1);
+    /// Default poll period: M3 §6 polls memory once a second.
+    pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+    /// Default shortest interval between two signals of one level to one process:
+    /// the poll period (rule R8).
+    pub const DEFAULT_MIN_SIGNAL_INTERVAL: Duration = Self::DEFAULT_POLL_INTERVAL;
+    /// Default top of memory as a share of the node's memory, `(num, den)`: 62 of
+    /// 64 GB (M3 §6).
+    pub const DEFAULT_TOP_OF_MEMORY: (u64, u64) = (62, 64);
+    /// Default initial low threshold as a share of the top, `(num, den)`: 50 of
+    /// 62 GB (M3 §6).
+    pub const DEFAULT_LOW_OF_TOP: (u64, u64) = (50, 62);
+    /// Default initial high threshold as a share of the top, `(num, den)`: 55 of
+    /// 62 GB (M3 §6).
+    pub const DEFAULT_HIGH_OF_TOP: (u64, u64) = (55, 62);
+    /// Default threshold step as a share of the top, `(num, den)`: 2 % (M3 §6).
+    pub const DEFAULT_STEP_OF_TOP: (u64, u64) = (2, 100);
 
     fn default_min_signal_interval() -> Duration {
         Self::DEFAULT_MIN_SIGNAL_INTERVAL
@@ -289,11 +303,24 @@ impl M3Config {
     pub fn with_top(top_bytes: u64) -> Self {
         M3Config {
             top_bytes,
-            low_bytes: mul_div(top_bytes, 50, 62),
-            high_bytes: mul_div(top_bytes, 55, 62),
+            low_bytes: mul_div(
+                top_bytes,
+                Self::DEFAULT_LOW_OF_TOP.0,
+                Self::DEFAULT_LOW_OF_TOP.1,
+            ),
+            high_bytes: mul_div(
+                top_bytes,
+                Self::DEFAULT_HIGH_OF_TOP.0,
+                Self::DEFAULT_HIGH_OF_TOP.1,
+            ),
             window_samples: Self::DEFAULT_WINDOW_SAMPLES,
             ratio_target: Self::DEFAULT_RATIO_TARGET,
-            step_bytes: mul_div(top_bytes, 2, 100).max(1),
+            step_bytes: mul_div(
+                top_bytes,
+                Self::DEFAULT_STEP_OF_TOP.0,
+                Self::DEFAULT_STEP_OF_TOP.1,
+            )
+            .max(1),
             sort_order: SortOrder::default(),
             kill_after: Self::DEFAULT_KILL_AFTER,
             reclaim_history: Self::DEFAULT_RECLAIM_HISTORY,

@@ -39,7 +39,35 @@ struct SocketArg {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run the node agent (as root): M3 monitor, Hermes file-cache advice, registry, metrics.
+    /// Run the node agent (as root): M3 monitor, Hermes file-cache advice, MaxMem
+    /// tiering, Hermit reclaim (off by default), registry, metrics.
+    ///
+    /// memcolo's five mechanisms, and their defaults:
+    ///
+    ///   M3 monitor (always on): adapts low/high thresholds below a top of memory,
+    ///   notifies elastic and BE processes to give memory back, kills BE processes
+    ///   as the last resort ([m3]). The agent's core.
+    ///
+    ///   Hermes file-cache advice (on; --no-advice, [hermes] enabled): drops BE
+    ///   processes' page cache, largest file first, once used memory passes adv_thr.
+    ///
+    ///   Hermit reclaim (off; --reclaim, [reclaim] enabled): worker threads reclaim BE
+    ///   memory ahead of demand so that LC processes never reclaim on their own
+    ///   allocation path.
+    ///
+    ///   MaxMem tiering (on; --no-tier, [tier] enabled): serves tier.sock next to the
+    ///   agent's socket and keeps each tiered process's fast-memory miss ratio at its
+    ///   target over a slow tier. Only processes that hand it their memory (libmemcolo
+    ///   with MEMCOLO_TIER=1) are tiered; idle it costs a socket and two sleeping
+    ///   threads.
+    ///
+    ///   Allocator (libmemcolo: Hermes' reservation and pre-faulting for LC processes,
+    ///   TCMalloc's adaptive subrelease): runs inside each process started with
+    ///   `memcolo run` or LD_PRELOAD=libmemcolo.so; not a switch of the agent's.
+    ///
+    /// Settings come from the defaults, then the file (/etc/memcolo/agent.toml, or
+    /// --config), then these flags. --print-config shows the result; every field is
+    /// described in /etc/memcolo/agent.toml.example (dist/agent.toml) and README.md.
     Agent(AgentArgs),
     /// Show the agent's state: memory, thresholds, zone and registered processes.
     Status {
@@ -155,9 +183,36 @@ struct AgentArgs {
     /// Seconds above the top of memory before BE processes are killed.
     #[arg(long)]
     kill_after_s: Option<u64>,
+    /// Run Hermes file-cache advice (default on; `[hermes] enabled`).
+    #[arg(long, overrides_with = "no_advice")]
+    advice: bool,
+    /// Do not run Hermes file-cache advice.
+    #[arg(long, overrides_with = "advice")]
+    no_advice: bool,
+    /// Run Hermit asynchronous reclaim (default off; `[reclaim] enabled`).
+    #[arg(long, overrides_with = "no_reclaim")]
+    reclaim: bool,
+    /// Do not run Hermit asynchronous reclaim.
+    #[arg(long, overrides_with = "reclaim")]
+    no_reclaim: bool,
+    /// Run MaxMem tiering for the processes that ask for it (default on; `[tier] enabled`).
+    #[arg(long, overrides_with = "no_tier")]
+    tier: bool,
+    /// Do not run MaxMem tiering (no tier.sock).
+    #[arg(long, overrides_with = "tier")]
+    no_tier: bool,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     print_config: bool,
+}
+
+/// A `--x` / `--no-x` pair (the last given wins): `None` when neither was given.
+fn switch(on: bool, off: bool) -> Option<bool> {
+    match (on, off) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    }
 }
 
 fn agent(a: AgentArgs) -> Result<()> {
@@ -185,6 +240,15 @@ fn agent(a: AgentArgs) -> Result<()> {
     }
     if let Some(v) = a.kill_after_s {
         cfg.m3.kill_after_s = v;
+    }
+    if let Some(v) = switch(a.advice, a.no_advice) {
+        cfg.hermes.enabled = v;
+    }
+    if let Some(v) = switch(a.reclaim, a.no_reclaim) {
+        cfg.reclaim.enabled = v;
+    }
+    if let Some(v) = switch(a.tier, a.no_tier) {
+        cfg.tier.enabled = v;
     }
     cfg.validate()?;
     if a.print_config {

@@ -75,6 +75,28 @@ fn turnaround_line(t: &Value) -> String {
     )
 }
 
+/// `mechanisms: m3 on  advice on  reclaim off (reclaim.enabled = false)  tier on`,
+/// from the status's `mechanisms` and `mechanisms_off`; `None` from an agent that
+/// reports neither.
+fn mechanisms_line(s: &Value) -> Option<String> {
+    let on = s["mechanisms"].as_object()?;
+    // The agent's order (M3 first), then any this client does not know.
+    const ORDER: [&str; 4] = ["m3", "advice", "reclaim", "tier"];
+    let mut names: Vec<&String> = on.keys().collect();
+    names.sort_by_key(|n| ORDER.iter().position(|o| o == n).unwrap_or(ORDER.len()));
+    let words: Vec<String> = names
+        .into_iter()
+        .map(
+            |name| match (on[name].as_bool(), s["mechanisms_off"][name].as_str()) {
+                (Some(true), _) => format!("{name} on"),
+                (_, Some(why)) => format!("{name} off ({why})"),
+                _ => format!("{name} off"),
+            },
+        )
+        .collect();
+    Some(format!("mechanisms: {}", words.join("  ")))
+}
+
 /// The status as text lines (shared with `memcolo top`).
 pub fn render(s: &Value) -> Vec<String> {
     let m = &s["memory"];
@@ -112,6 +134,9 @@ pub fn render(s: &Value) -> Vec<String> {
             c["dropped_notifications"]
         ),
     ];
+    if let Some(line) = mechanisms_line(s) {
+        out.insert(1, line);
+    }
     let r = &s["reclaim"];
     if r.is_object() {
         out.push(format!(
