@@ -67,6 +67,16 @@
 //! above already acts on; the cap here is the CPU budget, so that reclaim never takes
 //! a core an LC thread runs on.
 //!
+//! - **how often** to look (memcolo's, for the agent's own cost): the controller
+//!   samples the scope every `tick` while reclaim is engaged, and every `idle_tick`
+//!   only while no worker is wanted and the headroom above the low mark covers
+//!   [`IDLE_MARGIN_FACTOR`] times what one `idle_tick` of the burst envelope — or of
+//!   a worker's measured throughput, whichever is faster: a burst after a quiet spell
+//!   has no envelope yet — would allocate ([`ReclaimDecision::next_tick`]): a burst
+//!   cannot reach the low mark before the next look. An idle node is then sensed 5 times a second instead of
+//!   50 (`bench agent-cost`: the 20 ms tick was most of the agent's CPU). The high
+//!   mark's `tick` term is the engaged tick, not the idle gap.
+//!
 //! Safety stops: no reclaim while swap is nearly full (free below
 //! `swap_stop_free_ratio` of the total, so memcolo never pushes the node into the
 //! OOM killer) or when the mechanisms report nothing left to reclaim.
@@ -140,7 +150,19 @@ pub struct ReclaimConfig {
     /// whenever headroom is below this fixed low mark (bytes), no adaptation, no
     /// back-off. `None` (default): Hermit's adaptive scheduling.
     pub fixed_low_bytes: Option<u64>,
+    /// The controller's tick while reclaim is engaged (see
+    /// [`ReclaimDecision::next_tick`]); the `tick` of the high mark. Default 20 ms.
+    #[serde(default = "ReclaimConfig::default_tick")]
+    pub tick: Duration,
+    /// The controller's tick while idle with margin ([`ReclaimDecision::next_tick`]);
+    /// at least `tick`. Default 200 ms.
+    #[serde(default = "ReclaimConfig::default_idle_tick")]
+    pub idle_tick: Duration,
 }
+
+/// An idle tick is taken only while the headroom above the low mark covers this many
+/// times the burst envelope's allocation over one idle tick.
+pub const IDLE_MARGIN_FACTOR: f64 = 2.0;
 
 impl Default for ReclaimConfig {
     fn default() -> Self {
@@ -165,11 +187,26 @@ impl Default for ReclaimConfig {
             swap_stop_free_ratio: 0.05,
             initial_worker_rate: 256.0 * (1 << 20) as f64,
             fixed_low_bytes: None,
+            tick: Self::default_tick(),
+            idle_tick: Self::default_idle_tick(),
         }
     }
 }
 
 impl ReclaimConfig {
+    /// Default [`ReclaimConfig::tick`]: 20 ms.
+    pub const DEFAULT_TICK: Duration = Duration::from_millis(20);
+    /// Default [`ReclaimConfig::idle_tick`]: 200 ms.
+    pub const DEFAULT_IDLE_TICK: Duration = Duration::from_millis(200);
+
+    fn default_tick() -> Duration {
+        Self::DEFAULT_TICK
+    }
+
+    fn default_idle_tick() -> Duration {
+        Self::DEFAULT_IDLE_TICK
+    }
+
     /// Checks ranges. Errors: [`PolicyError::InvalidConfig`] naming the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
         fn bad(field: &'static str, value: impl ToString, reason: &'static str) -> PolicyError {
@@ -181,6 +218,16 @@ impl ReclaimConfig {
         }
         if self.max_workers == 0 {
             return Err(bad("max_workers", 0, "must be at least 1"));
+        }
+        if self.tick.is_zero() {
+            return Err(bad("tick", format!("{:?}", self.tick), "must be positive"));
+        }
+        if self.idle_tick < self.tick {
+            return Err(bad(
+                "idle_tick",
+                format!("{:?}", self.idle_tick),
+                "must be at least tick",
+            ));
         }
         if self.batch_bytes == 0 {
             return Err(bad("batch_bytes", 0, "must be positive"));
@@ -411,6 +458,11 @@ impl ReclaimState {
 pub struct ReclaimDecision {
     /// Workers that should be reclaiming until the next tick.
     pub workers: u32,
+    /// When the controller should observe again: [`ReclaimConfig::idle_tick`] while
+    /// no worker is wanted and the headroom above the low mark covers
+    /// [`IDLE_MARGIN_FACTOR`] × max(burst envelope, worker throughput) × `idle_tick`
+    /// (or nothing can be reclaimed), else [`ReclaimConfig::tick`].
+    pub next_tick: Duration,
     /// Bytes to reclaim: back to the low mark, and while allocation streams at least
     /// the allocation of one batch period (see [`ReclaimConfig::batch_period`];
     /// not while backing off); at most the reclaimable bytes; 0 when idle.
@@ -480,6 +532,9 @@ pub struct ReclaimScheduler {
     /// The previous period's turnaround, its source and whether it was a lower bound.
     prev_turnaround: Option<(f64, TurnaroundSource, bool)>,
     backoff_left: u32,
+    /// The previous decision asked for an idle tick: the gap since is not a tick of
+    /// the high mark.
+    idle_planned: bool,
     /// Adapt periods in which turnaround fell, since start.
     backoffs: u64,
 }
@@ -586,6 +641,7 @@ impl ReclaimScheduler {
             period_start: None,
             prev_turnaround: None,
             backoff_left: 0,
+            idle_planned: false,
             backoffs: 0,
         })
     }
@@ -691,7 +747,13 @@ impl ReclaimScheduler {
         }
 
         let batch_time = cfg.batch_bytes as f64 / self.worker_rate;
-        let tick = dt.as_secs_f64();
+        // The high mark covers allocation over one engaged tick; after an idle tick the
+        // gap was long only because the margin was (see `next_tick`).
+        let tick = if self.idle_planned {
+            cfg.tick.as_secs_f64()
+        } else {
+            dt.as_secs_f64()
+        };
         let limit = obs.limit_bytes as f64;
         let max_low = cfg.max_low_ratio * limit;
         let high_for = |burst: f64| {
@@ -790,8 +852,22 @@ impl ReclaimScheduler {
             };
             (to_low.max(ahead) as u64).min(obs.reclaimable_bytes)
         };
+        let margin = h - low;
+        let idle_ok = workers == 0
+            && (state != ReclaimState::Idle
+                || margin
+                    >= IDLE_MARGIN_FACTOR
+                        * self
+                            .burst_rate
+                            .max(self.alloc_rate)
+                            .max(self.worker_rate)
+                            .max(0.0)
+                        * cfg.idle_tick.as_secs_f64());
+        let next_tick = if idle_ok { cfg.idle_tick } else { cfg.tick };
+        self.idle_planned = idle_ok;
         ReclaimDecision {
             workers,
+            next_tick,
             target_bytes,
             batch_bytes,
             headroom_bytes: headroom,
@@ -843,6 +919,88 @@ mod tests {
             ..Default::default()
         })
         .unwrap()
+    }
+
+    #[test]
+    fn an_idle_node_is_looked_at_every_idle_tick_a_busy_one_every_tick() {
+        let cfg = ReclaimConfig::default();
+        // 3 GiB of headroom, nothing allocated: idle ticks.
+        let mut s = sched();
+        let mut t = ms(0);
+        for _ in 0..10 {
+            let d = s.step(t, &obs(GIB));
+            assert_eq!(d.state, ReclaimState::Idle);
+            assert_eq!(d.next_tick, cfg.idle_tick);
+            t += d.next_tick;
+        }
+        // Allocation streaming at 2 GiB/s (400 MiB per idle tick): once the margin
+        // above the low mark is less than IDLE_MARGIN_FACTOR idle ticks' worth of the
+        // burst (800 MiB), the controller looks every tick, idle or not.
+        let mut used = GIB;
+        let mut busy = None;
+        for _ in 0..10 {
+            used += 400 * MIB;
+            let d = s.step(t, &obs(used.min(3 * GIB + 512 * MIB)));
+            t += d.next_tick;
+            if d.next_tick == cfg.tick {
+                busy = Some(d);
+                break;
+            }
+        }
+        let d = busy.expect("streaming allocation brings the tick back to 20 ms");
+        let margin = d.headroom_bytes as f64 - d.low_mark_bytes as f64;
+        let idle_allocation = IDLE_MARGIN_FACTOR * d.burst_rate * cfg.idle_tick.as_secs_f64();
+        assert!(margin < idle_allocation || d.workers > 0);
+        // Workers wanted: always the engaged tick.
+        let mut s = sched();
+        let near_limit = 4 * GIB - 8 * MIB;
+        let d = s.step(ms(0), &obs(near_limit));
+        let d2 = s.step(ms(0) + d.next_tick, &obs(near_limit));
+        assert!(d2.workers > 0);
+        assert_eq!(d2.next_tick, cfg.tick);
+        // Nothing to reclaim: no point in looking often.
+        let mut s = sched();
+        let none = ReclaimObservation {
+            reclaimable_bytes: 0,
+            ..obs(near_limit)
+        };
+        assert_eq!(s.step(ms(0), &none).next_tick, cfg.idle_tick);
+    }
+
+    #[test]
+    fn an_idle_gap_does_not_widen_the_high_mark() {
+        // The same steady 100 MiB/s allocation seen every 20 ms and every 200 ms (the
+        // idle tick): the high mark's tick term is the engaged tick in both.
+        let run = |gap: u64| {
+            let mut s = sched();
+            let mut used = 512 * MIB;
+            let mut last = None;
+            for i in 0..40u64 {
+                used += 100 * MIB * gap / 1000;
+                last = Some(s.step(ms(gap * i), &obs(used)));
+            }
+            last.unwrap()
+        };
+        let fast = run(20);
+        let slow = run(200);
+        assert_eq!(slow.next_tick, ReclaimConfig::default().idle_tick);
+        let rel = (slow.high_mark_bytes as f64 - fast.high_mark_bytes as f64).abs()
+            / fast.high_mark_bytes as f64;
+        assert!(
+            rel < 0.05,
+            "high mark {} after idle ticks against {} after ticks",
+            slow.high_mark_bytes,
+            fast.high_mark_bytes
+        );
+    }
+
+    #[test]
+    fn idle_tick_shorter_than_tick_is_refused() {
+        let bad = ReclaimConfig {
+            idle_tick: ms(10),
+            ..Default::default()
+        };
+        assert!(ReclaimScheduler::new(bad).is_err());
     }
 
     #[test]
