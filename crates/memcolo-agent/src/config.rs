@@ -249,8 +249,14 @@ impl Default for EventsSection {
 pub struct ReclaimSection {
     /// Run the reclaim scheduler and its workers. Default false.
     pub enabled: bool,
-    /// Scheduler tick in milliseconds. Default 20.
+    /// Scheduler tick while reclaim is engaged, milliseconds (the high mark covers
+    /// the allocation of one). Default 20.
     pub tick_ms: u64,
+    /// Scheduler tick while idle with margin, milliseconds (at least `tick_ms`): no
+    /// worker is wanted and the headroom above the low mark covers twice the burst
+    /// allocation of one idle tick (`memcolo_policy::hermit::ReclaimDecision::next_tick`).
+    /// Default 200.
+    pub idle_tick_ms: u64,
     /// CPU budget in workers. Default: the number of CPUs no LC process is confined
     /// to (at least 1), so reclaim never takes an LC core.
     pub max_workers: Option<u32>,
@@ -326,7 +332,8 @@ impl Default for ReclaimSection {
         let sampler = crate::reclaim::turnaround::TurnaroundConfig::default();
         ReclaimSection {
             enabled: false,
-            tick_ms: 20,
+            tick_ms: p.tick.as_millis() as u64,
+            idle_tick_ms: p.idle_tick.as_millis() as u64,
             max_workers: None,
             batch_bytes: p.batch_bytes,
             max_batch_bytes: p.max_batch_bytes,
@@ -370,6 +377,8 @@ impl ReclaimSection {
             backoff_periods: self.backoff_periods,
             adapt_period: Duration::from_millis(self.adapt_period_ms),
             min_turnaround_samples: self.min_turnaround_samples,
+            tick: Duration::from_millis(self.tick_ms),
+            idle_tick: Duration::from_millis(self.idle_tick_ms),
             ..Default::default()
         }
     }
@@ -453,6 +462,12 @@ impl AgentConfig {
         let r = &self.reclaim;
         if r.tick_ms == 0 {
             return bad("reclaim.tick_ms must be at least 1".into());
+        }
+        if r.idle_tick_ms < r.tick_ms {
+            return bad(format!(
+                "reclaim.idle_tick_ms {} is below reclaim.tick_ms {}",
+                r.idle_tick_ms, r.tick_ms
+            ));
         }
         if let Some(n) = r.nice.filter(|n| !(0..=19).contains(n)) {
             return bad(format!("reclaim.nice {n} is not in 0..=19"));

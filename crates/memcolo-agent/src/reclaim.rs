@@ -77,6 +77,51 @@ pub struct ReclaimTarget {
     pub class: Class,
 }
 
+/// How often the reclaim targets are rebuilt when nothing in the snapshot changed them.
+const MEMBERSHIP_PERIOD: Duration = Duration::from_secs(10);
+
+/// What the target slots are built from: the targets (pid, start time, class), the
+/// LC processes and the CPUs the agent may use, as one snapshot gives them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Membership {
+    targets: Vec<(Pid, u64, Class)>,
+    lc_pids: BTreeSet<Pid>,
+    cpus: Option<Vec<usize>>,
+}
+
+impl Membership {
+    fn of(snap: &NodeSnapshot) -> Membership {
+        let mut targets: Vec<(Pid, u64, Class)> = snap
+            .targets
+            .iter()
+            .map(|t| (t.pid(), t.process.starttime_ticks(), t.class))
+            .collect();
+        targets.sort_unstable_by_key(|t| t.0);
+        Membership {
+            targets,
+            lc_pids: snap.lc_pids.clone(),
+            cpus: snap.cpus.clone(),
+        }
+    }
+}
+
+/// Where a target's reclaimable bytes are read: its memory cgroup's usage, or a
+/// process's RSS as the latest snapshot has it.
+#[derive(Clone, Debug)]
+enum Source {
+    Cgroup(MemoryCgroup),
+    Process(Pid),
+}
+
+impl Source {
+    fn bytes(&self, snap: &NodeSnapshot) -> u64 {
+        match self {
+            Source::Cgroup(cg) => cg.read_usage_bytes().unwrap_or(0),
+            Source::Process(pid) => snap.rss_bytes.get(pid).copied().unwrap_or(0),
+        }
+    }
+}
+
 impl ReclaimTarget {
     pub fn pid(&self) -> Pid {
         self.process.pid()
@@ -732,6 +777,10 @@ struct Controller {
     last_failures: Option<u64>,
     last_removed: Option<u64>,
     last_refresh: Option<Instant>,
+    /// What the target slots were last built from, and when (see [`Membership`]).
+    membership: Option<(Membership, Instant)>,
+    /// Where the reclaimable bytes of the current targets are read from.
+    sources: Vec<Source>,
     /// Where the core's snapshots arrive, and the latest one taken.
     snapshots: SnapshotRx,
     snap: Arc<NodeSnapshot>,
@@ -746,6 +795,8 @@ struct Controller {
     /// The sampled distribution as of the last poll, published with the decision it
     /// steered so that a status snapshot is consistent.
     sampled_summary: Option<TurnaroundSummary>,
+    /// When the previous step ran (the controller's clock).
+    last_step: Option<Duration>,
 }
 
 #[derive(Default)]
@@ -784,6 +835,8 @@ impl Controller {
             last_failures: None,
             last_removed: None,
             last_refresh: None,
+            membership: None,
+            sources: Vec::new(),
             snap: snapshots.latest(),
             snapshots,
             reclaimable: 0,
@@ -801,16 +854,17 @@ impl Controller {
             pages: ProcPages::new(ProcFs::new(cfg.procfs.clone())),
             sample_cpu: Duration::ZERO,
             sampled_summary: None,
+            last_step: None,
         })
     }
 
     fn run(mut self, sh: Arc<Shared>) {
-        let tick = Duration::from_millis(self.cfg.reclaim.tick_ms);
         let epoch = Instant::now();
         let mut next = Instant::now();
         while !sh.stop.load(Ordering::SeqCst) {
-            self.tick(&sh, epoch.elapsed());
-            next += tick;
+            // The scheduler says when to look again: every `tick_ms` while engaged,
+            // every `idle_tick_ms` while idle with margin (hermit `next_tick`).
+            next += self.tick(&sh, epoch.elapsed());
             let now = Instant::now();
             if next > now {
                 std::thread::sleep(next - now);
@@ -866,6 +920,22 @@ impl Controller {
             self.snap = f;
         }
         self.last_refresh = Some(Instant::now());
+        // The slots are rebuilt (cgroups read and proved, LC files listed, CPU masks
+        // read: the reclaim thread's costliest work with many processes) only when the
+        // registry's targets, LC processes or CPUs changed, a target died, or every
+        // MEMBERSHIP_PERIOD (a process may move to another cgroup or open other
+        // files); otherwise only the reclaimable bytes are brought up to date.
+        let key = Membership::of(&self.snap);
+        let dead = !sh.pool.lock().unwrap().dead.is_empty();
+        let stale = match &self.membership {
+            Some((k, at)) => *k != key || at.elapsed() >= MEMBERSHIP_PERIOD,
+            None => true,
+        };
+        if !stale && !dead {
+            self.reclaimable = self.sources.iter().map(|s| s.bytes(&self.snap)).sum();
+            return;
+        }
+        self.membership = Some((key, Instant::now()));
         let rc = &self.cfg.reclaim;
         let scope_path = match &self.scope {
             Scope::Cgroup(cg) => Some(cg.path().to_path_buf()),
@@ -980,12 +1050,12 @@ impl Controller {
         if busy == 0 {
             p.slots.retain(|s| s.is_some());
         }
-        let mut reclaimable = 0u64;
+        let mut sources = Vec::with_capacity(wanted.len());
         for (id, (class, cg, proc_)) in wanted {
             if let Some((cg, _)) = &cg {
-                reclaimable += cg.read_usage_bytes().unwrap_or(0);
+                sources.push(Source::Cgroup(cg.clone()));
             } else if let Some(p) = &proc_ {
-                reclaimable += self.snap.rss_bytes.get(&p.pid()).copied().unwrap_or(0);
+                sources.push(Source::Process(p.pid()));
             }
             if have.contains(&id) || dead.contains(&id) {
                 continue;
@@ -1006,7 +1076,8 @@ impl Controller {
                 watch,
             }));
         }
-        self.reclaimable = reclaimable;
+        self.reclaimable = sources.iter().map(|s| s.bytes(&self.snap)).sum();
+        self.sources = sources;
         let mut target_cpus = BTreeSet::new();
         for t in &self.snap.targets {
             if let Some(c) = affinity_of(t.pid()) {
@@ -1131,7 +1202,9 @@ impl Controller {
         self.sampled_summary = Some(summary);
     }
 
-    fn tick(&mut self, sh: &Shared, now: Duration) {
+    /// One controller step; returns how long until the next.
+    fn tick(&mut self, sh: &Shared, now: Duration) -> Duration {
+        let engaged = Duration::from_millis(self.cfg.reclaim.tick_ms);
         self.refresh(sh);
         self.sample(sh);
         let cpus = sh.pool.lock().unwrap().place.cpus.clone();
@@ -1145,7 +1218,7 @@ impl Controller {
                 sh.log_once(format!("sense:{e}"), || {
                     format!("reclaim: cannot sense the scope: {e}")
                 });
-                return;
+                return engaged;
             }
         };
         let (budget, active) = {
@@ -1185,10 +1258,17 @@ impl Controller {
         if desired > 0 {
             sh.cv.notify_all();
         }
-        let dt = self.cfg.reclaim.tick_ms as f64 / 1000.0;
-        let w = 1.0 - (-dt / 1.0f64).exp();
-        self.totals.refault_rate += w * (obs.swapin_bytes as f64 / dt - self.totals.refault_rate);
+        // The refault rate over the time since the previous step (ticks vary).
+        let dt = now
+            .saturating_sub(self.last_step.replace(now).unwrap_or(now))
+            .as_secs_f64();
+        if dt > 0.0 {
+            let w = 1.0 - (-dt / 1.0f64).exp();
+            self.totals.refault_rate +=
+                w * (obs.swapin_bytes as f64 / dt - self.totals.refault_rate);
+        }
         self.publish(sh, &d, budget, desired, active, obs.swapin_bytes);
+        d.next_tick
     }
 
     fn publish(
