@@ -370,16 +370,21 @@ fn a_be_registration_never_kills_a_set_user_id_program() {
     };
     // Nobody reaps the set-user-ID child (its parent is killed): the test ends it.
     let _suid_child_guard = Reaped(memcolo_linux::pidfd::pidfd_open(suid_child as i32).unwrap());
-    // Above top: the holder, as root, in the scope.
-    let holder = Command::new(PYTHON)
+    // Above top: the holder, as root, in the scope. It joins the scope before it
+    // starts (a v1 group is charged only for pages touched while in it: moved after
+    // its allocation, as a loaded machine once had it, it charged nothing there).
+    let holder = Command::new("sh")
         .args([
             "-c",
+            &format!(
+                "echo $$ > {}/cgroup.procs && exec {PYTHON} -c \"$0\"",
+                scratch.0.display()
+            ),
             "import sys,time\nb=bytearray(48<<20)\nfor i in range(0,len(b),4096): b[i]=1\nprint('held',flush=True)\ntime.sleep(600)",
         ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::fs::write(scratch.0.join("cgroup.procs"), holder.id().to_string()).unwrap();
     procs.0.push(holder);
     // The plain BE process is killed: the kill path ran.
     wait_for(
