@@ -86,6 +86,7 @@
 
 use crate::error::PolicyError;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Tunables of [`ReclaimScheduler`]. Defaults in [`ReclaimConfig::default`].
@@ -889,6 +890,40 @@ impl ReclaimScheduler {
             state,
         }
     }
+}
+
+/// Where the workers run: `cpus` (`None`: anywhere) at nice `nice`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerPlacement {
+    pub cpus: Option<Vec<usize>>,
+    pub nice: i32,
+}
+
+/// The reclaim workers' placement (memcolo's; Hermit's "how many cores" leaves
+/// *which* cores to the system). CPUs: the agent's own (off the LC processes' CPUs) when
+/// the core confined it; with no LC process at all, the CPUs the reclaim targets are
+/// not confined to (a BE job pinned to some CPUs is the one whose faults the workers
+/// unblock: reclaiming beside it on its own CPU would only take its time), when there
+/// are any; else anywhere. Nice: the configured value, else 0 when the workers cannot
+/// meet an LC thread (confined off LC CPUs, or no LC process registered) and 10 when
+/// they may share a CPU with one.
+pub fn worker_placement(
+    configured_nice: Option<i32>,
+    agent_cpus: &Option<Vec<usize>>,
+    lc_present: bool,
+    target_cpus: &BTreeSet<usize>,
+    online: usize,
+) -> WorkerPlacement {
+    let cpus = match agent_cpus {
+        Some(c) => Some(c.clone()),
+        None if !lc_present && !target_cpus.is_empty() => {
+            let free: Vec<usize> = (0..online).filter(|c| !target_cpus.contains(c)).collect();
+            (!free.is_empty()).then_some(free)
+        }
+        None => None,
+    };
+    let nice = configured_nice.unwrap_or(if cpus.is_some() || !lc_present { 0 } else { 10 });
+    WorkerPlacement { cpus, nice }
 }
 
 #[cfg(test)]
@@ -1889,5 +1924,64 @@ mod tests {
         // At rest nothing is reclaimed, whatever the batch.
         let d = s.step(ms(3000), &obs(GIB));
         assert_eq!((d.workers, d.target_bytes), (0, 0));
+    }
+
+    #[test]
+    fn workers_yield_only_when_they_may_share_an_lc_cpu() {
+        let none = BTreeSet::new();
+        let cpu0: BTreeSet<usize> = [0].into();
+        // Confined off the LC CPUs: there, and nice 0.
+        let p = worker_placement(None, &Some(vec![1]), true, &cpu0, 2);
+        assert_eq!(
+            p,
+            WorkerPlacement {
+                cpus: Some(vec![1]),
+                nice: 0
+            }
+        );
+        // LC processes may run anywhere: anywhere, yielding to them.
+        let p = worker_placement(None, &None, true, &cpu0, 2);
+        assert_eq!(
+            p,
+            WorkerPlacement {
+                cpus: None,
+                nice: 10
+            }
+        );
+        // The configured nice value wins.
+        assert_eq!(
+            worker_placement(Some(5), &Some(vec![1]), true, &none, 2).nice,
+            5
+        );
+    }
+
+    #[test]
+    fn with_no_lc_workers_run_beside_the_jobs_they_serve_not_on_their_cpus() {
+        let cpu0: BTreeSet<usize> = [0].into();
+        // A BE job pinned to CPU 0 and no LC process: the workers take CPU 1 at nice 0.
+        let p = worker_placement(None, &None, false, &cpu0, 2);
+        assert_eq!(
+            p,
+            WorkerPlacement {
+                cpus: Some(vec![1]),
+                nice: 0
+            }
+        );
+        // Jobs that may run on every CPU leave none to prefer: anywhere, still nice 0.
+        let all: BTreeSet<usize> = [0, 1].into();
+        assert_eq!(
+            worker_placement(None, &None, false, &all, 2),
+            WorkerPlacement {
+                cpus: None,
+                nice: 0
+            }
+        );
+        assert_eq!(
+            worker_placement(None, &None, false, &BTreeSet::new(), 4),
+            WorkerPlacement {
+                cpus: None,
+                nice: 0
+            }
+        );
     }
 }
