@@ -247,7 +247,8 @@ impl Default for EventsSection {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReclaimSection {
-    /// Run the reclaim scheduler and its workers. Default false.
+    /// Run the reclaim scheduler and its workers. Default true (README, "Why reclaim
+    /// is on by default").
     pub enabled: bool,
     /// Scheduler tick while reclaim is engaged, milliseconds (the high mark covers
     /// the allocation of one). Default 20.
@@ -331,7 +332,7 @@ impl Default for ReclaimSection {
         let p = memcolo_policy::hermit::ReclaimConfig::default();
         let sampler = crate::reclaim::turnaround::TurnaroundConfig::default();
         ReclaimSection {
-            enabled: false,
+            enabled: true,
             tick_ms: p.tick.as_millis() as u64,
             idle_tick_ms: p.idle_tick.as_millis() as u64,
             max_workers: None,

@@ -271,12 +271,21 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let min_gap = Duration::from_millis(cfg.events.min_gap_ms);
     let socket = cfg.socket.clone();
     let limits = cfg.limits.clone();
+    let mut mechanisms = mechanisms::Mechanisms::from_config(&cfg);
+    // Reclaim is on by default too: where it cannot start, the agent runs without it
+    // and says why.
     let reclaim = if cfg.reclaim.enabled {
-        Some(reclaim::ReclaimService::start(&cfg, metrics.clone())?)
+        match reclaim::ReclaimService::start(&cfg, metrics.clone()) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(error = %e, "Hermit reclaim cannot start; running without it");
+                mechanisms.reclaim = mechanisms::Switch::Off(format!("cannot start: {e}"));
+                None
+            }
+        }
     } else {
         None
     };
-    let mut mechanisms = mechanisms::Mechanisms::from_config(&cfg);
     // Tiering is on by default: where it cannot run, the agent runs without it and
     // says why (status `mechanisms_off`).
     let tier = if cfg.tier.enabled {

@@ -7,7 +7,7 @@
 //!   as the last resort. The agent's core; always on.
 //! - `advice`: Hermes' file-cache advice for BE processes (Hermes §3.3),
 //!   `hermes.enabled`, on by default.
-//! - `reclaim`: Hermit's asynchronous reclaim (NSDI'23), `reclaim.enabled`, off by
+//! - `reclaim`: Hermit's asynchronous reclaim (NSDI'23), `reclaim.enabled`, on by
 //!   default.
 //! - `tier`: MaxMem tiering (`tier.sock`), `tier.enabled`, on by default; it acts
 //!   only on processes that hand it their regions.
@@ -80,7 +80,7 @@ impl Mechanisms {
         ]
     }
 
-    /// `{"m3": true, "advice": true, "reclaim": false, "tier": true}`.
+    /// `{"m3": true, "advice": true, "reclaim": true, "tier": false}`.
     pub fn json(&self) -> Value {
         let m: Map<String, Value> = self
             .entries()
@@ -90,7 +90,7 @@ impl Mechanisms {
         Value::Object(m)
     }
 
-    /// The reason of each mechanism that is off: `{"reclaim": "reclaim.enabled = false"}`.
+    /// The reason of each mechanism that is off: `{"tier": "tier.enabled = false"}`.
     pub fn off_json(&self) -> Value {
         let m: Map<String, Value> = self
             .entries()
@@ -104,8 +104,8 @@ impl Mechanisms {
     }
 
     /// One line naming every mechanism and whether it runs, for the start-up log:
-    /// `M3 monitor on; Hermes file-cache advice on; Hermit reclaim off (reclaim.enabled
-    /// = false); MaxMem tiering on; allocator (libmemcolo) per process: ...`.
+    /// `M3 monitor on; Hermes file-cache advice on; Hermit reclaim on; MaxMem tiering
+    /// off (tier.enabled = false); allocator (libmemcolo) per process: ...`.
     pub fn summary(&self) -> String {
         let mut parts: Vec<String> = self
             .entries()
@@ -125,23 +125,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_run_m3_advice_and_tier_but_not_reclaim() {
+    fn defaults_run_every_mechanism() {
         let m = Mechanisms::from_config(&AgentConfig::default());
         assert_eq!(
             m.json(),
-            json!({"m3": true, "advice": true, "reclaim": false, "tier": true})
+            json!({"m3": true, "advice": true, "reclaim": true, "tier": true})
         );
-        assert_eq!(m.off_json(), json!({"reclaim": "reclaim.enabled = false"}));
+        assert_eq!(m.off_json(), json!({}));
         let line = m.summary();
         for w in [
             "M3 monitor on",
             "Hermes file-cache advice on",
-            "Hermit reclaim off (reclaim.enabled = false)",
+            "Hermit reclaim on",
             "MaxMem tiering on",
             "allocator (libmemcolo)",
         ] {
             assert!(line.contains(w), "{line}");
         }
+        let mut cfg = AgentConfig::default();
+        cfg.reclaim.enabled = false;
+        let m = Mechanisms::from_config(&cfg);
+        assert_eq!(m.off_json(), json!({"reclaim": "reclaim.enabled = false"}));
+        assert!(
+            m.summary()
+                .contains("Hermit reclaim off (reclaim.enabled = false)"),
+            "{}",
+            m.summary()
+        );
     }
 
     #[test]

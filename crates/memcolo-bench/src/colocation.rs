@@ -37,7 +37,9 @@ use crate::zram::ZramSwap;
 pub enum Mode {
     /// The kernel alone: cgroup limit, reclaim and swap, no agent.
     Kernel,
-    /// `memcolo agent` managing the node, Redis registered as LC, the jobs as BE.
+    /// `memcolo agent` with its defaults managing the node (every mechanism that is on
+    /// by default: M3, Hermes advice, Hermit reclaim, the tier service), Redis
+    /// registered as LC, the jobs as BE.
     Agent,
     /// The kernel alone with raised watermarks (`vm.watermark_scale_factor` = 1000,
     /// `vm.min_free_kbytes` = 2 % of RAM; restored after the run). Host-level kswapd

@@ -39,8 +39,8 @@ struct SocketArg {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run the node agent (as root): M3 monitor, Hermes file-cache advice, MaxMem
-    /// tiering, Hermit reclaim (off by default), registry, metrics.
+    /// Run the node agent (as root): M3 monitor, Hermes file-cache advice, Hermit
+    /// reclaim, MaxMem tiering, registry, metrics.
     ///
     /// memcolo's five mechanisms, and their defaults:
     ///
@@ -51,8 +51,8 @@ enum Cmd {
     ///   Hermes file-cache advice (on; --no-advice, [hermes] enabled): drops BE
     ///   processes' page cache, largest file first, once used memory passes adv_thr.
     ///
-    ///   Hermit reclaim (off; --reclaim, [reclaim] enabled): worker threads reclaim BE
-    ///   memory ahead of demand so that LC processes never reclaim on their own
+    ///   Hermit reclaim (on; --no-reclaim, [reclaim] enabled): worker threads reclaim
+    ///   BE memory ahead of demand so that LC processes never reclaim on their own
     ///   allocation path.
     ///
     ///   MaxMem tiering (on; --no-tier, [tier] enabled): serves tier.sock next to the
@@ -189,7 +189,7 @@ struct AgentArgs {
     /// Do not run Hermes file-cache advice.
     #[arg(long, overrides_with = "advice")]
     no_advice: bool,
-    /// Run Hermit asynchronous reclaim (default off; `[reclaim] enabled`).
+    /// Run Hermit asynchronous reclaim (default on; `[reclaim] enabled`).
     #[arg(long, overrides_with = "no_reclaim")]
     reclaim: bool,
     /// Do not run Hermit asynchronous reclaim.

@@ -75,7 +75,7 @@ fn turnaround_line(t: &Value) -> String {
     )
 }
 
-/// `mechanisms: m3 on  advice on  reclaim off (reclaim.enabled = false)  tier on`,
+/// `mechanisms: m3 on  advice on  reclaim on  tier off (tier.enabled = false)`,
 /// from the status's `mechanisms` and `mechanisms_off`; `None` from an agent that
 /// reports neither.
 fn mechanisms_line(s: &Value) -> Option<String> {

@@ -77,7 +77,7 @@ fn print_config_is_the_defaults_and_the_example_file_names_every_field_it_prints
 #[test]
 fn mechanism_switches_apply_on_top_of_the_file_and_the_last_wins() {
     let (_, d) = print_config(&[]);
-    assert!(d.hermes.enabled && d.tier.enabled && !d.reclaim.enabled);
+    assert!(d.hermes.enabled && d.tier.enabled && d.reclaim.enabled);
     let (_, c) = print_config(&["--no-advice", "--reclaim", "--no-tier"]);
     assert!(!c.hermes.enabled && c.reclaim.enabled && !c.tier.enabled);
     let (_, c) = print_config(&["--no-tier", "--tier", "--reclaim", "--no-reclaim"]);
@@ -107,7 +107,7 @@ fn agent_help_names_the_five_mechanisms_and_their_defaults() {
     for w in [
         "M3 monitor (always on)",
         "Hermes file-cache advice (on; --no-advice",
-        "Hermit reclaim (off; --reclaim",
+        "Hermit reclaim (on; --no-reclaim",
         "MaxMem tiering (on; --no-tier",
         "Allocator (libmemcolo",
         "LD_PRELOAD",
@@ -152,7 +152,7 @@ fn start_agent_with(dir: &Path, config: &Path, args: &[&str]) -> std::process::C
 #[test]
 fn a_running_agent_names_its_mechanisms_in_its_log_and_status() {
     common::require_root();
-    // Defaults: M3, advice and tiering on, reclaim off; tier.sock beside agent.sock.
+    // Defaults: every mechanism on; tier.sock beside agent.sock.
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("agent.sock");
     let mut agent = start_agent(dir.path(), &[]);
@@ -167,20 +167,16 @@ fn a_running_agent_names_its_mechanisms_in_its_log_and_status() {
     let _ = agent.wait();
     assert_eq!(
         st["mechanisms"],
-        serde_json::json!({"m3": true, "advice": true, "reclaim": false, "tier": true}),
+        serde_json::json!({"m3": true, "advice": true, "reclaim": true, "tier": true}),
         "{st}"
     );
-    assert_eq!(
-        st["mechanisms_off"],
-        serde_json::json!({"reclaim": "reclaim.enabled = false"})
-    );
+    assert_eq!(st["mechanisms_off"], serde_json::json!({}));
     assert!(tier_sock, "no tier.sock beside the agent's socket");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.lines()
             .take(3)
-            .any(|l| l
-                == "mechanisms: m3 on  advice on  reclaim off (reclaim.enabled = false)  tier on"),
+            .any(|l| l == "mechanisms: m3 on  advice on  reclaim on  tier on"),
         "{text}"
     );
     let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap();
@@ -191,7 +187,7 @@ fn a_running_agent_names_its_mechanisms_in_its_log_and_status() {
     for w in [
         "M3 monitor on",
         "Hermes file-cache advice on",
-        "Hermit reclaim off (reclaim.enabled = false)",
+        "Hermit reclaim on",
         "MaxMem tiering on",
         "allocator (libmemcolo)",
     ] {
@@ -201,7 +197,7 @@ fn a_running_agent_names_its_mechanisms_in_its_log_and_status() {
     // Switched off from the command line: no tier.sock, and status says why.
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("agent.sock");
-    let mut agent = start_agent(dir.path(), &["--no-tier", "--no-advice"]);
+    let mut agent = start_agent(dir.path(), &["--no-tier", "--no-advice", "--no-reclaim"]);
     let st = common::agent_status(EXE, &sock);
     let tier_sock = dir.path().join("tier.sock").exists();
     let _ = agent.kill();
@@ -212,6 +208,7 @@ fn a_running_agent_names_its_mechanisms_in_its_log_and_status() {
     );
     assert_eq!(st["mechanisms_off"]["tier"], "tier.enabled = false");
     assert_eq!(st["mechanisms_off"]["advice"], "hermes.enabled = false");
+    assert_eq!(st["mechanisms_off"]["reclaim"], "reclaim.enabled = false");
     assert!(!tier_sock, "tier.sock served with --no-tier");
 }
 
