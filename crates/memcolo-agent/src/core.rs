@@ -102,8 +102,10 @@ struct Outstanding {
 }
 
 /// Every process seen by one poll, with the parent → children index built once.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct ProcTable {
+    /// Every process of the machine was read (else only the registered trees).
+    full: bool,
     /// RSS of every process, in bytes.
     rss_bytes: HashMap<Pid, u64>,
     /// Start time of every process, clock ticks since boot: a descendant is acted on
@@ -135,6 +137,9 @@ impl ProcTable {
     }
 }
 
+/// Polls between two reads of the whole process table ([`Core::read_procs`]).
+const FULL_READ_POLLS: u64 = 10;
+
 /// The agent's state.
 pub struct Core {
     cfg: AgentConfig,
@@ -162,6 +167,9 @@ pub struct Core {
     state_path: PathBuf,
     scope_total_bytes: u64,
     last_sample: Option<ScopeSample>,
+    /// The last full process table ([`Core::read_procs`]): whose descendants the polls
+    /// between full reads follow.
+    last_full: Option<ProcTable>,
     seen: BTreeMap<Pid, Seen>,
     polls: u64,
     /// `now` of the last poll (status rates are taken at it).
@@ -246,6 +254,7 @@ impl Core {
             state_path,
             scope_total_bytes,
             last_sample: Some(sample),
+            last_full: None,
             seen: BTreeMap::new(),
             polls: 0,
             last_poll_at: Duration::ZERO,
@@ -723,7 +732,9 @@ impl Core {
         // Reclaim learns of a new target (or a new LC process to protect) now, not at
         // the next poll: a batch job starts allocating as soon as it is registered.
         if self.reclaim.is_some() {
-            let procs = self.read_procs();
+            // Only the registered trees: a burst of registrations must not read the
+            // whole process table once each.
+            let procs = self.read_procs_tracked();
             self.publish_reclaim_targets(&procs);
         }
         Reply::Registered { pid: target, class }
@@ -814,10 +825,15 @@ impl Core {
             }
         }
         self.collect_advice();
-        let procs = self.read_procs();
+        let mut procs = self.read_procs();
         let views = self.views(&procs);
         self.audit_reclaim(now);
         let actions = self.monitor.step(now, sample.working_set_bytes, &views);
+        // A kill takes the job's whole tree: read every process, so that a child forked
+        // since the last full read is not left behind.
+        if !procs.full && actions.iter().any(|a| matches!(a, Action::Kill { .. })) {
+            procs = self.read_procs_full();
+        }
         for a in actions {
             self.act(a, now, &procs);
         }
@@ -834,9 +850,60 @@ impl Core {
         }
     }
 
-    /// `/proc/PID/stat` of every process, for RSS of process trees.
+    /// The process table of this poll: every process's `/proc/PID/stat` every
+    /// [`FULL_READ_POLLS`] polls (a registered process's new children are found
+    /// then), and in between only the registered processes and the descendants the
+    /// last full read found ([`Core::read_procs_tracked`]). The full read costs a
+    /// `stat` of every process on the machine, registered or not: on a node of
+    /// thousands of processes it was most of the agent's CPU.
     fn read_procs(&mut self) -> ProcTable {
+        if self.last_full.is_none() || self.polls.is_multiple_of(FULL_READ_POLLS) {
+            self.read_procs_full()
+        } else {
+            self.read_procs_tracked()
+        }
+    }
+
+    /// The registered processes and the descendants the last full read found that are
+    /// still the same processes (start time) and still below a registered process.
+    fn read_procs_tracked(&mut self) -> ProcTable {
+        let Some(last) = self.last_full.as_ref() else {
+            return self.read_procs_full();
+        };
+        let mut want: Vec<Pid> = Vec::new();
+        for e in self.registry.iter() {
+            want.push(e.pid);
+            want.extend(last.tree(e.pid));
+        }
+        want.sort_unstable();
+        want.dedup();
         let mut t = ProcTable::default();
+        for pid in want {
+            let Ok(st) = self.procfs.read_pid_stat(pid) else {
+                continue;
+            };
+            // A pid the full read saw as another process is not followed.
+            if last
+                .starttime_ticks
+                .get(&pid)
+                .is_some_and(|s| *s != st.starttime_ticks)
+            {
+                continue;
+            }
+            t.rss_bytes
+                .insert(pid, st.rss_pages.saturating_mul(self.page_size));
+            t.starttime_ticks.insert(pid, st.starttime_ticks);
+            t.children.entry(st.ppid).or_default().push(pid);
+        }
+        t
+    }
+
+    /// `/proc/PID/stat` of every process, for RSS of process trees.
+    fn read_procs_full(&mut self) -> ProcTable {
+        let mut t = ProcTable {
+            full: true,
+            ..Default::default()
+        };
         let pids = match self.procfs.pids() {
             Ok(p) => p,
             Err(e) => {
@@ -854,6 +921,7 @@ impl Core {
                 t.children.entry(st.ppid).or_default().push(pid);
             }
         }
+        self.last_full = Some(t.clone());
         t
     }
 
@@ -1217,7 +1285,7 @@ impl Core {
     /// registered targets, the LC process trees and the CPUs it may use.
     pub fn attach_reclaim(&mut self, link: crate::reclaim::ReclaimLink) {
         self.reclaim = Some(link);
-        let procs = self.read_procs();
+        let procs = self.read_procs_tracked();
         self.publish_reclaim_targets(&procs);
     }
 

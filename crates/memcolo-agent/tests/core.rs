@@ -534,6 +534,39 @@ fn above_top_only_be_is_killed_and_only_after_kill_after() {
     assert_eq!(h.core.status_json()["counters"]["kills"], 1);
 }
 
+#[test]
+fn a_child_forked_between_full_process_reads_is_killed_with_its_job() {
+    // Between full reads of the process table the polls follow only the registered
+    // trees; a kill must still take a child the job forked since the last full read.
+    let mut h = harness(|c| c.m3.kill_after_s = 30);
+    h.proc_.add(200, 1, "batch", 200, 2_000_000);
+    register(
+        &mut h.core,
+        1,
+        &ROOT,
+        Some(200),
+        Class::Be,
+        NotifyMode::None,
+    );
+    h.proc_.set_meminfo(64 * GIB, GIB); // above the 62 GiB top
+    for s in 0..30 {
+        h.core.poll(Duration::from_secs(100 + s), Trigger::Tick);
+    }
+    h.proc_.add(202, 200, "late-worker", 290, 1_000);
+    h.core.poll(Duration::from_secs(131), Trigger::Tick);
+    let mut kills: Vec<Pid> = h
+        .act
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            ActuatorCall::Kill { pid, .. } => Some(*pid),
+            _ => None,
+        })
+        .collect();
+    kills.sort_unstable();
+    assert_eq!(kills, vec![200, 202]);
+}
+
 /// A real `sleep` holding `files` open (descriptors 3, 4, ...), killed on drop.
 struct Holder(std::process::Child);
 
