@@ -172,6 +172,12 @@ struct RepOutcome {
     summary: CostSummary,
     threads: Vec<ThreadCost>,
     samples: Vec<CostSample>,
+    /// The machine's 1-minute load average at the end of the window, and the share of
+    /// all CPUs' time stolen by the host during it, percent: how disturbed the run was
+    /// (the agent's CPU time is its own, but a busy machine makes each of its system
+    /// calls dearer).
+    load_1m: Option<f64>,
+    steal_pct: Option<f64>,
 }
 
 /// Runs the measurement; `memcolo_exe` is the `memcolo` binary.
@@ -222,13 +228,13 @@ pub fn run(args: &AgentCostArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
     }
     write_file(&out, "samples.csv", &csv)?;
     let mut sum_csv = String::from(
-        "rep,procs,duration_s,mechanisms,cpu_pct,rss_mean_mib,rss_max_mib,hwm_mib,target_cpu_pct,target_rss_mib\n",
+        "rep,procs,duration_s,mechanisms,cpu_pct,rss_mean_mib,rss_max_mib,hwm_mib,target_cpu_pct,target_rss_mib,load_1m,steal_pct\n",
     );
     for (i, r) in reps.iter().enumerate() {
         let s = &r.summary;
         let _ = writeln!(
             sum_csv,
-            "{},{},{},{:?},{:.3},{:.2},{:.2},{:.2},{},{}",
+            "{},{},{},{:?},{:.3},{:.2},{:.2},{:.2},{},{},{},{}",
             i + 1,
             args.procs,
             args.duration_s,
@@ -238,7 +244,9 @@ pub fn run(args: &AgentCostArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
             s.rss_max_mib,
             s.hwm_mib,
             TARGET_CPU_PCT,
-            TARGET_RSS_MIB
+            TARGET_RSS_MIB,
+            r.load_1m.map_or(String::new(), |l| format!("{l:.2}")),
+            r.steal_pct.map_or(String::new(), |s| format!("{s:.2}")),
         );
     }
     write_file(&out, "summary.csv", &sum_csv)?;
@@ -268,6 +276,18 @@ pub fn run(args: &AgentCostArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
         verdict(cpu_max <= TARGET_CPU_PCT),
         verdict(rss_max <= TARGET_RSS_MIB),
     );
+    table.push_str("\n| run | CPU, % of one core | RSS max, MiB | load (1 min) | steal, % |\n|---:|---:|---:|---:|---:|\n");
+    for (i, r) in reps.iter().enumerate() {
+        let _ = writeln!(
+            table,
+            "| {} | {:.3} | {:.2} | {} | {} |",
+            i + 1,
+            r.summary.cpu_pct,
+            r.summary.rss_max_mib,
+            r.load_1m.map_or("-".into(), |l| format!("{l:.2}")),
+            r.steal_pct.map_or("-".into(), |s| format!("{s:.2}")),
+        );
+    }
     // Threads by their median share, for where the CPU goes.
     let mut names: Vec<&str> = reps
         .iter()
@@ -300,7 +320,8 @@ pub fn run(args: &AgentCostArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
         "# Agent cost\n\n{} on `{}`, {} CPUs. Command: `{}`\n\n`memcolo agent` managing a scratch cgroup node with {} registered processes \
          (classes be, elastic, lc in turn; each a shell holding 1 MiB), {mechanisms}, default poll interval, sampled every 1 s for {} s, \
          {} repetitions (a fresh agent and fresh processes each): CPU = (utime+stime) / wall time of all the agent's threads; RSS from \
-         /proc/<pid>/status; per-thread CPU from /proc/<pid>/task/*/stat.\n\n{table}\nRaw: `samples.csv`, `summary.csv`, `threads.csv`, \
+         /proc/<pid>/status; per-thread CPU from /proc/<pid>/task/*/stat. A run with a 1-minute load above 1 or steal above 1 % \
+         was disturbed by other work: the same work then costs more CPU time; repeat it on a quiet machine.\n\n{table}\nRaw: `samples.csv`, `summary.csv`, `threads.csv`, \
          `agent-<rep>.log`, `events-<rep>.jsonl`.\n",
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
         hostname(),
@@ -392,6 +413,8 @@ fn run_once(
     let ticks = process::clock_ticks_per_s();
     let start = Instant::now();
     let threads0 = thread_ticks(agent.pid());
+    let all_cpus: Vec<usize> = (0..process::online_cpus()).collect();
+    let steal0 = process::read_cpus_busy_steal_ticks(&all_cpus).map(|(_, s)| s);
     let mut samples = Vec::new();
     let mut next = start;
     loop {
@@ -412,6 +435,13 @@ fn run_once(
     }
     let wall = start.elapsed().as_secs_f64();
     let threads1 = thread_ticks(agent.pid());
+    let steal_pct = match (steal0, process::read_cpus_busy_steal_ticks(&all_cpus)) {
+        (Some(a), Some((_, b))) => Some(
+            b.saturating_sub(a) as f64 / ticks as f64 / wall / all_cpus.len().max(1) as f64 * 100.0,
+        ),
+        _ => None,
+    };
+    let load_1m = process::loadavg_1m();
     let threads = threads1
         .iter()
         .map(|(name, t1)| ThreadCost {
@@ -431,6 +461,8 @@ fn run_once(
         summary,
         threads,
         samples,
+        load_1m,
+        steal_pct,
     })
 }
 
