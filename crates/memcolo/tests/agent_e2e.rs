@@ -35,26 +35,7 @@ impl Drop for Cleanup {
             let _ = c.kill();
             let _ = c.wait();
         }
-        for _ in 0..50 {
-            let mut pids = vec![];
-            for sub in ["", "lc", "be", "elastic"] {
-                let f = self.scope.join(sub).join("cgroup.procs");
-                if let Ok(t) = std::fs::read_to_string(&f) {
-                    pids.extend(t.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
-                }
-            }
-            if pids.is_empty() {
-                break;
-            }
-            for p in pids {
-                unsafe { libc::kill(p, libc::SIGKILL) };
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for sub in ["lc", "be", "elastic"] {
-            let _ = std::fs::remove_dir(self.scope.join(sub));
-        }
-        let _ = std::fs::remove_dir(&self.scope);
+        common::empty_and_remove_cgroup(&self.scope, &["lc", "be", "elastic"]);
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }

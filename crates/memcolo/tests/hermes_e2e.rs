@@ -252,21 +252,7 @@ impl Drop for Rig {
             let _ = c.kill();
             let _ = c.wait();
         }
-        for _ in 0..50 {
-            let pids: Vec<i32> = std::fs::read_to_string(self.scope.join("cgroup.procs"))
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect();
-            if pids.is_empty() {
-                break;
-            }
-            for p in pids {
-                unsafe { libc::kill(p, libc::SIGKILL) };
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = std::fs::remove_dir(&self.scope);
+        common::empty_and_remove_cgroup(&self.scope, &[]);
         let _ = std::fs::remove_dir_all(&self.work);
     }
 }

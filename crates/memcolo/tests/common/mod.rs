@@ -66,3 +66,30 @@ pub fn require_root() {
         "this test needs root: run it as root"
     );
 }
+
+/// Kills every process in the scratch memory cgroup `dir` and in its child groups
+/// `subs` (retrying for up to 5 s while they die), then removes the child groups and
+/// `dir`. For the tests' cleanup on every exit path; errors are ignored.
+#[allow(dead_code)]
+pub fn empty_and_remove_cgroup(dir: &Path, subs: &[&str]) {
+    for _ in 0..50 {
+        let mut pids: Vec<i32> = vec![];
+        for sub in std::iter::once("").chain(subs.iter().copied()) {
+            if let Ok(t) = std::fs::read_to_string(dir.join(sub).join("cgroup.procs")) {
+                pids.extend(t.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+        }
+        if pids.is_empty() {
+            break;
+        }
+        for p in pids {
+            // SAFETY: kill takes no pointers.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for sub in subs {
+        let _ = std::fs::remove_dir(dir.join(sub));
+    }
+    let _ = std::fs::remove_dir(dir);
+}
