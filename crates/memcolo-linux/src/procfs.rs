@@ -364,11 +364,19 @@ impl ProcFs {
             .collect())
     }
 
-    /// `/proc/self/task/<tid>/schedstat` of a thread of the calling process: its
-    /// first two fields, the time it spent on a CPU and the time it spent runnable
-    /// waiting for one (`sched_info` in Documentation/scheduler/sched-stats.rst).
-    /// Errors: [`Error::Io`] (the thread exited: [`Error::is_not_found`]);
-    /// [`Error::Parse`] when a field is missing or not a number.
+    /// `<root>/<pid>/schedstat`: the first two fields, the time the process's main
+    /// thread spent on a CPU and the time it spent runnable waiting for one
+    /// (`sched_info` in Documentation/scheduler/sched-stats.rst). Errors:
+    /// [`Error::Io`] (the process exited: [`Error::is_not_found`]); [`Error::Parse`]
+    /// when a field is missing or not a number.
+    pub fn read_pid_schedstat(&self, pid: Pid) -> Result<SchedStat> {
+        let path = self.root.join(format!("{pid}/schedstat"));
+        let text = read(&path)?;
+        parse_schedstat(&text, &path)
+    }
+
+    /// `/proc/self/task/<tid>/schedstat` of a thread of the calling process, as
+    /// [`ProcFs::read_pid_schedstat`] reads a process's.
     pub fn read_self_task_schedstat(&self, tid: i32) -> Result<SchedStat> {
         let path = self.root.join(format!("self/task/{tid}/schedstat"));
         let text = read(&path)?;
