@@ -4,8 +4,8 @@
 //! Nothing in this crate reads a file, a clock or makes a system call. Time comes in
 //! as a [`std::time::Duration`] since an arbitrary epoch chosen by the caller (the
 //! agent uses a monotonic clock), observations come in as plain values, and actions
-//! go out as values the caller carries out. The agent, the benchmarks and the
-//! simulator all run this same code.
+//! go out as values the caller carries out, so the agent and tests on worked examples
+//! run the same code.
 //!
 //! Modules:
 //! - [`error`]: [`PolicyError`], why a policy refused a configuration or a state.
@@ -19,7 +19,8 @@
 //! - [`hermes`]: Hermes' file-cache advice (Hermes, Middleware'21 §3.3): which BE
 //!   files to drop from the page cache, largest resident first.
 //! - [`hermit`]: Hermit's feedback-directed asynchronous reclaim (NSDI'23): when to
-//!   reclaim, with how many workers, and when to back off.
+//!   reclaim, with how many workers, when to back off, when to look again, and where
+//!   the workers run.
 //! - [`maxmem`]: MaxMem's tiered-memory QoS (MaxMem §3.1–§3.2): per-process target
 //!   fast-memory miss ratios, proportional reallocation of the fast tier, hotness bins
 //!   with cooling, a migration cap per epoch.
