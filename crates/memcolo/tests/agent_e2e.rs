@@ -7,8 +7,8 @@
 //! its growth takes the working set into the red zone, (3) its reclaimed amount is
 //! recorded by the agent, and (4) the LC process is untouched.
 //!
-//! Needs root and the cgroup v1 memory controller; elsewhere it says why and passes
-//! without running. Every wait is bounded; nothing depends on the machine's speed.
+//! Needs root and the cgroup v1 memory controller; elsewhere it fails saying which is
+//! missing. Every wait is bounded; nothing depends on the machine's speed.
 
 mod common;
 
