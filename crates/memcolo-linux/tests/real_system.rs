@@ -62,7 +62,7 @@ fn is_root(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        eprintln!("{test}: skipped: needs root");
+        common::cannot_run(test, "needs root");
     }
     root
 }
@@ -450,7 +450,7 @@ fn v1_usage_threshold_fires_when_usage_crosses_it() {
 fn psi_trigger_registers_on_proc_pressure_memory() {
     let path = PathBuf::from("/proc/pressure/memory");
     if !path.exists() {
-        eprintln!("psi_trigger_registers_on_proc_pressure_memory: skipped: no PSI");
+        common::cannot_run("psi_trigger_registers_on_proc_pressure_memory", "no PSI");
         return;
     }
     // 2 s windows are accepted with or without CAP_SYS_RESOURCE (Linux 6.5+; before
@@ -458,7 +458,10 @@ fn psi_trigger_registers_on_proc_pressure_memory() {
     let some = match psi_trigger(&path, false, 150_000, 2_000_000) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-            eprintln!("psi_trigger_registers_on_proc_pressure_memory: skipped: {e}");
+            common::cannot_run(
+                "psi_trigger_registers_on_proc_pressure_memory",
+                &e.to_string(),
+            );
             return;
         }
         Err(e) => panic!("{e}"),
@@ -517,7 +520,10 @@ fn process_madvise_pages_out_a_childs_file_mapping() {
     let mut child = match spawned {
         Ok(c) => Reaped(c),
         Err(e) => {
-            eprintln!("process_madvise_pages_out_a_childs_file_mapping: skipped: no python3: {e}");
+            common::cannot_run(
+                "process_madvise_pages_out_a_childs_file_mapping",
+                &format!("no python3: {e}"),
+            );
             return;
         }
     };

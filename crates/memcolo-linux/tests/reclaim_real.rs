@@ -166,7 +166,7 @@ fn rig(test: &str, tag: &str) -> Option<Rig> {
     let swap = match TestSwap::add(256 * MIB) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{test}: skipped: no zram swap of its own: {e}");
+            common::cannot_run(test, &format!("no zram swap of its own: {e}"));
             return None;
         }
     };
@@ -185,7 +185,7 @@ fn v1_limit_step_reclaims_a_real_process_and_restores_the_limit() {
     let cg = &rig.scratch.cg;
     cg.write_limit(Limit::Bytes(512 * MIB)).unwrap();
     let Some(holder) = Holder::start(cg, 96) else {
-        eprintln!("{test}: skipped: no python3");
+        common::cannot_run(test, "no python3");
         return;
     };
     let before = cg.read_usage_bytes().unwrap();
@@ -214,7 +214,7 @@ fn pageout_cursor_swaps_out_a_real_process_in_batches() {
     };
     let cg = &rig.scratch.cg;
     let Some(holder) = Holder::start(cg, 96) else {
-        eprintln!("{test}: skipped: no python3");
+        common::cannot_run(test, "no python3");
         return;
     };
     let pid = holder.child.id() as i32;
@@ -338,7 +338,7 @@ fn has_cachestat(test: &str, path: &Path) -> bool {
     match memcolo_linux::filecache::cache_stat(path) {
         Ok(_) => true,
         Err(e) => {
-            eprintln!("{test}: skipped: {e}");
+            common::cannot_run(test, &e.to_string());
             false
         }
     }

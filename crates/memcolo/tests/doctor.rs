@@ -6,7 +6,6 @@
 //!
 //! Needs root (the agent's view: PSI trigger windows and userfaultfd depend on it).
 
-#[allow(dead_code)] // the helpers this test does not use
 mod common;
 
 use serde_json::Value;

@@ -17,7 +17,6 @@
 //! without them the tests fail saying why. Waits are bounded and counted in polls;
 //! nothing depends on the machine's speed.
 
-#[allow(dead_code)]
 mod common;
 
 use serde_json::Value;

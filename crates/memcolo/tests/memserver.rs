@@ -9,6 +9,8 @@
 //! stops the process once the manager reports a lost page, as the agent and
 //! `gups` do. Needs userfaultfd (root, or vm.unprivileged_userfaultfd = 1).
 
+mod common;
+
 use memcolo_tier::channel::Auth;
 use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
 use memcolo_tier::region::{AnonRegion, PAGE};
@@ -242,7 +244,7 @@ fn permitted() -> bool {
     match uffd::check_permission() {
         Ok(()) => true,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            common::cannot_run("this test", &why.to_string());
             false
         }
     }

@@ -387,7 +387,7 @@ fn reclaim_allocation_rate_follows_a_page_cache_streamer() {
         return;
     }
     if Command::new("fio").arg("--version").output().is_err() {
-        eprintln!("{test}: skipped: no fio");
+        support::cannot_run(test, "no fio");
         return;
     }
     let exe = env!("CARGO_BIN_EXE_memcolo");

@@ -19,20 +19,20 @@ pub const MIB: u64 = 1 << 20;
 pub fn real_cgroup_v1_available(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("{test}: skipped: needs root");
+        cannot_run(test, "needs root");
         return false;
     }
     match memcolo_linux::cgroup::own_memory_cgroup(&ProcFs::root()) {
         Ok(cg) if cg.version() == CgroupVersion::V1 => true,
         Ok(cg) => {
-            eprintln!(
-                "{test}: skipped: own memory cgroup {} is not v1",
-                cg.path().display()
+            cannot_run(
+                test,
+                &format!("own memory cgroup {} is not v1", cg.path().display()),
             );
             false
         }
         Err(e) => {
-            eprintln!("{test}: skipped: no memory cgroup: {e}");
+            cannot_run(test, &format!("no memory cgroup: {e}"));
             false
         }
     }
@@ -196,13 +196,13 @@ pub fn python_and_swap(test: &str, swap_bytes: u64) -> Option<(&'static str, Tes
         return None;
     }
     let Some(python) = python() else {
-        eprintln!("{test}: skipped: no python3");
+        cannot_run(test, "no python3");
         return None;
     };
     match TestSwap::add(swap_bytes) {
         Ok(swap) => Some((python, swap)),
         Err(e) => {
-            eprintln!("{test}: skipped: no zram swap of its own: {e}");
+            cannot_run(test, &format!("no zram swap of its own: {e}"));
             None
         }
     }
@@ -298,5 +298,18 @@ impl Drop for Holder {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A test that cannot run here (no root, no cgroup v1, a missing tool or kernel
+/// feature) fails saying why, unless the run asks on purpose to skip such tests with
+/// `MEMCOLO_TEST_ALLOW_SKIP=1`; then it says it skipped. A run without root can thus
+/// never be mistaken for a full pass.
+#[allow(dead_code)]
+pub fn cannot_run(test: &str, why: &str) {
+    if std::env::var_os("MEMCOLO_TEST_ALLOW_SKIP").is_some_and(|v| v == "1") {
+        eprintln!("{test}: skipped on purpose (MEMCOLO_TEST_ALLOW_SKIP=1): {why}");
+    } else {
+        panic!("{test} cannot run here: {why} (MEMCOLO_TEST_ALLOW_SKIP=1 skips it on purpose)");
     }
 }

@@ -133,21 +133,21 @@ pub fn fake_v2_group(
 pub fn real_cgroup_v1_available(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("{test}: skipped: needs root");
+        cannot_run(test, "needs root");
         return false;
     }
     let procfs = memcolo_linux::procfs::ProcFs::root();
     match memcolo_linux::cgroup::own_memory_cgroup(&procfs) {
         Ok(cg) if cg.version() == memcolo_linux::cgroup::CgroupVersion::V1 => true,
         Ok(cg) => {
-            eprintln!(
-                "{test}: skipped: own memory cgroup {} is not v1",
-                cg.path().display()
+            cannot_run(
+                test,
+                &format!("own memory cgroup {} is not v1", cg.path().display()),
             );
             false
         }
         Err(e) => {
-            eprintln!("{test}: skipped: no memory cgroup: {e}");
+            cannot_run(test, &format!("no memory cgroup: {e}"));
             false
         }
     }
@@ -188,5 +188,18 @@ impl Drop for Scratch {
             "could not remove scratch cgroup {}",
             self.cg.path().display()
         );
+    }
+}
+
+/// A test that cannot run here (no root, no cgroup v1, a missing tool or kernel
+/// feature) fails saying why, unless the run asks on purpose to skip such tests with
+/// `MEMCOLO_TEST_ALLOW_SKIP=1`; then it says it skipped. A run without root can thus
+/// never be mistaken for a full pass.
+#[allow(dead_code)]
+pub fn cannot_run(test: &str, why: &str) {
+    if std::env::var_os("MEMCOLO_TEST_ALLOW_SKIP").is_some_and(|v| v == "1") {
+        eprintln!("{test}: skipped on purpose (MEMCOLO_TEST_ALLOW_SKIP=1): {why}");
+    } else {
+        panic!("{test} cannot run here: {why} (MEMCOLO_TEST_ALLOW_SKIP=1 skips it on purpose)");
     }
 }

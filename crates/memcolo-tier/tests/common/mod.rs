@@ -8,12 +8,12 @@ use memcolo_tier::uffd::{self, features, mode, Uffd};
 use std::time::{Duration, Instant};
 
 /// Whether this process may use userfaultfd (root, or vm.unprivileged_userfaultfd =
-/// 1); prints why not, so that a test can pass without running.
+/// 1); when not, the test fails saying why ([`cannot_run`]).
 pub fn permitted() -> bool {
     match uffd::check_permission() {
         Ok(()) => true,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            cannot_run("this test", &why.to_string());
             false
         }
     }
@@ -50,4 +50,17 @@ pub fn memfd_under_uffd(r: &MemfdRegion) -> (Uffd, SharedFile) {
         .unwrap();
     let mem = SharedFile::new(r.dup_fd().unwrap(), r.as_ptr() as u64, r.pages()).unwrap();
     (u, mem)
+}
+
+/// A test that cannot run here (no root, no cgroup v1, a missing tool or kernel
+/// feature) fails saying why, unless the run asks on purpose to skip such tests with
+/// `MEMCOLO_TEST_ALLOW_SKIP=1`; then it says it skipped. A run without root can thus
+/// never be mistaken for a full pass.
+#[allow(dead_code)]
+pub fn cannot_run(test: &str, why: &str) {
+    if std::env::var_os("MEMCOLO_TEST_ALLOW_SKIP").is_some_and(|v| v == "1") {
+        eprintln!("{test}: skipped on purpose (MEMCOLO_TEST_ALLOW_SKIP=1): {why}");
+    } else {
+        panic!("{test} cannot run here: {why} (MEMCOLO_TEST_ALLOW_SKIP=1 skips it on purpose)");
+    }
 }

@@ -1,5 +1,7 @@
 //! Helpers shared by the CLI's end-to-end tests against a real agent.
 
+#![allow(dead_code)]
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -92,4 +94,17 @@ pub fn empty_and_remove_cgroup(dir: &Path, subs: &[&str]) {
         let _ = std::fs::remove_dir(dir.join(sub));
     }
     let _ = std::fs::remove_dir(dir);
+}
+
+/// A test that cannot run here (no root, no cgroup v1, a missing tool or kernel
+/// feature) fails saying why, unless the run asks on purpose to skip such tests with
+/// `MEMCOLO_TEST_ALLOW_SKIP=1`; then it says it skipped. A run without root can thus
+/// never be mistaken for a full pass.
+#[allow(dead_code)]
+pub fn cannot_run(test: &str, why: &str) {
+    if std::env::var_os("MEMCOLO_TEST_ALLOW_SKIP").is_some_and(|v| v == "1") {
+        eprintln!("{test}: skipped on purpose (MEMCOLO_TEST_ALLOW_SKIP=1): {why}");
+    } else {
+        panic!("{test} cannot run here: {why} (MEMCOLO_TEST_ALLOW_SKIP=1 skips it on purpose)");
+    }
 }
