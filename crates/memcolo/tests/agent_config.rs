@@ -212,10 +212,26 @@ fn a_running_agent_names_its_mechanisms_in_its_log_and_status() {
     assert!(!tier_sock, "tier.sock served with --no-tier");
 }
 
-/// Voluntary context switches of the agent's thread named `comm` so far.
+/// Voluntary context switches of the agent's thread named `comm` so far, once it
+/// exists: the agent's socket answers before its tier service has started (waits at
+/// most 30 s).
 fn thread_switches(pid: u32, comm: &str) -> u64 {
-    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let t = t.unwrap().path();
+    let mut n = None;
+    common::wait_for(
+        &format!("the agent's {comm} thread"),
+        Duration::from_secs(30),
+        || {
+            n = thread_switches_now(pid, comm);
+            n.is_some()
+        },
+    );
+    n.unwrap()
+}
+
+fn thread_switches_now(pid: u32, comm: &str) -> Option<u64> {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Ok(t) = t else { continue };
+        let t = t.path();
         if std::fs::read_to_string(t.join("comm"))
             .unwrap_or_default()
             .trim()
@@ -223,14 +239,16 @@ fn thread_switches(pid: u32, comm: &str) -> u64 {
         {
             continue;
         }
-        let status = std::fs::read_to_string(t.join("status")).unwrap();
-        return status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("voluntary_ctxt_switches");
+        let status = std::fs::read_to_string(t.join("status")).ok()?;
+        return Some(
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("voluntary_ctxt_switches"),
+        );
     }
-    panic!("the agent has no {comm} thread");
+    None
 }
 
 #[test]
