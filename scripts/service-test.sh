@@ -127,6 +127,10 @@ check "memcolo status answers on the installed socket" \
 # anything else is a failure of the command itself.
 inside memcolo doctor >"$work/doctor.log" 2>&1
 rc=$?
+# Every mechanism that is on by default must have started under the unit's sandbox.
+inside memcolo status --json >"$work/status.json" 2>&1
+check "every mechanism runs under the unit's sandbox ($(grep -Eo '"mechanisms_off": *\{[^}]*\}' "$work/status.json"))" \
+  grep -Eq '"mechanisms_off": *\{\}' "$work/status.json"
 check "memcolo doctor runs on the installed binary (exit $rc)" test "$rc" -le 1
 check "the service stops cleanly" inside systemctl stop memcolo.service
 check "the stopped service did not fail" \
