@@ -107,7 +107,16 @@ impl Rig {
         .unwrap();
         // adv_thr = 5 % of 512 MiB = 25.6 MiB: every tenant's ballast is above it.
         let agent = Command::new(exe)
-            .args(["agent", "--poll-ms", "200", "--kill-after-s", "3600"])
+            // Hermes' advice alone: Hermit reclaim (on by default) drops BE page
+            // cache too, and would race the advice this test follows.
+            .args([
+                "agent",
+                "--no-reclaim",
+                "--poll-ms",
+                "200",
+                "--kill-after-s",
+                "3600",
+            ])
             .args(["--adv-thr-ratio", "0.05", "--metrics-addr"])
             .arg(&rig.metrics_addr)
             .arg("--scope")

@@ -202,6 +202,9 @@ fn sixty_seconds_in_yellow_give_at_most_one_low_per_poll_period() {
     let ev = tmp.path().join("events.jsonl");
     let agent = Command::new(exe)
         .arg("agent")
+        // M3's notifications alone: Hermit reclaim (on by default) would take the
+        // filler's memory and move the node out of the yellow zone under the test.
+        .arg("--no-reclaim")
         .arg("--config")
         .arg(&config)
         .args(["--metrics-addr", &metrics_addr])
