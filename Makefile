@@ -1,6 +1,6 @@
 # memcolo's top-level targets. `make test` is the README's test command and what CI runs.
 .PHONY: test test-rust lint test-alloc test-sdk build fuzz-smoke fuzz fuzz-soak \
-        install uninstall test-install test-service release-bin
+        install uninstall test-install test-service release-bin test-bench-report
 
 build:
 	cargo build --release --workspace
@@ -110,4 +110,10 @@ test-install:
 test-service:
 	scripts/service-test.sh
 
-test: lint test-rust test-alloc test-sdk fuzz-smoke test-install test-service
+# The colocation bench's report generator on synthetic output directories; Debian's
+# python3, which has python3-matplotlib (scripts/setup.sh), so the plots are tested too.
+BENCH_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+test-bench-report:
+	$(BENCH_PYTHON) -m unittest bench/colocation/test_report.py
+
+test: lint test-rust test-alloc test-sdk fuzz-smoke test-install test-service test-bench-report
