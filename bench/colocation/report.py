@@ -41,6 +41,7 @@ import csv
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -67,6 +68,9 @@ SPARE_COLOURS = ("tab:cyan", "tab:olive", "tab:pink", "tab:gray", "gold", "navy"
 
 # Kinds whose modes are the comparison points of target (b).
 PEER_KINDS = ("baseline", "peer")
+
+# Mode names that may appear in a file name (timeline-<level>-<mode>-<rep>.csv).
+SAFE_NAME = re.compile(r"[A-Za-z0-9_.+]+")
 
 # Attempts with a kill listed under target (e); the rest are counted.
 MAX_OFFENDERS = 20
@@ -835,6 +839,8 @@ def plot_timeline(plt, data, level=100):
     modes = present if len(present) >= 2 else data.modes[:4]
     cols = []
     for m in modes:
+        if not SAFE_NAME.fullmatch(m):
+            continue  # never a path component
         reps = sorted(r["rep"] for r in data.cell_runs(level, m))
         for rep in reps:
             tl = read_csv(os.path.join(data.out, f"timeline-{level}-{m}-{rep}.csv"))
@@ -925,20 +931,30 @@ def draw_plots(data, stats):
         return [], f"Plots not drawn: {why}; install python3-matplotlib."
     dist = load_percentiles(data.out)
     slo = fnum(data.meta.get("slo_us"))
-    made = [
-        plot_cdf(plt, data, dist),
-        plot_vs_level(plt, data, stats, "p99_us", "p99 latency (µs), median and min–max",
-                      "LC p99 latency vs memory pressure", "p99_vs_level.png", log=True,
-                      hline=(slo, f"SLO {slo:.0f} µs") if slo else None),
-        plot_vs_level(plt, data, stats, "be_progress_pct", "BE progress (% of kernel alone)",
-                      "BE progress vs memory pressure", "be_progress.png", hline=(90, "90 % target")),
-        plot_vs_level(plt, data, stats, "node_util_pct", "node memory utilisation (%)",
-                      "Node utilisation vs memory pressure", "utilisation.png"),
-        plot_timeline(plt, data, 100),
+    jobs = [
+        ("cdf.png", lambda: plot_cdf(plt, data, dist)),
+        ("p99_vs_level.png", lambda: plot_vs_level(
+            plt, data, stats, "p99_us", "p99 latency (µs), median and min–max", "LC p99 latency vs memory pressure",
+            "p99_vs_level.png", log=True, hline=(slo, f"SLO {slo:.0f} µs") if slo else None)),
+        ("be_progress.png", lambda: plot_vs_level(
+            plt, data, stats, "be_progress_pct", "BE progress (% of kernel alone)", "BE progress vs memory pressure",
+            "be_progress.png", hline=(90, "90 % target"))),
+        ("utilisation.png", lambda: plot_vs_level(
+            plt, data, stats, "node_util_pct", "node memory utilisation (%)", "Node utilisation vs memory pressure",
+            "utilisation.png")),
+        ("timeline_100.png", lambda: plot_timeline(plt, data, 100)),
     ]
-    made = [m for m in made if m]
-    note = "" if "timeline_100.png" in made else "No timeline plot: no 100 % level with timeline data."
-    return made, note
+    made, notes = [], []
+    for name, draw in jobs:
+        try:
+            if draw():
+                made.append(name)
+            elif name == "timeline_100.png":
+                notes.append("No timeline plot: no 100 % level with timeline data.")
+        except Exception as e:  # a plot that fails leaves the report whole
+            plt.close("all")
+            notes.append(f"{name} not drawn: {type(e).__name__}: {e}.")
+    return made, " ".join(notes)
 
 
 # ---------------------------------------------------------------- main

@@ -123,7 +123,7 @@ def make_out(d, modes=MODES, levels=(0, 100, 125), repeats=3, extra_rows=(), twe
                 w.writerow([r["level_pct"], r["mode"], r["rep"], pct, lat, cnt])
     if timelines:
         for r in rows:
-            if r["accepted"] != "true" or r["level_pct"] != 100:
+            if r["accepted"] != "true" or r["level_pct"] != 100 or r["mode"] not in P99:
                 continue
             name = f"{r['level_pct']}-{r['mode']}-{r['rep']}.csv"
             with open(os.path.join(d, "timeline-" + name), "w", newline="") as f:
@@ -404,6 +404,28 @@ class Input(Base):
         self.assertIn("150 [135–165]", table_row(md, "p99 (µs)", 100)[5])
         self.assertTrue(target_line(md, "e").startswith("- ✅"))
         self.assertTrue(target_line(md, "c").startswith("- ➖"), target_line(md, "c"))
+
+    def test_mode_missing_from_meta_and_odd_names(self):
+        odd, extra = run_row(100, "full", 1, p99_us=1), run_row(100, "full", 1)
+        odd["mode"], extra["mode"] = "../x|y", "extra"
+        make_out(self.d, extra_rows=[odd, extra])
+        rc, _, err = run_main(self.d, no_plots=False)
+        self.assertEqual(rc, 0, err)
+        md = report_md(self.d)
+        self.assertIn("| `../x\\|y` | ../x\\|y | ? |", md)
+        self.assertEqual(len(table_row(md, "p99 (µs)", 100)), len(MODES) + 2)
+
+    def test_failing_plot_leaves_report_whole(self):
+        make_out(self.d)
+        with mock.patch.object(report, "load_pyplot", return_value=mock.MagicMock()), \
+                mock.patch.object(report, "plot_cdf", side_effect=ValueError("bad data")), \
+                mock.patch.object(report, "plot_vs_level", side_effect=lambda *a, **k: a[5]), \
+                mock.patch.object(report, "plot_timeline", return_value="timeline_100.png"):
+            rc, out, err = run_main(self.d, no_plots=False)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.split(), ["report.md", "summary.csv", "p99_vs_level.png", "be_progress.png",
+                                       "utilisation.png", "timeline_100.png"])
+        self.assertIn("cdf.png not drawn: ValueError: bad data.", report_md(self.d))
 
     def test_without_matplotlib_writes_report_and_says_why(self):
         make_out(self.d)
