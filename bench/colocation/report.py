@@ -23,6 +23,8 @@ Output (in OUT; their names are printed on stdout, one per line):
                      repeats, best per row in bold), the targets of issue 22 with
                      verdicts, plots, per-attempt detail;
   summary.csv        level, mode, metric, median, min, max, n (machine-readable);
+                     metrics p50_us, p99_us, p999_us (µs), slo_violation_pct,
+                     be_progress_pct, node_util_pct (%), oom_lc_kills, be_kills;
   cdf.png, p99_vs_level.png, be_progress.png, utilisation.png, timeline_100.png
                      (only if matplotlib imports; report.md says why not otherwise).
 
@@ -31,7 +33,9 @@ summary; rejected attempts are listed with their reason. BE progress of a run =
 mean over the BE jobs with a positive kernel-alone figure at that level (file
 MiB/min, anon ops/min, elastic gets/min) of the run's work / the median work of the
 kernel-alone runs at that level, in % (kernel alone ≈ 100 %); a job without a figure
-in a run counts as no work. Kills (OOM, LC) are counted over every attempt.
+in a run counts as no work. p99.9 is shown only where every accepted run of the
+cell has at least p999_min_requests requests. Kills (OOM, LC) are counted over every
+attempt, rejected ones included. Targets compare medians.
 
 Exit status: 0 on success; 2 with a message on stderr if OUT's input is missing or
 malformed. Standard library only, plus matplotlib for the plots.
@@ -577,8 +581,8 @@ def write_report(data, stats, gated, refs, verdicts, plots, plot_note):
             mapped = "mapped" if la.get("libmemcolo_mapped") else "**not mapped**"
             L.append("")
             L.append(
-                f"LC allocations through libmemcolo (`full`): libmemcolo {mapped} in the LC service; "
-                f"{la.get('allocations_through_libmemcolo', '?')}."
+                f"LC service under `full`: libmemcolo {mapped} in its address space; allocations through "
+                f"libmemcolo: {la.get('allocations_through_libmemcolo') or '?'}."
             )
     L.append("")
 
@@ -695,7 +699,9 @@ def mode_order(data, mode):
     return data.modes.index(mode) if mode in data.modes else len(data.modes)
 
 
-def write_summary_csv(data, stats):
+def write_summary_csv(data, stats, gated):
+    """summary.csv: one row per (level, mode, metric) with accepted runs; p99.9 only
+    where the report shows it (enough requests)."""
     with open(os.path.join(data.out, "summary.csv"), "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["level", "mode", "metric", "median", "min", "max", "n"])
@@ -703,7 +709,7 @@ def write_summary_csv(data, stats):
             for m in data.modes:
                 for key, *_ in METRICS:
                     s = stats[(key, level, m)]
-                    if s.n:
+                    if s.n and not (key == "p999_us" and (level, m) in gated):
                         w.writerow([level, m, key, repr(s.median), repr(s.min), repr(s.max), s.n])
     return "summary.csv"
 
@@ -972,7 +978,7 @@ def main(argv):
         stats, gated, refs = compute(data)
         verdicts = targets(data, stats)
         plots, note = draw_plots(data, stats)
-        written = [write_report(data, stats, gated, refs, verdicts, plots, note), write_summary_csv(data, stats)]
+        written = [write_report(data, stats, gated, refs, verdicts, plots, note), write_summary_csv(data, stats, gated)]
     except InputError as e:
         print(f"report.py: {e}", file=sys.stderr)
         return 2
