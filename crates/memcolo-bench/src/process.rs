@@ -18,9 +18,13 @@ use crate::error::{BenchError, Result};
 
 /// Where a child goes and how it runs.
 #[derive(Clone, Debug, Default)]
-pub struct Placement<'a> {
+pub struct ChildPlacement<'a> {
     /// cgroup v1 directory to join before exec.
     pub cgroup: Option<&'a Path>,
+    /// cgroup2 directory to join as well before exec, on a hybrid hierarchy whose
+    /// cgroup2 has no memory controller: it only groups the child for its PSI
+    /// (`memory.pressure`), which cgroup v1 does not have.
+    pub psi_cgroup: Option<&'a Path>,
     /// CPUs to pin to (`sched_setaffinity`), none = inherit.
     pub cpus: Option<&'a [usize]>,
 }
@@ -33,7 +37,7 @@ pub struct ChildGuard {
 }
 
 /// Starts `cmd` as described by `place`. `name` is used in messages.
-pub fn spawn(cmd: &mut Command, name: &str, place: &Placement<'_>) -> Result<ChildGuard> {
+pub fn spawn(cmd: &mut Command, name: &str, place: &ChildPlacement<'_>) -> Result<ChildGuard> {
     let procs: Option<File> = match place.cgroup {
         Some(g) => {
             let p = g.join("cgroup.procs");
@@ -47,6 +51,19 @@ pub fn spawn(cmd: &mut Command, name: &str, place: &Placement<'_>) -> Result<Chi
         None => None,
     };
     let procs_fd = procs.as_ref().map(|f| f.as_raw_fd());
+    let psi_procs: Option<File> = match place.psi_cgroup {
+        Some(g) => {
+            let p = g.join("cgroup.procs");
+            Some(
+                OpenOptions::new()
+                    .write(true)
+                    .open(&p)
+                    .map_err(|e| BenchError::io(&p, e))?,
+            )
+        }
+        None => None,
+    };
+    let psi_fd = psi_procs.as_ref().map(|f| f.as_raw_fd());
     let mut cpuset: Option<libc::cpu_set_t> = None;
     if let Some(cpus) = place.cpus {
         // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write into it.
@@ -64,7 +81,7 @@ pub fn spawn(cmd: &mut Command, name: &str, place: &Placement<'_>) -> Result<Chi
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if let Some(fd) = procs_fd {
+            for fd in [procs_fd, psi_fd].into_iter().flatten() {
                 let buf = b"0";
                 if libc::write(fd, buf.as_ptr().cast(), buf.len()) != buf.len() as isize {
                     return Err(std::io::Error::last_os_error());
@@ -83,6 +100,7 @@ pub fn spawn(cmd: &mut Command, name: &str, place: &Placement<'_>) -> Result<Chi
         source,
     })?;
     drop(procs);
+    drop(psi_procs);
     Ok(ChildGuard {
         child: Some(child),
         name: name.to_string(),
@@ -301,11 +319,13 @@ pub fn clock_ticks_per_s() -> u64 {
     ProcFs::clock_ticks_per_sec()
 }
 
-/// Number of online CPUs.
+/// Number of online CPUs of the machine (`sysconf(_SC_NPROCESSORS_ONLN)`), whatever
+/// the calling thread's affinity: the benchmarks pin their own threads to the LC
+/// CPUs, and a count that followed the mask would place "all CPUs" children on them.
 pub fn online_cpus() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
 }
 
 /// Aggregate CPU time of the machine from the `cpu` line of `/proc/stat`, in ticks.
@@ -395,6 +415,28 @@ pub fn loadavg_1m() -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn online_cpus_counts_the_machine_not_the_thread_mask() {
+        let before = online_cpus();
+        // Pinned to one CPU, the count stays the machine's (a count that followed the
+        // mask said "1 CPUs" in reports and put "all CPUs" children on CPU 0).
+        let t = std::thread::spawn(move || {
+            let _g = AffinityGuard::pin_current_thread(&[0]).unwrap();
+            online_cpus()
+        });
+        assert_eq!(t.join().unwrap(), before);
+        let sys = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+        let n: usize = sys
+            .trim()
+            .split(',')
+            .map(|r| match r.split_once('-') {
+                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+                None => 1,
+            })
+            .sum();
+        assert_eq!(before, n);
+    }
 
     #[test]
     fn busy_ticks_of_some_cpus() {
