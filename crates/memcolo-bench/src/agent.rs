@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use memcolo_proto::{decode_reply, encode, Class, NotifyMode, Reply, Request};
 
 use crate::error::{BenchError, Result};
-use crate::process::{spawn, ChildGuard, Placement};
+use crate::process::{spawn, ChildGuard, ChildPlacement};
 
 /// A running agent; killed when dropped, stopped gracefully by [`AgentProcess::stop`].
 #[derive(Debug)]
@@ -43,7 +43,11 @@ pub struct AgentSpec<'a> {
 
 impl AgentProcess {
     /// Starts the agent and waits up to `timeout` for its socket to accept connections.
-    pub fn start(spec: &AgentSpec<'_>, place: &Placement<'_>, timeout: Duration) -> Result<Self> {
+    pub fn start(
+        spec: &AgentSpec<'_>,
+        place: &ChildPlacement<'_>,
+        timeout: Duration,
+    ) -> Result<Self> {
         let socket = spec.work_dir.join("agent.sock");
         let state = spec.work_dir.join("state");
         std::fs::create_dir_all(&state).map_err(|e| BenchError::io(&state, e))?;

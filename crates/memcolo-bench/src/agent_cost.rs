@@ -22,8 +22,8 @@ use memcolo_proto::Class;
 
 use crate::agent::{AgentProcess, AgentSpec};
 use crate::cgroup::ScratchNode;
-use crate::colocation::{default_out_dir, hostname};
-use crate::process::{self, spawn, ChildGuard, Placement};
+use crate::harness::{default_out_dir, hostname};
+use crate::process::{self, spawn, ChildGuard, ChildPlacement};
 use crate::report::write_file;
 
 /// CPU target: percent of one core.
@@ -372,7 +372,8 @@ fn run_once(
         log: &agent_log,
         extra_args: &extra,
     };
-    let mut agent = AgentProcess::start(&spec, &Placement::default(), Duration::from_secs(15))?;
+    let mut agent =
+        AgentProcess::start(&spec, &ChildPlacement::default(), Duration::from_secs(15))?;
     say(&format!(
         "rep {}: agent pid {} on {}",
         rep + 1,
@@ -395,9 +396,10 @@ fn run_once(
         let child = spawn(
             &mut cmd,
             "holder",
-            &Placement {
+            &ChildPlacement {
                 cgroup: Some(group),
                 cpus: None,
+                psi_cgroup: None,
             },
         )?;
         agent

@@ -36,14 +36,13 @@ use memcolo_proto::Class;
 
 use crate::agent::{AgentProcess, AgentSpec};
 use crate::cgroup::ScratchNode;
-use crate::colocation::{
-    default_out_dir, hostname, mem_total_bytes, progress, which, write_timeline, ColocationArgs,
-    Mode, TimelineRow,
-};
+use crate::colocation::{ColocationArgs, Mode};
 use crate::error::{BenchError, Result};
-use crate::process::{self, Placement};
+use crate::harness::{default_out_dir, hostname, mem_total_bytes, progress, which};
+use crate::process::{self, ChildPlacement};
 use crate::report;
 use crate::size::format_bytes;
+use crate::timeline::{write_timeline, TimelineRow};
 use crate::zram::ZramSwap;
 
 /// The k-means job, built in so the binary does not depend on the source tree.
@@ -67,27 +66,16 @@ pub struct BatchSettings {
     pub job_cpu: Option<usize>,
 }
 
-/// The colocation sweep's default levels and modes (as clap fills them in), which
-/// `--batch` replaces by its own.
-const SWEEP_LEVELS: [&[u32]; 2] = [&[0, 50, 75, 100, 125, 150], &[0, 100, 125, 150]];
-
 impl BatchSettings {
     /// Applies the batch defaults (levels 100,70,50; modes kernel,fixed,reclaim; 1 GiB
     /// of points; 8 iterations and 3 repeats, 5 and 2 with `--quick`) and checks ranges.
     pub fn resolve(a: &ColocationArgs) -> Result<Self> {
         let q = a.quick;
-        let levels = if SWEEP_LEVELS.contains(&a.levels.as_slice()) {
-            vec![100, 70, 50]
-        } else {
-            a.levels.clone()
-        };
-        let modes = if a.modes == [Mode::Kernel, Mode::Agent]
-            || a.modes == [Mode::Kernel, Mode::Watermarks, Mode::Fixed, Mode::Reclaim]
-        {
-            vec![Mode::Kernel, Mode::Fixed, Mode::Reclaim]
-        } else {
-            a.modes.clone()
-        };
+        let levels = a.levels.clone().unwrap_or_else(|| vec![100, 70, 50]);
+        let modes = a
+            .modes
+            .clone()
+            .unwrap_or_else(|| vec![Mode::Kernel, Mode::Fixed, Mode::Reclaim]);
         let s = BatchSettings {
             levels,
             modes,
@@ -372,7 +360,7 @@ impl Batch<'_> {
             };
             agent = Some(AgentProcess::start(
                 &spec,
-                &Placement::default(),
+                &ChildPlacement::default(),
                 Duration::from_secs(15),
             )?);
         }
@@ -397,9 +385,10 @@ impl Batch<'_> {
         let mut job = process::spawn(
             &mut cmd,
             "kmeans",
-            &Placement {
+            &ChildPlacement {
                 cgroup: Some(&job_cg),
                 cpus: cpus.as_deref(),
+                psi_cgroup: None,
             },
         )?;
         if let Some(a) = &agent {
@@ -442,7 +431,7 @@ impl Batch<'_> {
             swap_max = swap_max.max(row.swap_bytes);
             if let Some(a) = &agent {
                 if let Ok(st) = crate::agent::status(a.socket()) {
-                    row.set_reclaim(&st);
+                    row.set_agent(&st);
                 }
             }
             timeline.push(row);

@@ -234,6 +234,76 @@ impl Drop for ScratchNode {
     }
 }
 
+/// cgroup2 groups that only hold the bench's processes for their PSI: on a hybrid
+/// hierarchy (cgroup v1 memory controller, cgroup2 without it) v1 has no per-group
+/// `memory.pressure`, but every cgroup2 group has one, whatever its controllers.
+/// `<cgroup2 mount><own cgroup2 path>/<prefix>-<pid>/<child>`; removed when dropped
+/// (after killing what is left in them: only the bench's own children).
+#[derive(Debug)]
+pub struct PsiGroups {
+    root: PathBuf,
+    children: Vec<String>,
+}
+
+impl PsiGroups {
+    /// Creates the groups `children` below the caller's own cgroup2 group.
+    pub fn create_below_self(prefix: &str, children: &[&str]) -> Result<Self> {
+        let procfs = memcolo_linux::procfs::ProcFs::root();
+        let mount = memcolo_linux::cgroup::cgroup2_mount(&procfs)
+            .map_err(|e| BenchError::Invalid(format!("no cgroup2 for PSI: {e}")))?;
+        let p = Path::new("/proc/self/cgroup");
+        let text = fs::read_to_string(p).map_err(|e| BenchError::io(p, e))?;
+        let own = text
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .ok_or_else(|| BenchError::Parse {
+                path: p.into(),
+                msg: "no cgroup2 (0::) line".into(),
+            })?;
+        let parent = mount.join(own.trim().trim_start_matches('/'));
+        remove_stale(&parent, prefix);
+        let root = parent.join(format!("{prefix}-{}", std::process::id()));
+        fs::create_dir(&root).map_err(|e| BenchError::io(&root, e))?;
+        let mut g = PsiGroups {
+            root,
+            children: Vec::new(),
+        };
+        for c in children {
+            let d = g.root.join(c);
+            fs::create_dir(&d).map_err(|e| BenchError::io(&d, e))?;
+            g.children.push(c.to_string());
+        }
+        Ok(g)
+    }
+
+    /// The directory of child `name`.
+    pub fn child(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    /// The cumulative `some` memory stall of child `name`, µs.
+    pub fn memory_some_us(&self, name: &str) -> Option<u64> {
+        memcolo_linux::psi::Psi::read(&self.child(name).join("memory.pressure"))
+            .ok()
+            .map(|p| p.some.total_us)
+    }
+}
+
+impl Drop for PsiGroups {
+    fn drop(&mut self) {
+        for c in std::mem::take(&mut self.children) {
+            let d = self.root.join(c);
+            kill_all(&d, Duration::from_secs(5));
+            if let Err(e) = fs::remove_dir(&d) {
+                eprintln!("warning: cannot remove cgroup {}: {e}", d.display());
+            }
+        }
+        if let Err(e) = fs::remove_dir(&self.root) {
+            eprintln!("warning: cannot remove cgroup {}: {e}", self.root.display());
+        }
+    }
+}
+
 /// Removes empty `<prefix>-<pid>` groups (and their empty children) left behind by a
 /// run that was killed with SIGKILL, when `<pid>` no longer exists.
 fn remove_stale(parent_dir: &Path, prefix: &str) {

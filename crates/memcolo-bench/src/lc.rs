@@ -17,7 +17,7 @@ use redis::AsyncConnectionConfig;
 
 use crate::error::{BenchError, Result};
 use crate::memcached::{McConn, MemcachedServer};
-use crate::process::{spawn, ChildGuard, Placement};
+use crate::process::{spawn, ChildGuard, ChildPlacement};
 
 /// Which LC service a run uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -36,6 +36,63 @@ impl LcKind {
     }
 }
 
+/// How to start the LC service's program: directly, or under a wrapper (e.g.
+/// `memcolo run --class lc -- env LD_PRELOAD=libmemcolo.so`), with extra environment.
+#[derive(Clone, Debug, Default)]
+pub struct LcLaunch {
+    /// Program and arguments put before the service's program (empty: none). The
+    /// wrapper must start the service as its child (or exec it).
+    pub wrapper: Vec<std::ffi::OsString>,
+    /// Extra environment of the service (and of the wrapper).
+    pub env: Vec<(String, String)>,
+}
+
+impl LcLaunch {
+    /// The command that starts `exe`.
+    pub(crate) fn command(&self, exe: &Path) -> Command {
+        let mut cmd = match self.wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = Command::new(w);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
+    /// The service's pid: the child's, or with a wrapper the wrapper's first child
+    /// (`/proc/<pid>/task/<pid>/children`), waited for up to `timeout`.
+    pub(crate) fn server_pid(&self, child: &mut ChildGuard, timeout: Duration) -> Result<i32> {
+        let pid = child.pid();
+        if self.wrapper.is_empty() {
+            return Ok(pid);
+        }
+        let path = format!("/proc/{pid}/task/{pid}/children");
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(st) = child.try_wait()? {
+                return Err(BenchError::Process(format!(
+                    "the LC service's wrapper exited at start: {st}"
+                )));
+            }
+            if let Some(c) = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| t.split_whitespace().next().and_then(|x| x.parse().ok()))
+            {
+                return Ok(c);
+            }
+            if Instant::now() >= end {
+                return Err(BenchError::Process(
+                    "the LC service's wrapper started no child".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// A running LC server of either kind; killed when dropped.
 #[derive(Debug)]
 pub enum LcServer {
@@ -49,14 +106,15 @@ impl LcServer {
     pub fn start(
         kind: LcKind,
         exe: &Path,
-        place: &Placement<'_>,
+        place: &ChildPlacement<'_>,
         log: &Path,
         memory_mib: u64,
+        launch: &LcLaunch,
     ) -> Result<Self> {
         Ok(match kind {
-            LcKind::Redis => LcServer::Redis(RedisServer::start(exe, place, log)?),
+            LcKind::Redis => LcServer::Redis(RedisServer::start(exe, place, log, launch)?),
             LcKind::Memcached => {
-                LcServer::Memcached(MemcachedServer::start(exe, place, log, memory_mib)?)
+                LcServer::Memcached(MemcachedServer::start(exe, place, log, memory_mib, launch)?)
             }
         })
     }
@@ -129,12 +187,32 @@ impl LcConn {
             LcConn::Memcached(c) => c.set(key, value).await,
         }
     }
+
+    /// The bytes the service itself counts as allocated: Redis `INFO memory`
+    /// `used_memory`; `None` for memcached or on error.
+    pub async fn used_memory_bytes(&mut self) -> Option<u64> {
+        match self {
+            LcConn::Redis(c) => {
+                let info: String = redis::cmd("INFO").arg("memory").query_async(c).await.ok()?;
+                parse_used_memory(&info)
+            }
+            LcConn::Memcached(_) => None,
+        }
+    }
+}
+
+/// `used_memory` of a Redis `INFO memory` answer, bytes.
+pub fn parse_used_memory(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// A running `redis-server`; killed when dropped.
 #[derive(Debug)]
 pub struct RedisServer {
     child: ChildGuard,
+    pid: i32,
     port: u16,
 }
 
@@ -155,10 +233,15 @@ pub fn key_name(i: u64) -> String {
 
 impl RedisServer {
     /// Starts `exe` (normally `redis-server`) placed as `place`, logging to `log`.
-    pub fn start(exe: &Path, place: &Placement<'_>, log: &Path) -> Result<Self> {
+    pub fn start(
+        exe: &Path,
+        place: &ChildPlacement<'_>,
+        log: &Path,
+        launch: &LcLaunch,
+    ) -> Result<Self> {
         let port = free_port()?;
         let log_file = std::fs::File::create(log).map_err(|e| BenchError::io(log, e))?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = launch.command(exe);
         cmd.args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -168,13 +251,14 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().map_err(|e| BenchError::io(log, e))?)
             .stderr(log_file);
-        let child = spawn(&mut cmd, "redis-server", place)?;
-        Ok(RedisServer { child, port })
+        let mut child = spawn(&mut cmd, "redis-server", place)?;
+        let pid = launch.server_pid(&mut child, Duration::from_secs(10))?;
+        Ok(RedisServer { child, pid, port })
     }
 
     /// The server's pid.
     pub fn pid(&self) -> i32 {
-        self.child.pid()
+        self.pid
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -279,4 +363,31 @@ pub async fn preload(con: &mut LcConn, keys: u64, value_bytes: usize, pool: &[u8
         i += BATCH;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn used_memory_of_info() {
+        let info = "# Memory\r\nused_memory:1066464\r\nused_memory_human:1.02M\r\n";
+        assert_eq!(parse_used_memory(info), Some(1_066_464));
+        assert_eq!(parse_used_memory("# Memory\r\n"), None);
+    }
+
+    #[test]
+    fn a_wrapper_goes_before_the_program() {
+        let l = LcLaunch {
+            wrapper: vec!["memcolo".into(), "run".into(), "--".into()],
+            env: vec![("A".into(), "1".into())],
+        };
+        let c = l.command(Path::new("redis-server"));
+        assert_eq!(c.get_program(), "memcolo");
+        let args: Vec<_> = c.get_args().collect();
+        assert_eq!(args, ["run", "--", "redis-server"]);
+        assert_eq!(c.get_envs().count(), 1);
+        let c = LcLaunch::default().command(Path::new("redis-server"));
+        assert_eq!(c.get_program(), "redis-server");
+    }
 }

@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,12 +24,13 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{BenchError, Result};
-use crate::process::{spawn, ChildGuard, Placement};
+use crate::process::{spawn, ChildGuard, ChildPlacement};
 
 /// A running `memcached`; killed when dropped.
 #[derive(Debug)]
 pub struct MemcachedServer {
     child: ChildGuard,
+    pid: i32,
     port: u16,
 }
 
@@ -37,10 +38,16 @@ impl MemcachedServer {
     /// Starts `exe` (normally `memcached`) on a free port of 127.0.0.1 with one worker
     /// thread and `memory_mib` MiB of item memory (`-m`; allocated as items arrive),
     /// placed as `place`, logging to `log`.
-    pub fn start(exe: &Path, place: &Placement<'_>, log: &Path, memory_mib: u64) -> Result<Self> {
+    pub fn start(
+        exe: &Path,
+        place: &ChildPlacement<'_>,
+        log: &Path,
+        memory_mib: u64,
+        launch: &crate::lc::LcLaunch,
+    ) -> Result<Self> {
         let port = crate::lc::free_port()?;
         let log_file = std::fs::File::create(log).map_err(|e| BenchError::io(log, e))?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = launch.command(exe);
         cmd.args(["-p", &port.to_string()])
             .args(["-l", "127.0.0.1"])
             .args(["-U", "0"])
@@ -51,13 +58,14 @@ impl MemcachedServer {
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().map_err(|e| BenchError::io(log, e))?)
             .stderr(log_file);
-        let child = spawn(&mut cmd, "memcached", place)?;
-        Ok(MemcachedServer { child, port })
+        let mut child = spawn(&mut cmd, "memcached", place)?;
+        let pid = launch.server_pid(&mut child, Duration::from_secs(10))?;
+        Ok(MemcachedServer { child, pid, port })
     }
 
     /// The server's pid.
     pub fn pid(&self) -> i32 {
-        self.child.pid()
+        self.pid
     }
 
     /// Opens `n` pipelined connections, retrying until the server accepts them or

@@ -1,11 +1,11 @@
-//! Results of the colocation benchmark: one record per (level, mode) run, the SLO of
-//! Hermes §5.3, and the writers of the CSV files, the Markdown report and the table.
+//! Raw results of the colocation benchmark: one record per run attempt, the SLO of
+//! Hermes §5.3, and the writers of the CSV files and of the terminal table.
 //!
-//! Files written into the output directory:
-//! - `runs.csv`: one row per run ([`RunRecord`], columns in field order);
-//! - `percentiles.csv`: per run, the HDR percentile distribution of query latency
-//!   (`level_pct,mode,percentile,latency_us,count_le`), for CDF plots;
-//! - `report.md`: the method, the parameters, the table and the plots.
+//! Files written into the output directory (the report itself, `report.md` and its
+//! plots, is made from them by `bench/colocation/report.py`):
+//! - `runs.csv`: one row per run attempt ([`RunRecord`], columns in field order);
+//! - `percentiles.csv`: per accepted run, the HDR percentile distribution of query
+//!   latency (`level_pct,mode,rep,percentile,latency_us,count_le`), for CDF plots.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -15,13 +15,25 @@ use serde::Serialize;
 
 use crate::error::{BenchError, Result};
 
-/// One (pressure level, mode) run. Latencies in µs from the intended send time.
+/// One attempt of one (pressure level, mode, repeat) run. Latencies in µs from the
+/// intended send time.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RunRecord {
     /// BE demand / node memory, percent (Hermes §5.1).
     pub level_pct: u32,
-    /// `kernel` (no agent) or `agent`.
+    /// The mode's name ([`crate::colocation::Mode::as_str`]).
     pub mode: String,
+    /// What the mode stands for: baseline, peer, reference, ablation, memcolo.
+    pub mode_kind: String,
+    /// 1-based repeat of the (level, mode) cell, and attempt of that repeat.
+    pub rep: u32,
+    pub attempt: u32,
+    /// Whether this attempt is the run's figure (the others were rejected).
+    pub accepted: bool,
+    /// Accepted although every attempt was disturbed (the least disturbed is kept).
+    pub disturbed: bool,
+    /// Why the attempt was rejected (empty when it was not).
+    pub reject_reason: String,
     /// `ok`, or why the run failed.
     pub status: String,
     /// The node's memory (`memory.limit_in_bytes`).
@@ -30,6 +42,8 @@ pub struct RunRecord {
     pub be_file_bytes: u64,
     /// BE anonymous demand.
     pub be_anon_bytes: u64,
+    /// The elastic cache's share of the BE demand.
+    pub be_elastic_bytes: u64,
     /// Requests due in the measured phase.
     pub requests: u64,
     /// Answered without error.
@@ -124,6 +138,33 @@ pub struct RunRecord {
     /// never instead of it.
     pub p99_steal_free_us: Option<u64>,
     pub steal_free_request_share: Option<f64>,
+    /// Host steal on the LC CPUs, percent of their time in the measured phase.
+    pub lc_cpus_steal_pct: Option<f64>,
+    /// Gets the elastic cache served per minute in the measured phase (0 if it was
+    /// killed: an evicted job's work is lost).
+    pub elastic_gets_per_min: Option<f64>,
+    /// Peak of the elastic cache's mapped slabs, bytes.
+    pub elastic_mapped_max_bytes: Option<u64>,
+    /// LC service processes killed (by anyone: the kernel, the agent, a peer) during
+    /// the run; must be 0.
+    pub lc_kills: u64,
+    /// BE jobs killed by the agent or a peer during the run.
+    pub be_kills: u64,
+    /// Whether libmemcolo was mapped in the LC service (`/proc/PID/maps`), in the
+    /// modes that preload it.
+    pub lc_libmemcolo: Option<bool>,
+    /// Bytes libmemcolo handed out in the LC service after the preload (its
+    /// published statistics, `used_bytes`), beside the service's own count
+    /// (Redis `INFO memory` `used_memory`): allocations really go through libmemcolo
+    /// when the first is about the second.
+    pub lc_alloc_used_bytes: Option<u64>,
+    pub lc_used_memory_bytes: Option<u64>,
+    /// Limit writes of a peer (Senpai) and how many the kernel refused (v1 `EBUSY`).
+    pub peer_limit_writes: Option<u64>,
+    pub peer_limit_write_failures: Option<u64>,
+    /// Memory stall (PSI `some`) of the LC and BE groups in the measured phase, ms.
+    pub lc_psi_some_ms: Option<f64>,
+    pub be_psi_some_ms: Option<f64>,
 }
 
 /// A run's record and its latency histogram (µs).
@@ -131,6 +172,31 @@ pub struct RunRecord {
 pub struct RunOutcome {
     pub record: RunRecord,
     pub hist_us: Option<Histogram<u64>>,
+}
+
+impl RunOutcome {
+    /// The record of an attempt that failed with `why`.
+    pub fn failed(
+        level: u32,
+        mode: &str,
+        rep: u32,
+        attempt: u32,
+        node_bytes: u64,
+        why: &dyn std::fmt::Display,
+    ) -> Self {
+        RunOutcome {
+            record: RunRecord {
+                level_pct: level,
+                mode: mode.into(),
+                rep,
+                attempt,
+                status: format!("failed: {why}"),
+                node_bytes,
+                ..Default::default()
+            },
+            hist_us: None,
+        }
+    }
 }
 
 /// Fills the latency columns of `r` from `h`.
@@ -161,23 +227,50 @@ pub fn slo_violation_ratio(h: &Histogram<u64>, slo_us: u64) -> f64 {
     above as f64 / h.len() as f64
 }
 
-/// The SLO and where it came from: `given` if set, else the p90 of the successful
-/// 0 % kernel-alone run (Hermes §5.3), else of any successful 0 % run.
+/// The SLO and where it came from: `given` if set, else the median over the
+/// accepted, successful 0 % kernel-alone runs of their p90 (Hermes §5.3 takes the
+/// p90 of the LC service alone; the median over repeats keeps one noisy run from
+/// moving it), else the same over any mode's 0 % runs.
 pub fn choose_slo(records: &[RunRecord], given: Option<u64>) -> Option<(u64, String)> {
     if let Some(s) = given {
         return Some((s, "given with --slo-us".into()));
     }
-    let zero = |mode: Option<&str>| {
-        records.iter().find(|r| {
-            r.level_pct == 0
-                && r.status == "ok"
-                && (mode.is_none() || mode == Some(r.mode.as_str()))
-        })
+    let zero = |mode: Option<&str>| -> Vec<u64> {
+        records
+            .iter()
+            .filter(|r| {
+                r.level_pct == 0
+                    && r.status == "ok"
+                    && r.accepted
+                    && (mode.is_none() || mode == Some(r.mode.as_str()))
+            })
+            .map(|r| r.p90_us)
+            .collect()
     };
-    if let Some(r) = zero(Some("kernel")) {
-        return Some((r.p90_us, "p90 of the 0 % kernel-alone run".into()));
+    let k = zero(Some("kernel"));
+    if let Some(m) = median_u64(&k) {
+        return Some((
+            m,
+            format!(
+                "median p90 of the {} accepted 0 % kernel-alone runs",
+                k.len()
+            ),
+        ));
     }
-    zero(None).map(|r| (r.p90_us, format!("p90 of the 0 % {} run", r.mode)))
+    let any = zero(None);
+    median_u64(&any).map(|m| {
+        (
+            m,
+            format!("median p90 of the {} accepted 0 % runs", any.len()),
+        )
+    })
+}
+
+/// The median of `v` (the lower middle value for an even count); `None` if empty.
+pub fn median_u64(v: &[u64]) -> Option<u64> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    (!v.is_empty()).then(|| v[(v.len() - 1) / 2])
 }
 
 /// Sets `slo_us` and `slo_violation_ratio` of every outcome.
@@ -202,10 +295,10 @@ pub fn runs_csv(records: &[RunRecord]) -> Result<String> {
 }
 
 /// `percentiles.csv` content: the HDR percentile distribution (5 ticks per half
-/// distance) of each run.
+/// distance) of each accepted run.
 pub fn percentiles_csv(outcomes: &[RunOutcome]) -> String {
-    let mut s = String::from("level_pct,mode,percentile,latency_us,count_le\n");
-    for o in outcomes {
+    let mut s = String::from("level_pct,mode,rep,percentile,latency_us,count_le\n");
+    for o in outcomes.iter().filter(|o| o.record.accepted) {
         let Some(h) = &o.hist_us else { continue };
         if h.is_empty() {
             continue;
@@ -215,9 +308,10 @@ pub fn percentiles_csv(outcomes: &[RunOutcome]) -> String {
             cum += v.count_since_last_iteration();
             let _ = writeln!(
                 s,
-                "{},{},{:.6},{},{}",
+                "{},{},{},{:.6},{},{}",
                 o.record.level_pct,
                 o.record.mode,
+                o.record.rep,
                 v.percentile(),
                 v.value_iterated_to(),
                 cum
@@ -235,15 +329,23 @@ fn opt_f(v: Option<f64>, prec: usize) -> String {
 /// The table printed on stdout and put in the report (Markdown pipe table).
 pub fn table(records: &[RunRecord]) -> String {
     let mut s = String::new();
-    s.push_str("| level | mode | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | SLO viol. | req/s | BE file MiB/min | BE file hits | BE anon ops/min | node util | LC majflt | kills | status |\n");
-    s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    s.push_str("| level | mode | rep | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | SLO viol. | req/s | BE file MiB/min | BE file hits | BE anon ops/min | node util | LC majflt | kills | status |\n");
+    s.push_str(
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
     for r in records {
-        let kills = r.oom_kills + r.agent_kills.unwrap_or(0);
+        let kills = r.oom_kills + r.be_kills + r.lc_kills;
+        let status = if !r.accepted && r.status == "ok" {
+            "rejected"
+        } else {
+            r.status.as_str()
+        };
         let _ = writeln!(
             s,
-            "| {}% | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {:.1}% | {} | {} | {} |",
+            "| {}% | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {:.1}% | {} | {} | {} |",
             r.level_pct,
             r.mode,
+            r.rep,
             r.p50_us,
             r.p90_us,
             r.p99_us,
@@ -261,155 +363,8 @@ pub fn table(records: &[RunRecord]) -> String {
             r.node_util * 100.0,
             r.redis_major_faults,
             kills,
-            r.status,
+            status,
         );
-    }
-    s
-}
-
-/// What the report says about the setup.
-#[derive(Clone, Debug, Default)]
-pub struct ReportContext {
-    pub date: String,
-    pub host: String,
-    pub kernel: String,
-    pub cpus: usize,
-    pub mem_total_bytes: u64,
-    pub command: String,
-    pub parameters: Vec<(String, String)>,
-    pub slo: Option<(u64, String)>,
-    pub notes: Vec<String>,
-    pub plots: Vec<String>,
-}
-
-/// `report.md` content.
-pub fn markdown(ctx: &ReportContext, records: &[RunRecord]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "# Colocation: Redis (LC) beside batch jobs (BE), kernel alone vs memcolo agent\n"
-    );
-    let _ = writeln!(
-        s,
-        "{} on `{}`: Linux {}, {} CPUs, {:.1} GiB RAM.\n",
-        ctx.date,
-        ctx.host,
-        ctx.kernel,
-        ctx.cpus,
-        ctx.mem_total_bytes as f64 / (1u64 << 30) as f64
-    );
-    let _ = writeln!(s, "Command: `{}`\n", ctx.command);
-    s.push_str("## Method\n\n");
-    s.push_str(
-        "A scratch cgroup v1 memory group is the node (its `memory.limit_in_bytes` is the \
-         node's memory), with children `lc/` (redis-server) and `be/` (batch jobs); zram \
-         is the swap. Memory pressure = BE memory demand / node memory (Hermes §5.1); the \
-         demand is split between a file streamer (fio reading a data file sequentially \
-         through the page cache in a loop) and an anonymous-memory holder (stress-ng \
-         --vm --vm-keep, writing its whole mapping over and over). Each run starts from \
-         fresh groups, a fresh Redis preloaded with the dataset and no page cache \
-         charged to the node. An open-loop generator sends GET/SET requests at a fixed \
-         rate; latency is measured from each request's intended send time (no \
-         coordinated omission). After a warm-up, the measured phase records every \
-         request. SLO = p90 of the 0 % kernel-alone run; SLO violation = fraction of \
-         requests slower than the SLO (Hermes §5.3).\n\n",
-    );
-    s.push_str("## Parameters\n\n| parameter | value |\n|---|---|\n");
-    for (k, v) in &ctx.parameters {
-        let _ = writeln!(s, "| {k} | {v} |");
-    }
-    s.push('\n');
-    match &ctx.slo {
-        Some((us, src)) => {
-            let _ = writeln!(s, "SLO: **{us} µs** ({src}).\n");
-        }
-        None => s.push_str("SLO: none (no successful 0 % run and no --slo-us).\n\n"),
-    }
-    s.push_str("## Results\n\n");
-    s.push_str(&table(records));
-    s.push_str(
-        "\nkills = kernel OOM kills in the node + kills in the agent's event log. \
-         BE anon ops = stress-ng vm bogo ops. Machine noise per run (1-min load average, \
-         CPU busy %, steal %, share of the LC CPUs other work took, LC-CPU steal ms in \
-         how many of the measured seconds, p99 over the seconds without LC-CPU steal): ",
-    );
-    let loads: Vec<String> = records
-        .iter()
-        .map(|r| {
-            format!(
-                "{}%/{} {:.2}, {:.0}%, {:.1}%, {}, {}",
-                r.level_pct,
-                r.mode,
-                r.loadavg_1m,
-                r.cpu_busy_pct,
-                r.steal_pct,
-                r.lc_cpus_foreign_pct
-                    .map_or("-".into(), |f| format!("{f:.0}% foreign")),
-                match (
-                    r.lc_cpus_steal_ms,
-                    r.lc_steal_seconds,
-                    r.lc_measured_seconds
-                ) {
-                    (Some(ms), Some(n), Some(of)) => format!(
-                        "steal {ms:.0} ms in {n}/{of} s, steal-free p99 {} µs",
-                        r.p99_steal_free_us.map_or("-".into(), |p| p.to_string())
-                    ),
-                    _ => "steal -".into(),
-                }
-            )
-        })
-        .collect();
-    s.push_str(&loads.join("; "));
-    s.push_str(".\n\n");
-    s.push_str(&be_progress_section(records));
-    if !ctx.notes.is_empty() {
-        s.push_str("## Notes\n\n");
-        for n in &ctx.notes {
-            let _ = writeln!(s, "- {n}");
-        }
-        s.push('\n');
-    }
-    if !ctx.plots.is_empty() {
-        s.push_str("## Plots\n\n");
-        for p in &ctx.plots {
-            let _ = writeln!(s, "![{p}]({p})\n");
-        }
-    }
-    s.push_str("Raw data: `runs.csv` (one row per run), `percentiles.csv` (latency distribution per run), `solo.csv` (BE jobs alone, the progress denominators), `logs/`.\n");
-    s
-}
-
-/// The "BE progress" section of the report: each BE job's rate over its solo rate
-/// and the weighted speedup ([`crate::progress`]), per mode against the kernel alone,
-/// and a plain list of the figures below 90 % of the kernel alone's. Empty when no
-/// run has a progress figure.
-pub fn be_progress_section(records: &[RunRecord]) -> String {
-    use crate::progress::{below_kernel, progress_rows, progress_table};
-    let rows = progress_rows(records);
-    if !rows
-        .iter()
-        .any(|r| r.file.is_some() || r.anon.is_some() || r.ws.is_some())
-    {
-        return String::new();
-    }
-    let mut s = String::from("## BE progress\n\n");
-    s.push_str(
-        "Per BE job: its rate in the run / its rate alone on the same CPUs without memory \
-         pressure (`solo.csv`; streamer MiB/min read in the measured phase, holder \
-         stress-ng bogo ops/min over its run). Weighted speedup = the sum over the run's \
-         BE jobs (Snavely & Tullsen). Medians over the runs of each (level, mode); \
-         \"vs kernel\" = the median over the kernel alone's at the same level.\n\n",
-    );
-    s.push_str(&progress_table(&rows));
-    let below = below_kernel(&rows, 0.9);
-    if below.is_empty() {
-        s.push_str("\nNo figure is below 90 % of the kernel alone's.\n\n");
-    } else {
-        s.push_str("\nBelow 90 % of the kernel alone's:\n\n");
-        for b in below {
-            let _ = writeln!(s, "- {b}");
-        }
-        s.push('\n');
     }
     s
 }
@@ -456,20 +411,33 @@ mod tests {
     }
 
     #[test]
-    fn slo_from_zero_kernel_run() {
+    fn slo_is_the_median_of_the_accepted_zero_percent_kernel_runs() {
+        let acc = |mut r: RunRecord| {
+            r.accepted = true;
+            r
+        };
         let rs = vec![
-            rec(0, "agent", 150, "ok"),
-            rec(0, "kernel", 120, "ok"),
-            rec(100, "kernel", 900, "ok"),
+            acc(rec(0, "agent", 150, "ok")),
+            acc(rec(0, "kernel", 120, "ok")),
+            acc(rec(0, "kernel", 300, "ok")),
+            acc(rec(0, "kernel", 100, "ok")),
+            // Rejected and failed runs do not count.
+            rec(0, "kernel", 5, "ok"),
+            acc(rec(0, "kernel", 1, "failed: x")),
+            acc(rec(100, "kernel", 900, "ok")),
         ];
-        assert_eq!(choose_slo(&rs, None).unwrap().0, 120);
+        let (us, why) = choose_slo(&rs, None).unwrap();
+        assert_eq!(us, 120);
+        assert!(why.contains("3 accepted 0 % kernel-alone runs"), "{why}");
         assert_eq!(choose_slo(&rs, Some(77)).unwrap().0, 77);
         let rs = vec![
-            rec(0, "kernel", 120, "failed: x"),
-            rec(0, "agent", 150, "ok"),
+            acc(rec(0, "kernel", 120, "failed: x")),
+            acc(rec(0, "agent", 150, "ok")),
         ];
         assert_eq!(choose_slo(&rs, None).unwrap().0, 150);
-        assert_eq!(choose_slo(&[rec(50, "kernel", 1, "ok")], None), None);
+        assert_eq!(choose_slo(&[acc(rec(50, "kernel", 1, "ok"))], None), None);
+        assert_eq!(median_u64(&[4, 1, 3, 2]), Some(2));
+        assert_eq!(median_u64(&[]), None);
     }
 
     #[test]
@@ -489,71 +457,57 @@ mod tests {
     }
 
     #[test]
-    fn csv_and_report_render_every_run() {
+    fn csv_and_table_render_every_attempt() {
         let mut a = rec(0, "kernel", 120, "ok");
         a.slo_violation_ratio = Some(0.1);
-        let b = rec(150, "agent", 900, "failed: redis-server exited");
-        let rs = vec![a, b];
+        a.accepted = true;
+        a.rep = 1;
+        let b = rec(150, "full", 900, "failed: redis-server exited");
+        let c = rec(150, "full", 900, "ok");
+        let rs = vec![a, b, c];
         let csv = runs_csv(&rs).unwrap();
         let lines: Vec<&str> = csv.lines().collect();
-        assert_eq!(lines.len(), 3);
-        assert!(lines[0].starts_with("level_pct,mode,status,node_bytes"));
-        assert!(lines[1].starts_with("0,kernel,ok,"));
+        assert_eq!(lines.len(), 4);
+        assert!(lines[0].starts_with("level_pct,mode,mode_kind,rep,attempt,accepted,disturbed,reject_reason,status,node_bytes"), "{}", lines[0]);
+        assert!(
+            lines[1].starts_with("0,kernel,,1,0,true,false,,ok,"),
+            "{}",
+            lines[1]
+        );
         assert!(lines[2].contains("failed: redis-server exited"));
         let t = table(&rs);
-        assert!(t.contains("| 0% | kernel |"));
+        assert!(t.contains("| 0% | kernel | 1 |"), "{t}");
         assert!(t.contains("10.00%"));
-        let md = markdown(
-            &ReportContext {
-                slo: Some((120, "p90 of the 0 % kernel-alone run".into())),
-                plots: vec!["latency_p90.png".into()],
-                ..Default::default()
-            },
-            &rs,
-        );
-        assert!(md.contains("SLO: **120 µs**"));
-        assert!(md.contains("![latency_p90.png](latency_p90.png)"));
-        assert!(md.contains("| 150% | agent |"));
-        // No progress figures, no progress section.
-        assert!(!md.contains("## BE progress"));
-    }
-
-    #[test]
-    fn report_names_progress_figures_below_the_kernel() {
-        let mut k = rec(100, "kernel", 900, "ok");
-        k.be_file_progress = Some(0.6);
-        k.be_anon_progress = Some(0.4);
-        k.be_weighted_speedup = Some(1.0);
-        let mut m = rec(100, "reclaim", 300, "ok");
-        m.be_file_progress = Some(0.3);
-        m.be_anon_progress = Some(0.7);
-        m.be_weighted_speedup = Some(1.0);
-        let md = markdown(&ReportContext::default(), &[k.clone(), m]);
-        assert!(md.contains("## BE progress"), "{md}");
         assert!(
-            md.contains("| 100% | reclaim | 1 | 30 % | 70 % | 1.00 | 50 % | 175 % | 100 % |"),
-            "{md}"
+            t.contains("| rejected |"),
+            "an ok attempt that was not accepted: {t}"
         );
-        assert!(
-            md.contains("- 100 % reclaim: file streamer 50 % of kernel-alone"),
-            "{md}"
-        );
-        let md = markdown(&ReportContext::default(), &[k]);
-        assert!(md.contains("No figure is below 90 %"), "{md}");
     }
 
     #[test]
     fn percentile_dump_is_cumulative() {
-        let outs = vec![RunOutcome {
-            record: rec(50, "agent", 0, "ok"),
-            hist_us: Some(hist(&[(100, 50), (200, 50)])),
-        }];
+        let mut r = rec(50, "agent", 0, "ok");
+        r.accepted = true;
+        r.rep = 2;
+        let outs = vec![
+            RunOutcome {
+                record: r,
+                hist_us: Some(hist(&[(100, 50), (200, 50)])),
+            },
+            // A rejected attempt is not dumped.
+            RunOutcome {
+                record: rec(50, "agent", 0, "ok"),
+                hist_us: Some(hist(&[(7, 1)])),
+            },
+        ];
         let s = percentiles_csv(&outs);
         let rows: Vec<Vec<&str>> = s.lines().skip(1).map(|l| l.split(',').collect()).collect();
         assert!(!rows.is_empty());
-        assert!(rows.iter().all(|r| r[0] == "50" && r[1] == "agent"));
+        assert!(rows
+            .iter()
+            .all(|r| r[0] == "50" && r[1] == "agent" && r[2] == "2"));
         let last = rows.last().unwrap();
-        assert_eq!(last[3], "200");
-        assert_eq!(last[4], "100");
+        assert_eq!(last[4], "200");
+        assert_eq!(last[5], "100");
     }
 }

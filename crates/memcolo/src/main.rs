@@ -117,7 +117,7 @@ enum Cmd {
     /// Allocator telemetry of a registered process running libmemcolo: huge page coverage,
     /// realized fragmentation, skipped subreleases, reservation hits and misses, releases.
     AllocStats(alloc_stats::AllocStatsArgs),
-    /// Benchmarks on real services; results under bench/results/<date>-<host>/.
+    /// Benchmarks on real services; raw results under bench/out/<experiment>/<date>-<host>/.
     #[command(subcommand)]
     Bench(BenchCmd),
     /// Serve pages of far-memory tiers over TCP (the slow tier of MaxMem tiering): an
@@ -134,8 +134,10 @@ enum Cmd {
 
 #[derive(Subcommand, Debug)]
 enum BenchCmd {
-    /// Redis (LC) under an open-loop load beside batch jobs (BE) at 0-150 % memory pressure,
-    /// with the kernel alone and with the agent (Hermes §5.1, §5.3).
+    /// memcolo's main job: Redis or memcached (LC) under an open-loop load beside batch jobs
+    /// and an elastic cache (BE) at 0-150 % memory pressure, under the kernel alone, peers'
+    /// controllers (Senpai, Koordinator; re-implemented), each mechanism alone and the whole
+    /// of memcolo, repeated, with a report of medians and spreads (Hermes §5.1, §5.3).
     Colocation(Box<memcolo_bench::colocation::ColocationArgs>),
     /// Asynchronous reclaim (Hermit): the colocation bench with the kernel alone, raised
     /// watermarks, one fixed-mark worker and memcolo's adaptive reclaim (default modes
@@ -348,7 +350,7 @@ fn main() -> std::process::ExitCode {
             let exe = std::env::current_exe().expect("path of the running memcolo binary");
             match b {
                 BenchCmd::Colocation(a) => memcolo_bench::colocation::run(&a, &exe),
-                BenchCmd::Reclaim(a) => memcolo_bench::colocation::run_reclaim(&a, &exe),
+                BenchCmd::Reclaim(a) => memcolo_bench::reclaim::run(&a, &exe),
                 BenchCmd::AgentCost(a) => memcolo_bench::agent_cost::run(&a, &exe),
             }
         }
