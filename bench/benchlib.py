@@ -1,11 +1,20 @@
 """Helpers the Python benchmarks share: the zram swap device, the cgroup v1
-memory controller's files and the machine's CPU time (for its busy share).
+memory controller's files, the machine's CPU time (for its busy share), and where
+results go: raw output under ``bench/out/<experiment>/<run>/`` (ignored by git) with
+the machine and commit of each invocation (``record_machine``), and the committed
+summary ``bench/<experiment>/RESULTS.md`` written from a run's report (``publish``).
 
-Every function needs root. A script in ``bench/<name>/`` imports this module after
-``sys.path.insert(0, <bench dir>)``.
+The zram and cgroup functions need root. A script in ``bench/<name>/`` imports this
+module after ``sys.path.insert(0, <bench dir>)``. From the shell, a report already
+written can be published into an experiment's summary::
+
+    python3 bench/benchlib.py publish bench/agent-cost latest bench/out/agent-cost/latest
 """
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -76,3 +85,174 @@ def cpu_times():
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:8]]
     return v[3] + v[4], sum(v)
+
+
+# ---------------------------------------------------------------------------
+# Output folders and committed summaries
+#
+# Raw output of every experiment goes to ``bench/out/<experiment>/<run>/`` (ignored
+# by git). What is committed is the experiment's ``RESULTS.md``: one section per
+# plan, regenerated from the run's ``report.md`` by ``publish`` (the report
+# scripts call it), and at most a few PNGs under ``<experiment>/figures/``.
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(BENCH)
+
+
+def out_dir(experiment, run):
+    """The default raw-output folder of one run of ``experiment``:
+    ``bench/out/<experiment>/<run>`` (not created here)."""
+    return os.path.join(BENCH, "out", experiment, run)
+
+
+def _git(*args):
+    try:
+        r = subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True)
+    except OSError:
+        return ""
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
+def machine():
+    """This machine and checkout as a dict: ``date`` (UTC, ISO 8601), ``commit``
+    (short hash, ``+dirty`` when the tree has changes), ``host``, ``kernel``,
+    ``cpus`` and ``mem_gib`` (MemTotal of /proc/meminfo)."""
+    mem_kib = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_kib = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    commit = _git("rev-parse", "--short", "HEAD") or "?"
+    if _git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
+    u = os.uname()
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit,
+        "host": u.nodename,
+        "kernel": u.release,
+        "cpus": os.cpu_count(),
+        "mem_gib": round(mem_kib / (1 << 20), 1),
+    }
+
+
+def record_machine(out, command=None):
+    """Adds this machine and checkout (``machine()``, with ``command``) to
+    ``OUT/machine.json``, a list with one entry per invocation of a runner, so a
+    run worked through in several locked slices keeps every slice's commit."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "machine.json")
+    entries = read_machine(out)
+    m = machine()
+    if command is not None:
+        m["command"] = command
+    entries.append(m)
+    with open(path, "w") as f:
+        json.dump(entries, f, indent=1)
+        f.write("\n")
+
+
+def read_machine(out):
+    """The entries of ``OUT/machine.json`` (``record_machine``); [] where it is
+    missing or unreadable."""
+    try:
+        with open(os.path.join(out, "machine.json")) as f:
+            v = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return v if isinstance(v, list) else [v]
+
+
+def _provenance(out, command):
+    entries = read_machine(out)
+    if not entries:
+        return "Run: `%s` (no `machine.json`: date, commit and machine unknown)." % out
+    dates = sorted(e.get("date", "?") for e in entries)
+    commits = []
+    for e in entries:
+        if e.get("commit") not in commits:
+            commits.append(e.get("commit"))
+    first = entries[0]
+    when = dates[0][:10] if dates[0][:10] == dates[-1][:10] else "%s to %s" % (dates[0][:10], dates[-1][:10])
+    s = "Run of %s at commit %s on %s (%s CPUs, %s GiB, Linux %s)." % (
+        when, ", ".join(str(c) for c in commits), first.get("host", "?"),
+        first.get("cpus", "?"), first.get("mem_gib", "?"), first.get("kernel", "?"))
+    if command:
+        s += " Regenerate this section with `%s`." % command
+    return s
+
+
+def _demote(heading):
+    """A markdown heading moved below the section's own ``##`` (at least ``###``)."""
+    return "##" + heading if heading.startswith("# ") else "#" + heading
+
+
+def publish(experiment_dir, section, out, command=None, figures=(), notes="notes.md", report="report.md"):
+    """Writes section ``section`` of ``EXPERIMENT_DIR/RESULTS.md`` from
+    ``OUT/<report>`` (default ``report.md``): its date, commit and machine (``OUT/machine.json``), the
+    report with its title dropped and headings one level down, and ``OUT/<notes>``
+    (a hand-written reading of the run, default ``notes.md``) when present. Images named in
+    ``figures`` (paths relative to ``OUT``) are copied to
+    ``EXPERIMENT_DIR/figures/<section>-<name>`` and linked; other images are
+    dropped. Text outside the section's ``<!-- section: NAME -->`` ...
+    ``<!-- end: NAME -->`` markers is kept as it is. Only runs under ``bench/out/``
+    are published (a run elsewhere, e.g. a smoke test in /tmp, leaves RESULTS.md
+    alone); returns whether the section was written. Raises ``OSError`` where the
+    report cannot be read."""
+    outs = os.path.join(BENCH, "out")
+    if os.path.commonpath([os.path.abspath(out), outs]) != outs:
+        print("%s is not under bench/out: %s/RESULTS.md left as it is" % (out, experiment_dir), file=sys.stderr)
+        return False
+    with open(os.path.join(out, report)) as f:
+        lines = f.read().splitlines()
+    figdir = os.path.join(experiment_dir, "figures")
+    body = []
+    for line in lines:
+        if line.startswith("# ") and not body:
+            continue
+        img = re.match(r"!\[[^]]*\]\(([^)]+)\)\s*$", line)
+        if img:
+            src = img.group(1)
+            if src not in figures:
+                continue
+            os.makedirs(figdir, exist_ok=True)
+            name = "%s-%s" % (section, os.path.basename(src))
+            shutil.copyfile(os.path.join(out, src), os.path.join(figdir, name))
+            line = "![%s](figures/%s)" % (name, name)
+        elif line.startswith("#"):
+            line = _demote(line)
+        body.append(line)
+    if notes and os.path.exists(os.path.join(out, notes)):
+        with open(os.path.join(out, notes)) as f:
+            n = f.read().splitlines()
+        body += ["", "### Notes on this run", ""]
+        body += [_demote(l) if l.startswith("#") else l for l in n[1 if n and n[0].startswith("# ") else 0:]]
+    while body and not body[0].strip():
+        body.pop(0)
+    begin, end = "<!-- section: %s -->" % section, "<!-- end: %s -->" % section
+    text = [begin, "## %s" % section, "", _provenance(out, command), ""] + body + [end]
+    path = os.path.join(experiment_dir, "RESULTS.md")
+    try:
+        with open(path) as f:
+            old = f.read()
+    except FileNotFoundError:
+        old = "# Results of bench/%s\n\n" % os.path.basename(os.path.normpath(experiment_dir))
+    new = "\n".join(text)
+    if begin in old and end in old:
+        old = old[:old.index(begin)] + new + old[old.index(end) + len(end):]
+    else:
+        old = old.rstrip("\n") + "\n\n" + new + "\n"
+    with open(path, "w") as f:
+        f.write(old)
+    return True
+
+
+if __name__ == "__main__":
+    # python3 bench/benchlib.py publish EXPERIMENT_DIR SECTION OUT [FIGURE...]
+    if len(sys.argv) >= 5 and sys.argv[1] == "publish":
+        publish(sys.argv[2], sys.argv[3], sys.argv[4], figures=sys.argv[5:])
+    else:
+        raise SystemExit("usage: benchlib.py publish EXPERIMENT_DIR SECTION OUT [FIGURE...]")

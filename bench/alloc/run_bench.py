@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""libmemcolo benchmarks: raw CSV, report.md and PNG plots in results/<UTC date-time>/.
+"""libmemcolo benchmarks: raw CSV, report.md and PNG plots in bench/out/alloc/<UTC date-time>/ (ignored by git).
 
 1. Hermes micro benchmark (Middleware'21 §5.2): 1 KiB and 256 KiB blocks until 1 GiB
    (256 MiB with --quick), malloc + first write to each 4 KiB page, back to back and
@@ -52,6 +52,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 from benchlib import cpu_times, zram_off, zram_on  # noqa: E402
 from tput_ab import env_for  # noqa: E402  (same directory)
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -350,8 +351,9 @@ def main():
         if c not in ("dedicated", "anon", "file"):
             ap.error(f"unknown condition {c}")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out_dir = a.out or os.path.join(HERE, "results", stamp)
+    out_dir = a.out or os.path.join(os.path.dirname(HERE), "out", "alloc", stamp)
     os.makedirs(os.path.join(out_dir, "cdf"), exist_ok=True)
+    benchlib.record_machine(out_dir, " ".join(sys.argv))
     build()
     only = a.only.split(",")
     machine = os.path.join(out_dir, "machine.txt")

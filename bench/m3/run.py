@@ -28,13 +28,13 @@ Configurations of a workload (M3 §7.1.2):
 Everything runs inside ``<own memory cgroup>/memcolo-m3-<pid>`` (limit ``--node-mib``),
 each job in a child group of its own (for its timeline and peak), no swap: a job that
 passes the node's memory is OOM-killed, and that is recorded. The node is removed on
-exit. Results accumulate in ``--out`` (default bench/m3/results/<quick|full>/):
+exit. Results accumulate in ``--out`` (default bench/out/m3/<quick|full>/, ignored by git):
 ``runs.jsonl`` (one JSON object per run), ``timelines/<run>.csv`` (every 250 ms),
 ``events/<run>.jsonl`` (the agent's event log), ``logs/``. A run already in
 ``runs.jsonl`` is not run again, so the plan is worked through in locked slices::
 
     flock /tmp/memcolo-bench.lock /usr/bin/python3 bench/m3/run.py --quick --budget-s 540
-    /usr/bin/python3 bench/m3/report.py bench/m3/results/quick
+    /usr/bin/python3 bench/m3/report.py bench/out/m3/quick
 
 Each invocation stops starting runs once ``--budget-s`` is spent and prints how many
 runs of the plan are left (exit status 3 while some are).
@@ -54,6 +54,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 from benchlib import cg_write, own_memory_cgroup  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 MIB = 1 << 20
@@ -668,7 +669,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--quick", action="store_true", help="3 workloads, 1 repetition, 5-level grids, 3 Oracle candidates")
-    ap.add_argument("--out", help="results directory (default bench/m3/results/<quick|full>)")
+    ap.add_argument("--out", help="results directory (default bench/out/m3/<quick|full>)")
     ap.add_argument("--node-mib", type=int, default=2048, help="the node's memory (cgroup limit)")
     ap.add_argument("--poll-ms", type=int, default=200,
                     help="agent poll interval (M3 polls every 1 s; time here is scaled ~6x down)")
@@ -696,8 +697,9 @@ def main():
     for v in args.variants:
         if v not in VARIANTS:
             raise SystemExit("unknown variant %s (%s)" % (v, ", ".join(VARIANTS)))
-    out = args.out or os.path.join(HERE, "results", "quick" if args.quick else "full")
+    out = args.out or os.path.join(ROOT, "bench", "out", "m3", "quick" if args.quick else "full")
     os.makedirs(out, exist_ok=True)
+    benchlib.record_machine(out, " ".join(sys.argv))
     runs = load_runs(out)
     rerun = set(args.rerun.split(",")) if args.rerun else set()
     for rid in rerun:

@@ -48,6 +48,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 from benchlib import zram_off, zram_on  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 MiB = 1 << 20
@@ -296,13 +297,14 @@ def report(out, rows, a, started):
     lines.append("node failcnt: charges in the node that hit its limit during the run (the hog's included); "
                  "each reclaimed on the charging thread.")
     write(os.path.join(out, "report.md"), "\n".join(lines) + "\n")
+    benchlib.publish(HERE, "hermes", out)
     print("\n".join(lines[7:]))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(
-        ROOT, "bench", "results", datetime.date.today().isoformat() + "-" + socket.gethostname(), "reclaim-hermes"))
+        ROOT, "bench", "out", "reclaim", datetime.date.today().isoformat() + "-" + socket.gethostname() + "-hermes"))
     ap.add_argument("--memcolo", default=os.path.join(ROOT, "target", "release", "memcolo"))
     ap.add_argument("--quick", action="store_true", help="one repetition of 256 MiB")
     ap.add_argument("--reps", type=int, default=None, help="repetitions (default 3; 1 with --quick)")
@@ -335,6 +337,7 @@ def main():
         sys.exit(f"{a.memcolo}: not found (cargo build --release)")
     out = a.out
     os.makedirs(os.path.join(out, "cdf"), exist_ok=True)
+    benchlib.record_machine(out, " ".join(sys.argv))
     binary = os.path.join(out, "hermes_bench")
     subprocess.run(["cc", "-O2", "-o", binary, os.path.join(ROOT, "bench", "alloc", "hermes_bench.c")], check=True)
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -64,6 +64,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 import run as tiering  # noqa: E402
 
 CONFIGS = ("crash", "control")
@@ -650,6 +652,7 @@ def report(out):
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    benchlib.publish(HERE, "crash", out, command="/usr/bin/python3 bench/tiering/crash.py --report-only")
 
 
 def plot(out, by):
@@ -710,7 +713,7 @@ def plot(out, by):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "crash"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "out", "tiering", "crash"))
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--footprint-mib", type=int, default=1024, help="GUPS's table: the region")
@@ -741,6 +744,7 @@ def main():
             raise SystemExit("%s missing: cargo build --release -p memcolo -p memcolo-tiering-bench" % b)
     for d in ("timelines", "logs"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
+    benchlib.record_machine(out, " ".join(sys.argv))
     tmp = tempfile.mkdtemp(prefix="memcolo-crashbin-")
     lib = os.path.join(tmp, "libtier.so")
     subprocess.run(["cc", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",

@@ -53,7 +53,7 @@ Configurations:
 
 Targets (issue 6): the store under MaxMem within 5 % of the static partition's
 throughput while using at least 30 % less fast memory; p90/p99 latency and throughput
-for all three. Results in ``--out`` (default bench/tiering/results/kv):
+for all three. Results in ``--out`` (default bench/out/tiering/kv, ignored by git):
 ``runs.jsonl`` (one JSON object per run, the store's summary, once-a-second samples of
 the store's and GUPS's memory), ``timelines/`` (the store's and GUPS's per-second
 CSVs), ``logs/``, ``report.md``, ``plots/``. A run already in ``runs.jsonl`` is not
@@ -85,6 +85,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 from benchlib import zram_off, zram_on  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
@@ -661,6 +662,8 @@ def report(out, overhead=None):
     plots(out, by, order, st)
     open(os.path.join(out, "report.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    benchlib.publish(HERE, "kv", out, command="/usr/bin/python3 bench/tiering/kv.py --report-only",
+                     figures=["plots/kv-vs-fast.png"])
 
 
 def plots(out, by, order, st):
@@ -721,7 +724,7 @@ def plots(out, by, order, st):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "kv"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "out", "tiering", "kv"))
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--configs", default="maxmem,static,kernel")
     ap.add_argument("--static-sweep", default="", help="store partitions to add, MiB (e.g. 30,36,44)")
@@ -762,6 +765,7 @@ def main():
         raise SystemExit("needs root")
     for d in ("timelines", "logs"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
+    benchlib.record_machine(out, " ".join(sys.argv))
     rel = os.path.join(ROOT, "target", "release")
     tmp = tempfile.mkdtemp(prefix="memcolo-kvbin-")
     lib = os.path.join(tmp, "libtier.so")

@@ -37,13 +37,13 @@ Plans (``--plan``):
 Every run is ``target/release/gups`` in a scratch memory cgroup
 ``<own group>/memcolo-tiering-<pid>`` (limit ``--cg-limit-mib``, a safety net: the
 runs do not press on memory), removed afterwards. Results accumulate in ``--out``
-(default ``bench/tiering/results/<plan>``): ``runs.jsonl`` (one JSON object per run:
+(default ``bench/out/tiering/<plan>``, ignored by git): ``runs.jsonl`` (one JSON object per run:
 the program's summary plus the cgroup's peak), ``timelines/<run>.csv`` (per second).
 A run already in ``runs.jsonl`` is not run again, so a plan is worked through in
 locked slices::
 
     flock /tmp/memcolo-bench.lock /usr/bin/python3 bench/tiering/run.py --plan overhead --budget-s 450
-    /usr/bin/python3 bench/tiering/report.py bench/tiering/results/overhead
+    /usr/bin/python3 bench/tiering/report.py bench/out/tiering/overhead
 
 Exit status 3 while runs of the plan are left.
 """
@@ -58,6 +58,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 from benchlib import cg_int, cg_write, own_memory_cgroup  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CG_ROOT = "/sys/fs/cgroup/memory"
@@ -216,7 +217,7 @@ def main():
     ap.add_argument("--gups", default=os.path.join(ROOT, "target", "release", "gups"))
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args()
-    out = args.out or os.path.join(HERE, "results", args.plan)
+    out = args.out or os.path.join(os.path.dirname(HERE), "out", "tiering", args.plan)
     os.makedirs(os.path.join(out, "timelines"), exist_ok=True)
     runs_path = os.path.join(out, "runs.jsonl")
     todo = [r for r in plan_runs(args.plan, args.reps) if r[0] not in done_ids(runs_path)]
@@ -227,6 +228,7 @@ def main():
         return 3 if todo else 0
     if os.geteuid() != 0:
         raise SystemExit("needs root (cgroups, userfaultfd)")
+    benchlib.record_machine(out, " ".join(sys.argv))
     if not os.access(args.gups, os.X_OK):
         raise SystemExit("%s missing: cargo build --release -p memcolo-tiering-bench" % args.gups)
     cg = os.path.join(CG_ROOT + own_memory_cgroup(), "memcolo-tiering-%d" % os.getpid())

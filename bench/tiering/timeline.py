@@ -18,7 +18,7 @@ socket less the rest of the system) and an LZ4 slow tier. Process 1 is best effo
 Recorded: each process's per-second throughput (its own timeline), and once a second
 the agent's ``tier status`` (a_miss, t_miss, fast memory allotted and held, slow
 memory, infeasible flag per process). Written to ``--out`` (default
-bench/tiering/results/timeline): ``status.csv``, ``gups-<k>.csv``, ``events.csv``,
+bench/out/tiering/timeline): ``status.csv``, ``gups-<k>.csv``, ``events.csv``,
 ``summary.json``, ``report.md`` and ``plots/timeline.png``. The issue's target: every
 latency-sensitive process reaches a_miss <= t_miss within 10 epochs of each change.
 
@@ -43,6 +43,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 import run as tiering  # noqa: E402
 
 LS_T, BE_T = 0.1, 1.0
@@ -59,6 +61,7 @@ def schedule(scale):
 def run(args):
     out = args.out
     os.makedirs(out, exist_ok=True)
+    benchlib.record_machine(out, " ".join(sys.argv))
     memcolo = os.path.join(ROOT, "target", "release", "memcolo")
     gups = os.path.join(ROOT, "target", "release", "gups")
     for b in (memcolo, gups):
@@ -279,11 +282,13 @@ def report(out):
               "![timeline](plots/timeline.png)"]
     open(os.path.join(out, "report.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    benchlib.publish(HERE, "timeline", out, command="/usr/bin/python3 bench/tiering/timeline.py --report-only",
+                     figures=["plots/timeline.png"])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "timeline"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "out", "tiering", "timeline"))
     ap.add_argument("--fast-mib", type=int, default=144)
     ap.add_argument("--ws-mib", type=int, default=32)
     ap.add_argument("--cap-mib", type=int, default=10,
