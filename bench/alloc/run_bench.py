@@ -187,7 +187,7 @@ def hermes(out_dir, quick, conditions, picks=None, reps=3):
                         # pressure runs took pages the host had been told were free (free page
                         # reporting), ~17 us per 4 KiB page on first touch in phases for every
                         # allocator, and no memcg reclaim at all in the file condition
-                        # (diag/file_trace.sh, results/diag-file-b2b-trace)
+                        # (diag/file_trace.sh; RESULTS.md, diag-file-b2b-trace)
                         warm()
                         cdf = os.path.join(out_dir, "cdf", f"{cond}-{size}-{mode}-{name}-r{rep}.csv")
                         cmd = [os.path.join(BIN, "hermes_bench"), str(size), str(total), bench_mode(mode), str(interval), cdf,

@@ -502,7 +502,7 @@ def derive(rec, args):
             if ev.get(a) is not None and ev.get(b) is not None:
                 d[k] = ev[b] - ev[a]
         # libmemcolo tries tier_recover after it finds the connection gone (about when
-        # agent A exited) every 50 ms, or (before e.g. results/crash-50ms) at 0, 0.1,
+        # agent A exited) every 50 ms, or (before e.g. RESULTS.md earlier/crash-50ms) at 0, 0.1,
         # 0.3, 0.7, 1.5, 3.1 s, then every 2 s: the try expected to find agent B
         # listening.
         if ev.get("agent_a_exit") is not None and ev.get("agent_b_listening") is not None:

@@ -38,11 +38,11 @@ Configurations:
                 0``), as before they ran at nice 19, for a paired A/B.
 - ``maxmem-idle`` ``maxmem`` with GUPS's tier threads ``SCHED_IDLE`` instead of
                 nice 19 (``tier.be_thread_idle = true``), for a paired A/B
-                (``results/kv-idle-dev``, where ``maxmem`` had it on and
+                (``RESULTS.md``, earlier/kv-idle-dev, where ``maxmem`` had it on and
                 ``maxmem-nice19`` off).
 - ``maxmem-refault`` ``maxmem`` with short-distance refaults counted as hotness samples
                 (``tier.refault_samples = true``), for a paired A/B (in
-                ``results/kv-refault-dev`` it was the default: its ``maxmem`` had it
+                earlier/kv-refault-dev it was the default: its ``maxmem`` had it
                 on and ``maxmem-norefault`` off).
 - ``maxmem-change`` ``maxmem`` with the store's t_miss changed live to ``--change-t-miss``
                 ``--change-at-s`` after it started: the epochs until its a_miss <= the new

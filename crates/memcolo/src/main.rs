@@ -117,7 +117,7 @@ enum Cmd {
     /// Allocator telemetry of a registered process running libmemcolo: huge page coverage,
     /// realized fragmentation, skipped subreleases, reservation hits and misses, releases.
     AllocStats(alloc_stats::AllocStatsArgs),
-    /// Benchmarks on real services; results under bench/results/<date>-<host>/.
+    /// Benchmarks on real services; raw results under bench/out/.
     #[command(subcommand)]
     Bench(BenchCmd),
     /// Serve pages of far-memory tiers over TCP (the slow tier of MaxMem tiering): an
