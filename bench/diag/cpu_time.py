@@ -18,7 +18,7 @@ work queued onto the CPU per (queuing command, function); IPIs sent to the CPU p
 (sender command, call site); TLB flushes on the CPU per reason.
 
     perf script -i perf.data -F cpu,comm,pid,time,event,trace > perf.txt
-    bench/reclaim/cpu_time.py perf.txt --cpu 0 [--from 1234.5 --to 1250.0]
+    bench/diag/cpu_time.py perf.txt --cpu 0 [--from 1234.5 --to 1250.0]
 
 Used to attribute the LC CPU's "foreign" time of `memcolo bench reclaim`
 (`lc_cpus_foreign_pct`) to kernel workers and interrupts (bench/reclaim/README.md).

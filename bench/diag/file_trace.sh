@@ -5,13 +5,13 @@
 # sched_switch, memcg reclaim begin/end, user page faults; per run the group's
 # memory.stat and /proc/vmstat deltas, kdamond.0's CPU ticks and free page reporting's
 # reported_kib delta. file_trace.py attributes the slow allocations. Run under the lock:
-#   flock /tmp/memcolo-bench.lock bench/alloc/diag/file_trace.sh OUTDIR REPS ALLOC...
+#   flock /tmp/memcolo-bench.lock bench/diag/file_trace.sh OUTDIR REPS ALLOC...
 # ALLOC: glibc | jemalloc | tcmalloc | mimalloc | memcolo | NAME:MEMCOLO_X=V,...
 # LIB / HB: the libmemcolo.so and hermes_bench to run (default alloc/build's).
 # WARM_MB=N: touch and free N MiB outside the group before each run (run_bench.py's warm()
 # of the dedicated condition; the pressure conditions run without it).
 set -u
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 LIB=${LIB:-$ROOT/alloc/build/libmemcolo.so} HB=${HB:-$ROOT/alloc/build/bench/hermes_bench}
 SYS=/usr/lib/x86_64-linux-gnu
 D=$1 REPS=$2; shift 2

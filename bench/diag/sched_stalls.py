@@ -16,7 +16,7 @@ which tells reclaim on the LC's own thread apart from reclaim elsewhere.
         -e vmscan:mm_vmscan_memcg_reclaim_begin -e vmscan:mm_vmscan_memcg_reclaim_end &
     ... memcolo bench reclaim ...
     perf script -i perf.data -F cpu,comm,pid,time,event,trace > perf.txt
-    bench/reclaim/sched_stalls.py perf.txt REDIS_PID
+    bench/diag/sched_stalls.py perf.txt REDIS_PID
 """
 import re, sys, collections
 path = sys.argv[1]; pids = set(int(p) for p in sys.argv[2].split(','))

@@ -8,9 +8,9 @@
 # names the measured phase's start on the same clock. Analyse with cpu_time.py and
 # stall_attr.py.
 # Run it under the bench lock:
-#   sudo flock /tmp/memcolo-bench.lock bench/reclaim/trace_run.sh BIN OUTDIR --levels 150 --modes reclaim
+#   sudo flock /tmp/memcolo-bench.lock bench/diag/trace_run.sh BIN OUTDIR --levels 150 --modes reclaim
 #   perf script -i OUTDIR/perf.data -F cpu,comm,pid,tid,time,event,trace > OUTDIR/perf.txt
-#   bench/reclaim/cpu_time.py OUTDIR/perf.txt --cpu 0 --from T0 --to T1 --group redis=PID ...
+#   bench/diag/cpu_time.py OUTDIR/perf.txt --cpu 0 --from T0 --to T1 --group redis=PID ...
 # usage: trace_run.sh BIN OUTDIR [extra bench args]
 set -u
 BIN=$1; OUT=$2; shift 2
@@ -22,7 +22,7 @@ perf record -a -k mono -o $OUT/perf.data -e sched:sched_wakeup -e sched:sched_sw
   -e vmscan:mm_vmscan_memcg_reclaim_begin -e vmscan:mm_vmscan_memcg_reclaim_end \
   -e vmscan:mm_vmscan_direct_reclaim_begin -e vmscan:mm_vmscan_direct_reclaim_end > $OUT/perf-record.log 2>&1 &
 PP=$!
-python3 $(dirname $0)/host_mm_sampler.py $OUT/host-mm.csv &
+python3 $(dirname $0)/../reclaim/host_mm_sampler.py $OUT/host-mm.csv &
 HS=$!
 sleep 2; kill -0 $PP || { echo perf died; kill $HS; exit 1; }
 $BIN bench reclaim --quick --duration-s 15 --no-solo --no-plot --out $OUT/bench "$@" > $OUT/bench.log 2>&1
