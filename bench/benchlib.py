@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -77,6 +78,80 @@ def cg_int(cg, name):
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+CG_ROOT = "/sys/fs/cgroup/memory"
+
+
+def scratch_cgroup(name, limit_bytes=None):
+    """Creates (or reuses) the scratch memory group ``<own group>/<name>`` below this
+    process's own cgroup v1 memory group and returns its directory; sets
+    ``memory.limit_in_bytes`` when ``limit_bytes`` is given. Remove it with
+    ``cg_remove``. Raises ``SystemExit`` without a v1 memory controller and
+    ``OSError`` as the kernel answers."""
+    if not os.path.isdir(CG_ROOT):
+        raise SystemExit("no cgroup v1 memory controller at " + CG_ROOT)
+    cg = CG_ROOT + own_memory_cgroup().rstrip("/") + "/" + name
+    os.makedirs(cg, exist_ok=True)
+    if limit_bytes is not None:
+        cg_write(cg, "memory.limit_in_bytes", limit_bytes)
+    return cg
+
+
+def cg_add(cg, pid):
+    """Moves process ``pid`` into ``cg`` (``cgroup.procs``); raises ``OSError``."""
+    cg_write(cg, "cgroup.procs", pid)
+
+
+def in_cgroup(cg, argv):
+    """``argv`` wrapped so that the process joins ``cg`` before it execs: the command
+    starts inside the group, so every page it charges is the group's."""
+    return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg] + list(argv)
+
+
+def cg_pids(cg):
+    """The pids in ``cg`` (``cgroup.procs``); [] where the group is gone."""
+    try:
+        with open(os.path.join(cg, "cgroup.procs")) as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def cg_remove(cg):
+    """Removes the scratch group ``cg`` and its children: kills what is left in them
+    (only the benchmark's own processes can be there), drops their page cache
+    (``memory.force_empty``) and removes the directories, retrying for ~5 s each.
+    Never raises (this runs in cleanup); a group that stays is reported on stderr."""
+    if not os.path.isdir(cg):
+        return
+    for sub in sorted(os.listdir(cg)):
+        p = os.path.join(cg, sub)
+        if os.path.isdir(p):
+            cg_remove(p)
+    for _ in range(50):
+        pids = cg_pids(cg)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+    try:
+        cg_write(cg, "memory.force_empty", 0)
+    except OSError:
+        pass
+    for _ in range(50):
+        try:
+            os.rmdir(cg)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    print("warning: scratch cgroup %s not removed" % cg, file=sys.stderr)
 
 
 def cpu_times():

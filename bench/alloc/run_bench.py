@@ -43,7 +43,6 @@ import argparse
 import csv
 import datetime
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -82,26 +81,14 @@ class ScratchCgroup:
     """A memory cgroup (v1) below our own group; removed on exit."""
 
     def __init__(self, name, limit_bytes):
-        own = None
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                _, ctrl, path = line.strip().split(":", 2)
-                if "memory" in ctrl.split(","):
-                    own = path
-        if own is None:
-            raise RuntimeError("no cgroup v1 memory controller")
-        self.path = f"/sys/fs/cgroup/memory{own}/{name}"
-        os.makedirs(self.path, exist_ok=True)
-        with open(f"{self.path}/memory.limit_in_bytes", "w") as f:
-            f.write(str(limit_bytes))
+        self.path = benchlib.scratch_cgroup(name, limit_bytes)
         self.procs = []
 
     def preexec(self):
         path = self.path
 
         def join():
-            with open(f"{path}/cgroup.procs", "w") as f:
-                f.write(str(os.getpid()))
+            benchlib.cg_add(path, os.getpid())
         return join
 
     def spawn(self, cmd, **kw):
@@ -117,12 +104,7 @@ class ScratchCgroup:
             except ProcessLookupError:
                 pass
             p.wait()
-        for _ in range(50):
-            try:
-                os.rmdir(self.path)
-                return
-            except OSError:
-                time.sleep(0.1)
+        benchlib.cg_remove(self.path)
 
 
 def merge_rows(path, rows, replaced):

@@ -55,10 +55,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import benchlib  # noqa: E402
-from benchlib import cg_write, own_memory_cgroup  # noqa: E402
+from benchlib import CG_ROOT, cg_int, cg_remove, cg_write, in_cgroup, own_memory_cgroup  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 MIB = 1 << 20
-CG_ROOT = "/sys/fs/cgroup/memory"
 SDK_JAR = os.path.join(ROOT, "sdk", "java", "target", "memcolo-sdk-0.1.0.jar")
 BUILD = os.path.join(HERE, "build")
 
@@ -183,13 +182,6 @@ def cg_read(cg, name):
         return f.read()
 
 
-def cg_int(cg, name):
-    try:
-        return int(cg_read(cg, name).split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 def cg_stat(cg):
     out = {}
     try:
@@ -209,40 +201,6 @@ def cg_oom_kills(cg):
     except OSError:
         pass
     return 0
-
-
-def cg_remove(cg):
-    """Kills what is left in cg (only this benchmark's jobs can be there), drops its
-    page cache and removes it."""
-    if not os.path.isdir(cg):
-        return
-    for sub in sorted(os.listdir(cg)):
-        p = os.path.join(cg, sub)
-        if os.path.isdir(p):
-            cg_remove(p)
-    for _ in range(50):
-        try:
-            pids = [int(x) for x in cg_read(cg, "cgroup.procs").split()]
-        except OSError:
-            pids = []
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
-    try:
-        cg_write(cg, "memory.force_empty", 0)
-    except OSError:
-        pass
-    for _ in range(50):
-        try:
-            os.rmdir(cg)
-            return
-        except OSError:
-            time.sleep(0.1)
 
 
 # ------------------------------------------------------------------- the agent
@@ -331,7 +289,7 @@ class Job:
         os.makedirs(self.cg, exist_ok=True)
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
-            ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', self.cg] + self.argv,
+            in_cgroup(self.cg, self.argv),
             stdout=subprocess.PIPE, stderr=self.log, start_new_session=True, env=self.env)
         self.started = time.monotonic()
         threading.Thread(target=self._read, daemon=True).start()

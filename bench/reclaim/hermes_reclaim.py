@@ -74,16 +74,7 @@ class Node:
     (after killing what is left in it) on close."""
 
     def __init__(self, limit):
-        own = None
-        for line in read("/proc/self/cgroup").splitlines():
-            _, ctrls, path = line.split(":", 2)
-            if "memory" in ctrls.split(","):
-                own = path
-        if own is None or not os.path.isdir("/sys/fs/cgroup/memory"):
-            raise RuntimeError("no cgroup v1 memory controller")
-        self.path = f"/sys/fs/cgroup/memory{own}/memcolo-hermes-reclaim-{os.getpid()}"
-        os.mkdir(self.path)
-        write(f"{self.path}/memory.limit_in_bytes", str(limit))
+        self.path = benchlib.scratch_cgroup("memcolo-hermes-reclaim-%d" % os.getpid(), limit)
         self.limit = limit
         for c in ("lc", "be"):
             os.mkdir(f"{self.path}/{c}")
@@ -105,31 +96,11 @@ class Node:
         procs = f"{self.path}/{child}/cgroup.procs"
 
         def join():
-            with open(procs, "w") as f:
-                f.write(str(os.getpid()))
+            benchlib.cg_add(os.path.dirname(procs), os.getpid())
         return join
 
     def close(self):
-        for _ in range(100):
-            pids = []
-            for c in ("lc", "be", ""):
-                p = os.path.join(self.path, c, "cgroup.procs")
-                if os.path.exists(p):
-                    pids += [int(x) for x in read(p).split()]
-            for pid in pids:
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
-            try:
-                for c in ("lc", "be"):
-                    if os.path.isdir(f"{self.path}/{c}"):
-                        os.rmdir(f"{self.path}/{c}")
-                os.rmdir(self.path)
-                return
-            except OSError:
-                time.sleep(0.05)
-        print(f"warning: could not remove {self.path}", file=sys.stderr)
+        benchlib.cg_remove(self.path)
 
 
 class Agent:

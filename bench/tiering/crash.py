@@ -216,7 +216,7 @@ def one(config, rep, args, bins, cg):
     out = args.out
     name = "%s-r%d" % (config, rep)
     tmp = tempfile.mkdtemp(prefix="memcolo-crash-")
-    inc = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
+    inc = benchlib.in_cgroup(cg, [])
     logs = os.path.join(out, "logs")
     tl_path = os.path.join(out, "timelines", name + ".csv")
     sock = os.path.join(tmp, "agent.sock")
@@ -758,7 +758,7 @@ def main():
     bins = tuple(bins) + (lib,)
     runs_path = os.path.join(out, "runs.jsonl")
     done = tiering.done_ids(runs_path)
-    cg = os.path.join(tiering.CG_ROOT + tiering.own_memory_cgroup(), "memcolo-tiering-crash-%d" % os.getpid())
+    cg = os.path.join(benchlib.CG_ROOT + benchlib.own_memory_cgroup(), "memcolo-tiering-crash-%d" % os.getpid())
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip()
     argv = [a for a in sys.argv[1:]]
@@ -769,7 +769,7 @@ def main():
         shlex.quote(a) for a in argv)
 
     def cleanup(*_):
-        tiering.cg_remove(cg)
+        benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
         sys.exit(130)
 
@@ -792,7 +792,7 @@ def main():
                     left += 1
                     continue
                 os.makedirs(cg, exist_ok=True)
-                tiering.cg_write(cg, "memory.limit_in_bytes", args.cg_limit_mib << 20)
+                benchlib.cg_write(cg, "memory.limit_in_bytes", args.cg_limit_mib << 20)
                 print("run", rid, flush=True)
                 t0 = time.monotonic()
                 try:
@@ -806,9 +806,9 @@ def main():
                 print("  -> rc %s, %s MUPS, verify_errors %s, outage %s s, stall rows %s s" % (
                     rec.get("rc"), fmt(rec.get("mups"), "%.3f"), rec.get("verify_errors"),
                     fmt(d.get("outage_s")), fmt(d.get("stall_rows_s"))), flush=True)
-                tiering.cg_remove(cg)
+                benchlib.cg_remove(cg)
     finally:
-        tiering.cg_remove(cg)
+        benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
     report(out)
     if left:

@@ -89,7 +89,6 @@ import benchlib  # noqa: E402
 from benchlib import zram_off, zram_on  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import run as tiering  # noqa: E402
 import faultpath  # noqa: E402
 
 VALUE_BYTES = 4096
@@ -147,7 +146,7 @@ def one(config, rep, args, bins, cg):
     memcolo, gups, kvstore, lib = bins
     out = args.out
     tmp = tempfile.mkdtemp(prefix="memcolo-kv-")
-    inc = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
+    inc = benchlib.in_cgroup(cg, [])
     procs = []
     env = dict(os.environ)
     name = "%s-r%d" % (config, rep)
@@ -166,10 +165,10 @@ def one(config, rep, args, bins, cg):
     sock = None
     try:
         if config == "kernel":
-            tiering.cg_write(cg, "memory.limit_in_bytes", (args.fast_mib + 24) << 20)
+            benchlib.cg_write(cg, "memory.limit_in_bytes", (args.fast_mib + 24) << 20)
             zram_on(1024)
         else:
-            tiering.cg_write(cg, "memory.limit_in_bytes", 3 << 30)
+            benchlib.cg_write(cg, "memory.limit_in_bytes", 3 << 30)
         if config.startswith("maxmem"):
             cfg = os.path.join(tmp, "agent.toml")
             with open(cfg, "w") as f:
@@ -782,11 +781,11 @@ def main():
     done = set()
     if os.path.exists(runs_path):
         done = {json.loads(line)["run"] for line in open(runs_path)}
-    cg = os.path.join(tiering.CG_ROOT + tiering.own_memory_cgroup(), "memcolo-tiering-kv-%d" % os.getpid())
+    cg = os.path.join(benchlib.CG_ROOT + benchlib.own_memory_cgroup(), "memcolo-tiering-kv-%d" % os.getpid())
 
     def cleanup(*_):
         zram_off()
-        tiering.cg_remove(cg)
+        benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
         sys.exit(130)
 
@@ -812,9 +811,9 @@ def main():
                     f.write(json.dumps(rec) + "\n")
                 print("  -> %s ops/s p99 %s us, store fast %s MiB" % (
                     rec.get("ops_per_s"), rec.get("p99_us"), rec.get("kv_fast_mib")), flush=True)
-                tiering.cg_remove(cg)
+                benchlib.cg_remove(cg)
     finally:
-        tiering.cg_remove(cg)
+        benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
     report(out, args.overhead)
     if left:

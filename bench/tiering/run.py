@@ -59,38 +59,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import benchlib  # noqa: E402
-from benchlib import cg_int, cg_write, own_memory_cgroup  # noqa: E402
+from benchlib import CG_ROOT, cg_int, cg_remove, cg_write, in_cgroup, own_memory_cgroup  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
-CG_ROOT = "/sys/fs/cgroup/memory"
-
-
-def cg_remove(cg):
-    if not os.path.isdir(cg):
-        return
-    for _ in range(100):
-        try:
-            with open(os.path.join(cg, "cgroup.procs")) as f:
-                pids = [int(x) for x in f.read().split()]
-        except OSError:
-            pids = []
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-    try:
-        cg_write(cg, "memory.force_empty", 0)
-    except OSError:
-        pass
-    for _ in range(50):
-        try:
-            os.rmdir(cg)
-            return
-        except OSError:
-            time.sleep(0.1)
 
 
 def plan_runs(plan, reps):
@@ -256,7 +226,7 @@ def main():
             t0 = time.monotonic()
             h0 = host_probe()
             p = subprocess.run(
-                ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg] + cmd,
+                in_cgroup(cg, cmd),
                 capture_output=True, text=True)
             rec = {"run": run_id, "config": config, "args": gargs, "rc": p.returncode,
                    "wall_s": time.monotonic() - t0,

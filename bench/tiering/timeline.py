@@ -45,7 +45,6 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import benchlib  # noqa: E402
-import run as tiering  # noqa: E402
 
 LS_T, BE_T = 0.1, 1.0
 
@@ -71,9 +70,9 @@ def run(args):
     lib = os.path.join(tmp, "libtier.so")
     subprocess.run(["cc", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
                     os.path.join(ROOT, "alloc", "src", "tier.c"), "-o", lib], check=True)
-    cg = os.path.join(tiering.CG_ROOT + tiering.own_memory_cgroup(), "memcolo-tiering-tl-%d" % os.getpid())
+    cg = os.path.join(benchlib.CG_ROOT + benchlib.own_memory_cgroup(), "memcolo-tiering-tl-%d" % os.getpid())
     os.makedirs(cg, exist_ok=True)
-    tiering.cg_write(cg, "memory.limit_in_bytes", 2 << 30)
+    benchlib.cg_write(cg, "memory.limit_in_bytes", 2 << 30)
     procs = []
 
     def cleanup(*_):
@@ -82,7 +81,7 @@ def run(args):
                 p.kill()
             except OSError:
                 pass
-        tiering.cg_remove(cg)
+        benchlib.cg_remove(cg)
         sys.exit(130)
 
     signal.signal(signal.SIGTERM, cleanup)
@@ -92,7 +91,7 @@ def run(args):
     with open(cfg, "w") as f:
         f.write('metrics_addr = "off"\n[tier]\nenabled = true\nfast_bytes = %d\nmigration_cap_bytes = %d\n'
                 'default_t_miss = 1.0\n' % (args.fast_mib << 20, args.cap_mib << 20))
-    inc = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
+    inc = benchlib.in_cgroup(cg, [])
     agent = subprocess.Popen(inc + [memcolo, "agent", "--config", cfg, "--socket", sock, "--state-dir",
                                     os.path.join(tmp, "state")],
                              env=dict(os.environ, MEMCOLO_LOG="warn"),
@@ -173,7 +172,7 @@ def run(args):
         json.dump({"fast_mib": args.fast_mib, "ws_mib": args.ws_mib, "cap_mib": args.cap_mib,
                    "scale": args.scale, "starts": starts, "end": end,
                    "gups_rc": {k: p.returncode for k, p in gups_procs.items()}}, f, indent=1)
-    tiering.cg_remove(cg)
+    benchlib.cg_remove(cg)
 
 
 def read_csv(p):
