@@ -1,6 +1,8 @@
-"""Helpers the Python benchmarks share: the zram swap device, the cgroup v1
-memory controller's files, the machine's CPU time (for its busy share), and where
-results go: raw output under ``bench/out/<experiment>/<run>/`` (ignored by git) with
+"""Helpers the Python benchmarks share: the zram swap device, scratch cgroup v1
+memory groups below this process's own (``scratch_cgroup``, ``in_cgroup``,
+``cg_remove``) and their files, the machine's CPU time (for its busy share), plans
+of interleaved runs worked through in locked slices (``interleaved``, ``RunLog``,
+``Budget``), and where results go: raw output under ``bench/out/<experiment>/<run>/`` (ignored by git) with
 the machine and commit of each invocation (``record_machine``), and the committed
 summary ``bench/<experiment>/RESULTS.md`` written from a run's report (``publish``).
 
@@ -160,6 +162,72 @@ def cpu_times():
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:8]]
     return v[3] + v[4], sum(v)
+
+
+# ---------------------------------------------------------------------------
+# Interleaved runs worked through in locked slices
+#
+# A plan is a list of runs, each with an id. Repetitions interleave the
+# configurations, the order rotated by one each repetition, so drift of the shared
+# machine falls on every configuration alike. Each invocation (under
+# ``flock /tmp/memcolo-bench.lock``, taken by the caller's command line) runs what
+# ``runs.jsonl`` does not hold yet until its time budget is spent, so a long plan is
+# done in slices of a few minutes and the lock changes hands between them.
+
+LOCK = "/tmp/memcolo-bench.lock"
+
+
+def interleaved(configs, reps):
+    """``(config, rep)`` pairs: ``reps`` rounds of every element of ``configs``, round
+    ``r`` starting at element ``r mod len(configs)``."""
+    configs = list(configs)
+    out = []
+    for r in range(reps):
+        k = r % len(configs) if configs else 0
+        out += [(c, r) for c in configs[k:] + configs[:k]]
+    return out
+
+
+class RunLog:
+    """The journal ``OUT/runs.jsonl`` of a plan: one JSON object per finished run,
+    identified by its field ``key``. Lines that do not parse (a run killed while
+    writing) are skipped."""
+
+    def __init__(self, out, key="run"):
+        self.path = os.path.join(out, "runs.jsonl")
+        self.key = key
+        self.records = {}
+        try:
+            with open(self.path) as f:
+                for line in f:
+                    try:
+                        r = json.loads(line)
+                        self.records[r[key]] = r
+                    except (ValueError, KeyError, TypeError):
+                        pass
+        except FileNotFoundError:
+            pass
+
+    def __contains__(self, run_id):
+        return run_id in self.records
+
+    def append(self, rec):
+        """Appends ``rec`` (a dict with the key field) and flushes it to disk."""
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        self.records[rec[self.key]] = rec
+
+
+class Budget:
+    """``spent()`` once ``seconds`` have passed since it was made: a slice starts no
+    run after that (a run started is finished)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.start = time.monotonic()
+
+    def spent(self):
+        return time.monotonic() - self.start > self.seconds
 
 
 # ---------------------------------------------------------------------------

@@ -483,15 +483,8 @@ def run_once(ctx, run_id, kind, workload, config, spec, settings, rep):
 # --------------------------------------------------------------------- planning
 
 def load_runs(out):
-    runs = {}
-    p = os.path.join(out, "runs.jsonl")
-    if os.path.exists(p):
-        with open(p) as f:
-            for line in f:
-                if line.strip():
-                    r = json.loads(line)
-                    runs[r["run_id"]] = r
-    return runs
+    """The runs of ``OUT/runs.jsonl`` by ``run_id``."""
+    return benchlib.RunLog(out, key="run_id").records
 
 
 def profile_id(key, setting, rep):
@@ -658,7 +651,8 @@ def main():
     out = args.out or os.path.join(ROOT, "bench", "out", "m3", "quick" if args.quick else "full")
     os.makedirs(out, exist_ok=True)
     benchlib.record_machine(out, " ".join(sys.argv))
-    runs = load_runs(out)
+    log = benchlib.RunLog(out, key="run_id")
+    runs = log.records
     rerun = set(args.rerun.split(",")) if args.rerun else set()
     for rid in rerun:
         runs.pop(rid, None)
@@ -703,19 +697,17 @@ def main():
             cg_write(ctx.node, "memory.swappiness", 0)
         except OSError:
             pass
-        started = time.monotonic()
+        budget = benchlib.Budget(args.budget_s)
         while True:
             p = [x for x in todo() if x[1] != "pending"]
             if not p:
                 break
-            if time.monotonic() - started > args.budget_s:
+            if budget.spent():
                 break
             run_id, kind, wname, config, spec, settings, rep = p[0]
             print("== %s" % run_id, flush=True)
             rec = run_once(ctx, run_id, kind, wname, config, spec, settings, rep)
-            runs[run_id] = rec
-            with open(os.path.join(out, "runs.jsonl"), "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            log.append(rec)
             print("   wall %.1f s, ok %s, oom %d, jobs %s%s" % (
                 rec["wall_s"], rec["ok"], rec["oom_kills"],
                 ", ".join("%s=%s" % (j["name"], j["elapsed_s"]) for j in rec["jobs"]),

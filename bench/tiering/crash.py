@@ -66,7 +66,6 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import benchlib  # noqa: E402
-import run as tiering  # noqa: E402
 
 CONFIGS = ("crash", "control")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -756,8 +755,7 @@ def main():
         shutil.copy2(os.path.join(rel, b), os.path.join(tmp, b))
         bins.append(os.path.join(tmp, b))
     bins = tuple(bins) + (lib,)
-    runs_path = os.path.join(out, "runs.jsonl")
-    done = tiering.done_ids(runs_path)
+    log = benchlib.RunLog(out)
     cg = os.path.join(benchlib.CG_ROOT + benchlib.own_memory_cgroup(), "memcolo-tiering-crash-%d" % os.getpid())
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip()
@@ -775,38 +773,35 @@ def main():
 
     signal.signal(signal.SIGTERM, cleanup)
     signal.signal(signal.SIGINT, cleanup)
-    start = time.monotonic()
+    budget = benchlib.Budget(args.budget_s)
     configs = [c for c in args.configs.split(",") if c]
     for c in configs:
         if c not in CONFIGS:
             ap.error("unknown configuration %r" % c)
     left = 0
     try:
-        for rep in range(args.reps):
-            k = rep % len(configs)
-            for c in configs[k:] + configs[:k]:
-                rid = "%s-r%d" % (c, rep)
-                if rid in done:
-                    continue
-                if time.monotonic() - start > args.budget_s:
-                    left += 1
-                    continue
-                os.makedirs(cg, exist_ok=True)
-                benchlib.cg_write(cg, "memory.limit_in_bytes", args.cg_limit_mib << 20)
-                print("run", rid, flush=True)
-                t0 = time.monotonic()
-                try:
-                    rec = one(c, rep, args, bins, cg)
-                except RuntimeError as e:
-                    rec = {"run": rid, "config": c, "rep": rep, "rc": None, "error": str(e), "events": {}}
-                rec.update(setup=setup, commit=commit, wall_s=time.monotonic() - t0)
-                with open(runs_path, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
-                d = rec.get("derived", {})
-                print("  -> rc %s, %s MUPS, verify_errors %s, outage %s s, stall rows %s s" % (
-                    rec.get("rc"), fmt(rec.get("mups"), "%.3f"), rec.get("verify_errors"),
-                    fmt(d.get("outage_s")), fmt(d.get("stall_rows_s"))), flush=True)
-                benchlib.cg_remove(cg)
+        for c, rep in benchlib.interleaved(configs, args.reps):
+            rid = "%s-r%d" % (c, rep)
+            if rid in log:
+                continue
+            if budget.spent():
+                left += 1
+                continue
+            os.makedirs(cg, exist_ok=True)
+            benchlib.cg_write(cg, "memory.limit_in_bytes", args.cg_limit_mib << 20)
+            print("run", rid, flush=True)
+            t0 = time.monotonic()
+            try:
+                rec = one(c, rep, args, bins, cg)
+            except RuntimeError as e:
+                rec = {"run": rid, "config": c, "rep": rep, "rc": None, "error": str(e), "events": {}}
+            rec.update(setup=setup, commit=commit, wall_s=time.monotonic() - t0)
+            log.append(rec)
+            d = rec.get("derived", {})
+            print("  -> rc %s, %s MUPS, verify_errors %s, outage %s s, stall rows %s s" % (
+                rec.get("rc"), fmt(rec.get("mups"), "%.3f"), rec.get("verify_errors"),
+                fmt(d.get("outage_s")), fmt(d.get("stall_rows_s"))), flush=True)
+            benchlib.cg_remove(cg)
     finally:
         benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -777,10 +777,7 @@ def main():
         shutil.copy2(os.path.join(rel, b), os.path.join(tmp, b))
         bins.append(os.path.join(tmp, b))
     bins = tuple(bins) + (lib,)
-    runs_path = os.path.join(out, "runs.jsonl")
-    done = set()
-    if os.path.exists(runs_path):
-        done = {json.loads(line)["run"] for line in open(runs_path)}
+    log = benchlib.RunLog(out)
     cg = os.path.join(benchlib.CG_ROOT + benchlib.own_memory_cgroup(), "memcolo-tiering-kv-%d" % os.getpid())
 
     def cleanup(*_):
@@ -791,27 +788,25 @@ def main():
 
     signal.signal(signal.SIGTERM, cleanup)
     signal.signal(signal.SIGINT, cleanup)
-    start = time.monotonic()
+    budget = benchlib.Budget(args.budget_s)
     configs = [c for c in args.configs.split(",") if c]
     configs += ["static-%d" % int(m) for m in args.static_sweep.split(",") if m]
     left = 0
     try:
-        for rep in range(args.reps):
-            for c in configs[rep % len(configs):] + configs[:rep % len(configs)]:
-                rid = "%s-r%d" % (c, rep)
-                if rid in done:
-                    continue
-                if time.monotonic() - start > args.budget_s:
-                    left += 1
-                    continue
-                os.makedirs(cg, exist_ok=True)
-                print("run", rid, flush=True)
-                rec = one(c, rep, args, bins, cg)
-                with open(runs_path, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
-                print("  -> %s ops/s p99 %s us, store fast %s MiB" % (
-                    rec.get("ops_per_s"), rec.get("p99_us"), rec.get("kv_fast_mib")), flush=True)
-                benchlib.cg_remove(cg)
+        for c, rep in benchlib.interleaved(configs, args.reps):
+            rid = "%s-r%d" % (c, rep)
+            if rid in log:
+                continue
+            if budget.spent():
+                left += 1
+                continue
+            os.makedirs(cg, exist_ok=True)
+            print("run", rid, flush=True)
+            rec = one(c, rep, args, bins, cg)
+            log.append(rec)
+            print("  -> %s ops/s p99 %s us, store fast %s MiB" % (
+                rec.get("ops_per_s"), rec.get("p99_us"), rec.get("kv_fast_mib")), flush=True)
+            benchlib.cg_remove(cg)
     finally:
         benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -124,12 +124,8 @@ def plan_runs(plan, reps):
         base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "10", "--measure-s", "15"]
     else:
         raise SystemExit("unknown plan %r" % plan)
-    out = []
-    for r in range(reps):
-        k = r % len(configs)
-        for name, a in configs[k:] + configs[:k]:
-            out.append(("%s-r%d" % (name, r), name, base + a + ["--seed", str(r + 1)]))
-    return out
+    return [("%s-r%d" % (name, r), name, base + a + ["--seed", str(r + 1)])
+            for (name, a), r in benchlib.interleaved(configs, reps)]
 
 
 def host_probe():
@@ -164,18 +160,6 @@ def host_delta(a, b):
             "reported_mib": (b[3] - a[3]) / 1024}
 
 
-def done_ids(path):
-    ids = set()
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    ids.add(json.loads(line)["run"])
-                except (ValueError, KeyError):
-                    pass
-    return ids
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plan", default="overhead", choices=["overhead", "overhead-probation", "overhead-short", "small", "small-16hits", "diag",
@@ -189,8 +173,8 @@ def main():
     args = ap.parse_args()
     out = args.out or os.path.join(os.path.dirname(HERE), "out", "tiering", args.plan)
     os.makedirs(os.path.join(out, "timelines"), exist_ok=True)
-    runs_path = os.path.join(out, "runs.jsonl")
-    todo = [r for r in plan_runs(args.plan, args.reps) if r[0] not in done_ids(runs_path)]
+    log = benchlib.RunLog(out)
+    todo = [r for r in plan_runs(args.plan, args.reps) if r[0] not in log]
     if args.dry_run:
         for r in todo:
             print(r[0], " ".join(r[2]))
@@ -211,11 +195,11 @@ def main():
     signal.signal(signal.SIGINT, cleanup)
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip()
-    start = time.monotonic()
+    budget = benchlib.Budget(args.budget_s)
     left = len(todo)
     try:
         for run_id, config, gargs in todo:
-            if time.monotonic() - start > args.budget_s:
+            if budget.spent():
                 break
             os.makedirs(cg, exist_ok=True)
             cg_write(cg, "memory.limit_in_bytes", args.cg_limit_mib << 20)
@@ -237,8 +221,7 @@ def main():
                 rec.update(json.loads(p.stdout.strip().splitlines()[-1]))
             else:
                 rec["stderr"] = p.stderr[-2000:]
-            with open(runs_path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            log.append(rec)
             print("  -> rc %d, %s MUPS" % (p.returncode, rec.get("mups")), flush=True)
             cg_remove(cg)
             left -= 1
