@@ -74,7 +74,7 @@
  * CPU (3 runs, busy 0.93-0.97): p99 664-689 us / max 0.73-4.8 ms with mode 0, 274-298
  * us / 0.38-0.54 ms with SCHED_IDLE at once (glibc 182-397, jemalloc 149-206 us), p50 1.3
  * against 89-91 us; anonymous pressure, b2b p99 5464-7102 us against 1370-2192 (jemalloc
- * 1301-9501), paced p99 unchanged in kind (bench/alloc/results, diag/ab_step*).
+ * 1301-9501), paced p99 unchanged in kind (bench/alloc/RESULTS.md, 20261121T124328Z).
  * A `top` notification (agent.c) suspends the reservation for MEMCOLO_TOP_HOLD_S.
  * Pre-faulting uses MADV_POPULATE_WRITE (mlock for pooled blocks), outside every
  * lock. Large requests take a pooled block (best fit in their bucket, then the next

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""libmemcolo benchmarks: raw CSV, report.md and PNG plots in results/<UTC date-time>/.
+"""libmemcolo benchmarks: raw CSV, report.md and PNG plots in bench/out/alloc/<UTC date-time>/ (ignored by git).
 
 1. Hermes micro benchmark (Middleware'21 §5.2): 1 KiB and 256 KiB blocks until 1 GiB
    (256 MiB with --quick), malloc + first write to each 4 KiB page, back to back and
@@ -43,7 +43,6 @@ import argparse
 import csv
 import datetime
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -52,6 +51,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 from benchlib import cpu_times, zram_off, zram_on  # noqa: E402
 from tput_ab import env_for  # noqa: E402  (same directory)
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -81,26 +81,14 @@ class ScratchCgroup:
     """A memory cgroup (v1) below our own group; removed on exit."""
 
     def __init__(self, name, limit_bytes):
-        own = None
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                _, ctrl, path = line.strip().split(":", 2)
-                if "memory" in ctrl.split(","):
-                    own = path
-        if own is None:
-            raise RuntimeError("no cgroup v1 memory controller")
-        self.path = f"/sys/fs/cgroup/memory{own}/{name}"
-        os.makedirs(self.path, exist_ok=True)
-        with open(f"{self.path}/memory.limit_in_bytes", "w") as f:
-            f.write(str(limit_bytes))
+        self.path = benchlib.scratch_cgroup(name, limit_bytes)
         self.procs = []
 
     def preexec(self):
         path = self.path
 
         def join():
-            with open(f"{path}/cgroup.procs", "w") as f:
-                f.write(str(os.getpid()))
+            benchlib.cg_add(path, os.getpid())
         return join
 
     def spawn(self, cmd, **kw):
@@ -116,12 +104,7 @@ class ScratchCgroup:
             except ProcessLookupError:
                 pass
             p.wait()
-        for _ in range(50):
-            try:
-                os.rmdir(self.path)
-                return
-            except OSError:
-                time.sleep(0.1)
+        benchlib.cg_remove(self.path)
 
 
 def merge_rows(path, rows, replaced):
@@ -186,7 +169,7 @@ def hermes(out_dir, quick, conditions, picks=None, reps=3):
                         # pressure runs took pages the host had been told were free (free page
                         # reporting), ~17 us per 4 KiB page on first touch in phases for every
                         # allocator, and no memcg reclaim at all in the file condition
-                        # (diag/file_trace.sh, results/diag-file-b2b-trace)
+                        # (diag/file_trace.sh; RESULTS.md, diag-file-b2b-trace)
                         warm()
                         cdf = os.path.join(out_dir, "cdf", f"{cond}-{size}-{mode}-{name}-r{rep}.csv")
                         cmd = [os.path.join(BIN, "hermes_bench"), str(size), str(total), bench_mode(mode), str(interval), cdf,
@@ -350,8 +333,9 @@ def main():
         if c not in ("dedicated", "anon", "file"):
             ap.error(f"unknown condition {c}")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out_dir = a.out or os.path.join(HERE, "results", stamp)
+    out_dir = a.out or os.path.join(os.path.dirname(HERE), "out", "alloc", stamp)
     os.makedirs(os.path.join(out_dir, "cdf"), exist_ok=True)
+    benchlib.record_machine(out_dir, " ".join(sys.argv))
     build()
     only = a.only.split(",")
     machine = os.path.join(out_dir, "machine.txt")

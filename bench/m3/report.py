@@ -3,11 +3,12 @@
 worst case (identical jobs, §7 Fig. 8), memory timelines with the low/high/top lines
 (Fig. 6) and effective memory utilisation (§7.3).
 
-    /usr/bin/python3 bench/m3/report.py bench/m3/results/quick
+    /usr/bin/python3 bench/m3/report.py bench/out/m3/quick
 
 Reads ``runs.jsonl`` and ``timelines/`` of the directory; writes ``summary.csv``,
 ``speedups.csv``, ``report.md`` and ``plots/*.png`` (matplotlib; plots are skipped
-with a warning when it is missing).
+with a warning when it is missing), and the section named after the directory in
+``bench/m3/RESULTS.md`` (``benchlib.publish``; only for a directory under bench/out).
 
 The Oracle of a workload is the static partition (settings whose solo peak
 footprints add up to at most the node), among those run for it, that gives memcolo
@@ -27,6 +28,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import run as m3  # noqa: E402
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -236,7 +239,7 @@ def plot_all(out, runs, workloads):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "results", "quick")
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(HERE), "out", "m3", "quick")
     runs = load(out)
     workloads = analyse(runs)
 
@@ -423,6 +426,9 @@ def main():
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    benchlib.publish(HERE, os.path.basename(os.path.normpath(out)), out,
+                     command="/usr/bin/python3 bench/m3/report.py " + os.path.relpath(out, benchlib.REPO),
+                     figures=["plots/timeline-CJP.png", "plots/timeline-JJJ-0.png", "plots/runtimes.png"])
 
 
 if __name__ == "__main__":

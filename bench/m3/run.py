@@ -28,13 +28,13 @@ Configurations of a workload (M3 §7.1.2):
 Everything runs inside ``<own memory cgroup>/memcolo-m3-<pid>`` (limit ``--node-mib``),
 each job in a child group of its own (for its timeline and peak), no swap: a job that
 passes the node's memory is OOM-killed, and that is recorded. The node is removed on
-exit. Results accumulate in ``--out`` (default bench/m3/results/<quick|full>/):
+exit. Results accumulate in ``--out`` (default bench/out/m3/<quick|full>/, ignored by git):
 ``runs.jsonl`` (one JSON object per run), ``timelines/<run>.csv`` (every 250 ms),
 ``events/<run>.jsonl`` (the agent's event log), ``logs/``. A run already in
 ``runs.jsonl`` is not run again, so the plan is worked through in locked slices::
 
     flock /tmp/memcolo-bench.lock /usr/bin/python3 bench/m3/run.py --quick --budget-s 540
-    /usr/bin/python3 bench/m3/report.py bench/m3/results/quick
+    /usr/bin/python3 bench/m3/report.py bench/out/m3/quick
 
 Each invocation stops starting runs once ``--budget-s`` is spent and prints how many
 runs of the plan are left (exit status 3 while some are).
@@ -54,10 +54,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from benchlib import cg_write, own_memory_cgroup  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import CG_ROOT, cg_int, cg_remove, cg_write, in_cgroup, own_memory_cgroup  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 MIB = 1 << 20
-CG_ROOT = "/sys/fs/cgroup/memory"
 SDK_JAR = os.path.join(ROOT, "sdk", "java", "target", "memcolo-sdk-0.1.0.jar")
 BUILD = os.path.join(HERE, "build")
 
@@ -182,13 +182,6 @@ def cg_read(cg, name):
         return f.read()
 
 
-def cg_int(cg, name):
-    try:
-        return int(cg_read(cg, name).split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 def cg_stat(cg):
     out = {}
     try:
@@ -208,40 +201,6 @@ def cg_oom_kills(cg):
     except OSError:
         pass
     return 0
-
-
-def cg_remove(cg):
-    """Kills what is left in cg (only this benchmark's jobs can be there), drops its
-    page cache and removes it."""
-    if not os.path.isdir(cg):
-        return
-    for sub in sorted(os.listdir(cg)):
-        p = os.path.join(cg, sub)
-        if os.path.isdir(p):
-            cg_remove(p)
-    for _ in range(50):
-        try:
-            pids = [int(x) for x in cg_read(cg, "cgroup.procs").split()]
-        except OSError:
-            pids = []
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
-    try:
-        cg_write(cg, "memory.force_empty", 0)
-    except OSError:
-        pass
-    for _ in range(50):
-        try:
-            os.rmdir(cg)
-            return
-        except OSError:
-            time.sleep(0.1)
 
 
 # ------------------------------------------------------------------- the agent
@@ -330,7 +289,7 @@ class Job:
         os.makedirs(self.cg, exist_ok=True)
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
-            ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', self.cg] + self.argv,
+            in_cgroup(self.cg, self.argv),
             stdout=subprocess.PIPE, stderr=self.log, start_new_session=True, env=self.env)
         self.started = time.monotonic()
         threading.Thread(target=self._read, daemon=True).start()
@@ -524,15 +483,8 @@ def run_once(ctx, run_id, kind, workload, config, spec, settings, rep):
 # --------------------------------------------------------------------- planning
 
 def load_runs(out):
-    runs = {}
-    p = os.path.join(out, "runs.jsonl")
-    if os.path.exists(p):
-        with open(p) as f:
-            for line in f:
-                if line.strip():
-                    r = json.loads(line)
-                    runs[r["run_id"]] = r
-    return runs
+    """The runs of ``OUT/runs.jsonl`` by ``run_id``."""
+    return benchlib.RunLog(out, key="run_id").records
 
 
 def profile_id(key, setting, rep):
@@ -668,7 +620,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--quick", action="store_true", help="3 workloads, 1 repetition, 5-level grids, 3 Oracle candidates")
-    ap.add_argument("--out", help="results directory (default bench/m3/results/<quick|full>)")
+    ap.add_argument("--out", help="results directory (default bench/out/m3/<quick|full>)")
     ap.add_argument("--node-mib", type=int, default=2048, help="the node's memory (cgroup limit)")
     ap.add_argument("--poll-ms", type=int, default=200,
                     help="agent poll interval (M3 polls every 1 s; time here is scaled ~6x down)")
@@ -696,9 +648,11 @@ def main():
     for v in args.variants:
         if v not in VARIANTS:
             raise SystemExit("unknown variant %s (%s)" % (v, ", ".join(VARIANTS)))
-    out = args.out or os.path.join(HERE, "results", "quick" if args.quick else "full")
+    out = args.out or os.path.join(ROOT, "bench", "out", "m3", "quick" if args.quick else "full")
     os.makedirs(out, exist_ok=True)
-    runs = load_runs(out)
+    benchlib.record_machine(out, " ".join(sys.argv))
+    log = benchlib.RunLog(out, key="run_id")
+    runs = log.records
     rerun = set(args.rerun.split(",")) if args.rerun else set()
     for rid in rerun:
         runs.pop(rid, None)
@@ -743,19 +697,17 @@ def main():
             cg_write(ctx.node, "memory.swappiness", 0)
         except OSError:
             pass
-        started = time.monotonic()
+        budget = benchlib.Budget(args.budget_s)
         while True:
             p = [x for x in todo() if x[1] != "pending"]
             if not p:
                 break
-            if time.monotonic() - started > args.budget_s:
+            if budget.spent():
                 break
             run_id, kind, wname, config, spec, settings, rep = p[0]
             print("== %s" % run_id, flush=True)
             rec = run_once(ctx, run_id, kind, wname, config, spec, settings, rep)
-            runs[run_id] = rec
-            with open(os.path.join(out, "runs.jsonl"), "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            log.append(rec)
             print("   wall %.1f s, ok %s, oom %d, jobs %s%s" % (
                 rec["wall_s"], rec["ok"], rec["oom_kills"],
                 ", ".join("%s=%s" % (j["name"], j["elapsed_s"]) for j in rec["jobs"]),

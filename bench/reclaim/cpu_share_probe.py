@@ -45,6 +45,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import benchlib  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 HZ = os.sysconf("SC_CLK_TCK")
 PR = "/sys/module/page_reporting/parameters/"
@@ -103,21 +106,11 @@ class ScratchGroup:
     """A v1 memory cgroup below our own group for the load; removed on close."""
 
     def __init__(self, name):
-        own = None
-        for line in open("/proc/self/cgroup").read().splitlines():
-            parts = line.split(":", 2)
-            if len(parts) == 3 and "memory" in parts[1].split(","):
-                own = parts[2]
-        if own is None:
-            raise RuntimeError("no cgroup v1 memory controller")
-        self.path = f"/sys/fs/cgroup/memory{own.rstrip('/')}/{name}"
-        os.makedirs(self.path, exist_ok=True)
-        with open(f"{self.path}/memory.limit_in_bytes", "w") as f:
-            f.write(str(512 << 20))
+        self.path = benchlib.scratch_cgroup(name, 512 << 20)
 
     def enter_fn(self):
-        procs = f"{self.path}/cgroup.procs"
-        return lambda: open(procs, "w").write(str(os.getpid()))
+        path = self.path
+        return lambda: benchlib.cg_add(path, os.getpid())
 
     def cpu_ms(self):
         """utime + stime of the group's processes and their threads, ms."""
@@ -132,17 +125,7 @@ class ScratchGroup:
         return ms
 
     def close(self):
-        for _ in range(50):
-            pids = open(f"{self.path}/cgroup.procs").read().split()
-            if not pids:
-                break
-            for p in pids:
-                try:
-                    os.kill(int(p), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
-        os.rmdir(self.path)
+        benchlib.cg_remove(self.path)
 
 
 def placement(level, how):

@@ -48,6 +48,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 from benchlib import zram_off, zram_on  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 MiB = 1 << 20
@@ -73,16 +74,7 @@ class Node:
     (after killing what is left in it) on close."""
 
     def __init__(self, limit):
-        own = None
-        for line in read("/proc/self/cgroup").splitlines():
-            _, ctrls, path = line.split(":", 2)
-            if "memory" in ctrls.split(","):
-                own = path
-        if own is None or not os.path.isdir("/sys/fs/cgroup/memory"):
-            raise RuntimeError("no cgroup v1 memory controller")
-        self.path = f"/sys/fs/cgroup/memory{own}/memcolo-hermes-reclaim-{os.getpid()}"
-        os.mkdir(self.path)
-        write(f"{self.path}/memory.limit_in_bytes", str(limit))
+        self.path = benchlib.scratch_cgroup("memcolo-hermes-reclaim-%d" % os.getpid(), limit)
         self.limit = limit
         for c in ("lc", "be"):
             os.mkdir(f"{self.path}/{c}")
@@ -104,31 +96,11 @@ class Node:
         procs = f"{self.path}/{child}/cgroup.procs"
 
         def join():
-            with open(procs, "w") as f:
-                f.write(str(os.getpid()))
+            benchlib.cg_add(os.path.dirname(procs), os.getpid())
         return join
 
     def close(self):
-        for _ in range(100):
-            pids = []
-            for c in ("lc", "be", ""):
-                p = os.path.join(self.path, c, "cgroup.procs")
-                if os.path.exists(p):
-                    pids += [int(x) for x in read(p).split()]
-            for pid in pids:
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
-            try:
-                for c in ("lc", "be"):
-                    if os.path.isdir(f"{self.path}/{c}"):
-                        os.rmdir(f"{self.path}/{c}")
-                os.rmdir(self.path)
-                return
-            except OSError:
-                time.sleep(0.05)
-        print(f"warning: could not remove {self.path}", file=sys.stderr)
+        benchlib.cg_remove(self.path)
 
 
 class Agent:
@@ -296,13 +268,14 @@ def report(out, rows, a, started):
     lines.append("node failcnt: charges in the node that hit its limit during the run (the hog's included); "
                  "each reclaimed on the charging thread.")
     write(os.path.join(out, "report.md"), "\n".join(lines) + "\n")
+    benchlib.publish(HERE, "hermes", out)
     print("\n".join(lines[7:]))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(
-        ROOT, "bench", "results", datetime.date.today().isoformat() + "-" + socket.gethostname(), "reclaim-hermes"))
+        ROOT, "bench", "out", "reclaim", datetime.date.today().isoformat() + "-" + socket.gethostname() + "-hermes"))
     ap.add_argument("--memcolo", default=os.path.join(ROOT, "target", "release", "memcolo"))
     ap.add_argument("--quick", action="store_true", help="one repetition of 256 MiB")
     ap.add_argument("--reps", type=int, default=None, help="repetitions (default 3; 1 with --quick)")
@@ -335,6 +308,7 @@ def main():
         sys.exit(f"{a.memcolo}: not found (cargo build --release)")
     out = a.out
     os.makedirs(os.path.join(out, "cdf"), exist_ok=True)
+    benchlib.record_machine(out, " ".join(sys.argv))
     binary = os.path.join(out, "hermes_bench")
     subprocess.run(["cc", "-O2", "-o", binary, os.path.join(ROOT, "bench", "alloc", "hermes_bench.c")], check=True)
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

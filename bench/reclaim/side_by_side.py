@@ -21,7 +21,7 @@ issue's "Done when" targets computed from the runs (definitions in the file), th
 latency, BE progress (weighted speedup, `bench/reclaim/README.md`), batch completion
 and reclaim CPU per GiB, per level and mode.
 
-    sudo bench/reclaim/side_by_side.py --out bench/results/<date>-<host>/reclaim-all
+    sudo bench/reclaim/side_by_side.py --out bench/out/reclaim/side-by-side
     sudo bench/reclaim/side_by_side.py --out DIR --list        # the plan and what is done
     sudo bench/reclaim/side_by_side.py --out DIR --max-chunks 2
     sudo bench/reclaim/side_by_side.py --out DIR --merge-only
@@ -42,6 +42,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 LOCK = "/tmp/memcolo-bench.lock"
 BIN_DIR = "/var/tmp/memcolo-side-by-side"
@@ -537,6 +539,7 @@ def main():
             sys.exit(f"no chunk {n}; see --list")
     ran, failed = 0, 0
     if not a.merge_only:
+        benchlib.record_machine(out, " ".join(sys.argv))
         state = None if a.dry_run else bind_binary(out, a.memcolo, a.rebind, a.bin_dir)
         binary = state["binary"] if state else a.memcolo
         for name, args, _ in PLAN:
@@ -562,6 +565,9 @@ def main():
         return 0
     runs, batch = merge(out)
     print(summary(out, runs, batch))
+    if not todo:
+        benchlib.publish(HERE, "side-by-side", out, report="summary.md",
+                         command="sudo bench/reclaim/side_by_side.py --out %s --merge-only" % os.path.relpath(out, benchlib.REPO))
     if todo:
         log(f"not done yet: {', '.join(todo)}; run the same command again to resume")
     return 1 if failed else 0

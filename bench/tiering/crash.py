@@ -64,7 +64,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import run as tiering  # noqa: E402
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 
 CONFIGS = ("crash", "control")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -214,7 +215,7 @@ def one(config, rep, args, bins, cg):
     out = args.out
     name = "%s-r%d" % (config, rep)
     tmp = tempfile.mkdtemp(prefix="memcolo-crash-")
-    inc = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
+    inc = benchlib.in_cgroup(cg, [])
     logs = os.path.join(out, "logs")
     tl_path = os.path.join(out, "timelines", name + ".csv")
     sock = os.path.join(tmp, "agent.sock")
@@ -500,7 +501,7 @@ def derive(rec, args):
             if ev.get(a) is not None and ev.get(b) is not None:
                 d[k] = ev[b] - ev[a]
         # libmemcolo tries tier_recover after it finds the connection gone (about when
-        # agent A exited) every 50 ms, or (before e.g. results/crash-50ms) at 0, 0.1,
+        # agent A exited) every 50 ms, or (before e.g. RESULTS.md earlier/crash-50ms) at 0, 0.1,
         # 0.3, 0.7, 1.5, 3.1 s, then every 2 s: the try expected to find agent B
         # listening.
         if ev.get("agent_a_exit") is not None and ev.get("agent_b_listening") is not None:
@@ -650,6 +651,7 @@ def report(out):
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    benchlib.publish(HERE, "crash", out, command="/usr/bin/python3 bench/tiering/crash.py --report-only")
 
 
 def plot(out, by):
@@ -710,7 +712,7 @@ def plot(out, by):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "crash"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "out", "tiering", "crash"))
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--footprint-mib", type=int, default=1024, help="GUPS's table: the region")
@@ -741,6 +743,7 @@ def main():
             raise SystemExit("%s missing: cargo build --release -p memcolo -p memcolo-tiering-bench" % b)
     for d in ("timelines", "logs"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
+    benchlib.record_machine(out, " ".join(sys.argv))
     tmp = tempfile.mkdtemp(prefix="memcolo-crashbin-")
     lib = os.path.join(tmp, "libtier.so")
     subprocess.run(["cc", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
@@ -752,9 +755,8 @@ def main():
         shutil.copy2(os.path.join(rel, b), os.path.join(tmp, b))
         bins.append(os.path.join(tmp, b))
     bins = tuple(bins) + (lib,)
-    runs_path = os.path.join(out, "runs.jsonl")
-    done = tiering.done_ids(runs_path)
-    cg = os.path.join(tiering.CG_ROOT + tiering.own_memory_cgroup(), "memcolo-tiering-crash-%d" % os.getpid())
+    log = benchlib.RunLog(out)
+    cg = os.path.join(benchlib.CG_ROOT + benchlib.own_memory_cgroup(), "memcolo-tiering-crash-%d" % os.getpid())
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip()
     argv = [a for a in sys.argv[1:]]
@@ -765,46 +767,43 @@ def main():
         shlex.quote(a) for a in argv)
 
     def cleanup(*_):
-        tiering.cg_remove(cg)
+        benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
         sys.exit(130)
 
     signal.signal(signal.SIGTERM, cleanup)
     signal.signal(signal.SIGINT, cleanup)
-    start = time.monotonic()
+    budget = benchlib.Budget(args.budget_s)
     configs = [c for c in args.configs.split(",") if c]
     for c in configs:
         if c not in CONFIGS:
             ap.error("unknown configuration %r" % c)
     left = 0
     try:
-        for rep in range(args.reps):
-            k = rep % len(configs)
-            for c in configs[k:] + configs[:k]:
-                rid = "%s-r%d" % (c, rep)
-                if rid in done:
-                    continue
-                if time.monotonic() - start > args.budget_s:
-                    left += 1
-                    continue
-                os.makedirs(cg, exist_ok=True)
-                tiering.cg_write(cg, "memory.limit_in_bytes", args.cg_limit_mib << 20)
-                print("run", rid, flush=True)
-                t0 = time.monotonic()
-                try:
-                    rec = one(c, rep, args, bins, cg)
-                except RuntimeError as e:
-                    rec = {"run": rid, "config": c, "rep": rep, "rc": None, "error": str(e), "events": {}}
-                rec.update(setup=setup, commit=commit, wall_s=time.monotonic() - t0)
-                with open(runs_path, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
-                d = rec.get("derived", {})
-                print("  -> rc %s, %s MUPS, verify_errors %s, outage %s s, stall rows %s s" % (
-                    rec.get("rc"), fmt(rec.get("mups"), "%.3f"), rec.get("verify_errors"),
-                    fmt(d.get("outage_s")), fmt(d.get("stall_rows_s"))), flush=True)
-                tiering.cg_remove(cg)
+        for c, rep in benchlib.interleaved(configs, args.reps):
+            rid = "%s-r%d" % (c, rep)
+            if rid in log:
+                continue
+            if budget.spent():
+                left += 1
+                continue
+            os.makedirs(cg, exist_ok=True)
+            benchlib.cg_write(cg, "memory.limit_in_bytes", args.cg_limit_mib << 20)
+            print("run", rid, flush=True)
+            t0 = time.monotonic()
+            try:
+                rec = one(c, rep, args, bins, cg)
+            except RuntimeError as e:
+                rec = {"run": rid, "config": c, "rep": rep, "rc": None, "error": str(e), "events": {}}
+            rec.update(setup=setup, commit=commit, wall_s=time.monotonic() - t0)
+            log.append(rec)
+            d = rec.get("derived", {})
+            print("  -> rc %s, %s MUPS, verify_errors %s, outage %s s, stall rows %s s" % (
+                rec.get("rc"), fmt(rec.get("mups"), "%.3f"), rec.get("verify_errors"),
+                fmt(d.get("outage_s")), fmt(d.get("stall_rows_s"))), flush=True)
+            benchlib.cg_remove(cg)
     finally:
-        tiering.cg_remove(cg)
+        benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
     report(out)
     if left:

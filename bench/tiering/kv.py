@@ -38,11 +38,11 @@ Configurations:
                 0``), as before they ran at nice 19, for a paired A/B.
 - ``maxmem-idle`` ``maxmem`` with GUPS's tier threads ``SCHED_IDLE`` instead of
                 nice 19 (``tier.be_thread_idle = true``), for a paired A/B
-                (``results/kv-idle-dev``, where ``maxmem`` had it on and
+                (``RESULTS.md``, earlier/kv-idle-dev, where ``maxmem`` had it on and
                 ``maxmem-nice19`` off).
 - ``maxmem-refault`` ``maxmem`` with short-distance refaults counted as hotness samples
                 (``tier.refault_samples = true``), for a paired A/B (in
-                ``results/kv-refault-dev`` it was the default: its ``maxmem`` had it
+                earlier/kv-refault-dev it was the default: its ``maxmem`` had it
                 on and ``maxmem-norefault`` off).
 - ``maxmem-change`` ``maxmem`` with the store's t_miss changed live to ``--change-t-miss``
                 ``--change-at-s`` after it started: the epochs until its a_miss <= the new
@@ -53,7 +53,7 @@ Configurations:
 
 Targets (issue 6): the store under MaxMem within 5 % of the static partition's
 throughput while using at least 30 % less fast memory; p90/p99 latency and throughput
-for all three. Results in ``--out`` (default bench/tiering/results/kv):
+for all three. Results in ``--out`` (default bench/out/tiering/kv, ignored by git):
 ``runs.jsonl`` (one JSON object per run, the store's summary, once-a-second samples of
 the store's and GUPS's memory), ``timelines/`` (the store's and GUPS's per-second
 CSVs), ``logs/``, ``report.md``, ``plots/``. A run already in ``runs.jsonl`` is not
@@ -85,10 +85,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 from benchlib import zram_off, zram_on  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import run as tiering  # noqa: E402
 import faultpath  # noqa: E402
 
 VALUE_BYTES = 4096
@@ -146,7 +146,7 @@ def one(config, rep, args, bins, cg):
     memcolo, gups, kvstore, lib = bins
     out = args.out
     tmp = tempfile.mkdtemp(prefix="memcolo-kv-")
-    inc = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
+    inc = benchlib.in_cgroup(cg, [])
     procs = []
     env = dict(os.environ)
     name = "%s-r%d" % (config, rep)
@@ -165,10 +165,10 @@ def one(config, rep, args, bins, cg):
     sock = None
     try:
         if config == "kernel":
-            tiering.cg_write(cg, "memory.limit_in_bytes", (args.fast_mib + 24) << 20)
+            benchlib.cg_write(cg, "memory.limit_in_bytes", (args.fast_mib + 24) << 20)
             zram_on(1024)
         else:
-            tiering.cg_write(cg, "memory.limit_in_bytes", 3 << 30)
+            benchlib.cg_write(cg, "memory.limit_in_bytes", 3 << 30)
         if config.startswith("maxmem"):
             cfg = os.path.join(tmp, "agent.toml")
             with open(cfg, "w") as f:
@@ -661,6 +661,8 @@ def report(out, overhead=None):
     plots(out, by, order, st)
     open(os.path.join(out, "report.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    benchlib.publish(HERE, "kv", out, command="/usr/bin/python3 bench/tiering/kv.py --report-only",
+                     figures=["plots/kv-vs-fast.png"])
 
 
 def plots(out, by, order, st):
@@ -721,7 +723,7 @@ def plots(out, by, order, st):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "kv"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "out", "tiering", "kv"))
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--configs", default="maxmem,static,kernel")
     ap.add_argument("--static-sweep", default="", help="store partitions to add, MiB (e.g. 30,36,44)")
@@ -762,6 +764,7 @@ def main():
         raise SystemExit("needs root")
     for d in ("timelines", "logs"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
+    benchlib.record_machine(out, " ".join(sys.argv))
     rel = os.path.join(ROOT, "target", "release")
     tmp = tempfile.mkdtemp(prefix="memcolo-kvbin-")
     lib = os.path.join(tmp, "libtier.so")
@@ -774,43 +777,38 @@ def main():
         shutil.copy2(os.path.join(rel, b), os.path.join(tmp, b))
         bins.append(os.path.join(tmp, b))
     bins = tuple(bins) + (lib,)
-    runs_path = os.path.join(out, "runs.jsonl")
-    done = set()
-    if os.path.exists(runs_path):
-        done = {json.loads(line)["run"] for line in open(runs_path)}
-    cg = os.path.join(tiering.CG_ROOT + tiering.own_memory_cgroup(), "memcolo-tiering-kv-%d" % os.getpid())
+    log = benchlib.RunLog(out)
+    cg = os.path.join(benchlib.CG_ROOT + benchlib.own_memory_cgroup(), "memcolo-tiering-kv-%d" % os.getpid())
 
     def cleanup(*_):
         zram_off()
-        tiering.cg_remove(cg)
+        benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
         sys.exit(130)
 
     signal.signal(signal.SIGTERM, cleanup)
     signal.signal(signal.SIGINT, cleanup)
-    start = time.monotonic()
+    budget = benchlib.Budget(args.budget_s)
     configs = [c for c in args.configs.split(",") if c]
     configs += ["static-%d" % int(m) for m in args.static_sweep.split(",") if m]
     left = 0
     try:
-        for rep in range(args.reps):
-            for c in configs[rep % len(configs):] + configs[:rep % len(configs)]:
-                rid = "%s-r%d" % (c, rep)
-                if rid in done:
-                    continue
-                if time.monotonic() - start > args.budget_s:
-                    left += 1
-                    continue
-                os.makedirs(cg, exist_ok=True)
-                print("run", rid, flush=True)
-                rec = one(c, rep, args, bins, cg)
-                with open(runs_path, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
-                print("  -> %s ops/s p99 %s us, store fast %s MiB" % (
-                    rec.get("ops_per_s"), rec.get("p99_us"), rec.get("kv_fast_mib")), flush=True)
-                tiering.cg_remove(cg)
+        for c, rep in benchlib.interleaved(configs, args.reps):
+            rid = "%s-r%d" % (c, rep)
+            if rid in log:
+                continue
+            if budget.spent():
+                left += 1
+                continue
+            os.makedirs(cg, exist_ok=True)
+            print("run", rid, flush=True)
+            rec = one(c, rep, args, bins, cg)
+            log.append(rec)
+            print("  -> %s ops/s p99 %s us, store fast %s MiB" % (
+                rec.get("ops_per_s"), rec.get("p99_us"), rec.get("kv_fast_mib")), flush=True)
+            benchlib.cg_remove(cg)
     finally:
-        tiering.cg_remove(cg)
+        benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
     report(out, args.overhead)
     if left:

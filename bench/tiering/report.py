@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Report of a bench/tiering/run.py result directory: summary.csv, report.md, plots/.
 
-    /usr/bin/python3 bench/tiering/report.py bench/tiering/results/overhead
+    /usr/bin/python3 bench/tiering/report.py bench/out/tiering/overhead
 
 Per configuration: runs, mean / median / standard deviation of the measured
 throughput (million updates per second, MUPS), and for managed runs the mean a_miss
@@ -10,7 +10,9 @@ configuration is 1 − its mean / the unmanaged mean; the paired overhead is the
 median over rounds of 1 − run / the unmanaged run of the same round (rounds share
 the seed and sit next to each other in time).
 
-A hand-written ``notes.md`` in the directory (what the numbers say) is appended.
+A hand-written ``notes.md`` in the directory (what the numbers say) is appended. The
+report becomes the section named after the directory in ``bench/tiering/RESULTS.md``
+(``benchlib.publish``; only for a directory under bench/out).
 
 Runs that carry gups' probe (the measure phase's counters) get a second table: the
 same throughput over the time the updater did not wait for a CPU held by another
@@ -26,6 +28,9 @@ import json
 import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import benchlib  # noqa: E402
 
 
 def load(d):
@@ -256,6 +261,10 @@ def main():
     with open(os.path.join(d, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    benchlib.publish(os.path.dirname(os.path.abspath(__file__)), os.path.basename(os.path.normpath(d)), d,
+                     command="/usr/bin/python3 bench/tiering/report.py " + os.path.relpath(d, benchlib.REPO),
+                     figures=["plots/throughput.png"] if os.path.basename(os.path.normpath(d)) == "overhead" else (),
+                     notes=None)
 
 
 if __name__ == "__main__":

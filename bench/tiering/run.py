@@ -37,13 +37,13 @@ Plans (``--plan``):
 Every run is ``target/release/gups`` in a scratch memory cgroup
 ``<own group>/memcolo-tiering-<pid>`` (limit ``--cg-limit-mib``, a safety net: the
 runs do not press on memory), removed afterwards. Results accumulate in ``--out``
-(default ``bench/tiering/results/<plan>``): ``runs.jsonl`` (one JSON object per run:
+(default ``bench/out/tiering/<plan>``, ignored by git): ``runs.jsonl`` (one JSON object per run:
 the program's summary plus the cgroup's peak), ``timelines/<run>.csv`` (per second).
 A run already in ``runs.jsonl`` is not run again, so a plan is worked through in
 locked slices::
 
     flock /tmp/memcolo-bench.lock /usr/bin/python3 bench/tiering/run.py --plan overhead --budget-s 450
-    /usr/bin/python3 bench/tiering/report.py bench/tiering/results/overhead
+    /usr/bin/python3 bench/tiering/report.py bench/out/tiering/overhead
 
 Exit status 3 while runs of the plan are left.
 """
@@ -58,38 +58,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from benchlib import cg_int, cg_write, own_memory_cgroup  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import CG_ROOT, cg_int, cg_remove, cg_write, in_cgroup, own_memory_cgroup  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
-CG_ROOT = "/sys/fs/cgroup/memory"
-
-
-def cg_remove(cg):
-    if not os.path.isdir(cg):
-        return
-    for _ in range(100):
-        try:
-            with open(os.path.join(cg, "cgroup.procs")) as f:
-                pids = [int(x) for x in f.read().split()]
-        except OSError:
-            pids = []
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-    try:
-        cg_write(cg, "memory.force_empty", 0)
-    except OSError:
-        pass
-    for _ in range(50):
-        try:
-            os.rmdir(cg)
-            return
-        except OSError:
-            time.sleep(0.1)
 
 
 def plan_runs(plan, reps):
@@ -153,12 +124,8 @@ def plan_runs(plan, reps):
         base = ["--footprint-mib", "1024", "--threads", "1", "--warmup-s", "10", "--measure-s", "15"]
     else:
         raise SystemExit("unknown plan %r" % plan)
-    out = []
-    for r in range(reps):
-        k = r % len(configs)
-        for name, a in configs[k:] + configs[:k]:
-            out.append(("%s-r%d" % (name, r), name, base + a + ["--seed", str(r + 1)]))
-    return out
+    return [("%s-r%d" % (name, r), name, base + a + ["--seed", str(r + 1)])
+            for (name, a), r in benchlib.interleaved(configs, reps)]
 
 
 def host_probe():
@@ -193,18 +160,6 @@ def host_delta(a, b):
             "reported_mib": (b[3] - a[3]) / 1024}
 
 
-def done_ids(path):
-    ids = set()
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    ids.add(json.loads(line)["run"])
-                except (ValueError, KeyError):
-                    pass
-    return ids
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plan", default="overhead", choices=["overhead", "overhead-probation", "overhead-short", "small", "small-16hits", "diag",
@@ -216,10 +171,10 @@ def main():
     ap.add_argument("--gups", default=os.path.join(ROOT, "target", "release", "gups"))
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args()
-    out = args.out or os.path.join(HERE, "results", args.plan)
+    out = args.out or os.path.join(os.path.dirname(HERE), "out", "tiering", args.plan)
     os.makedirs(os.path.join(out, "timelines"), exist_ok=True)
-    runs_path = os.path.join(out, "runs.jsonl")
-    todo = [r for r in plan_runs(args.plan, args.reps) if r[0] not in done_ids(runs_path)]
+    log = benchlib.RunLog(out)
+    todo = [r for r in plan_runs(args.plan, args.reps) if r[0] not in log]
     if args.dry_run:
         for r in todo:
             print(r[0], " ".join(r[2]))
@@ -227,6 +182,7 @@ def main():
         return 3 if todo else 0
     if os.geteuid() != 0:
         raise SystemExit("needs root (cgroups, userfaultfd)")
+    benchlib.record_machine(out, " ".join(sys.argv))
     if not os.access(args.gups, os.X_OK):
         raise SystemExit("%s missing: cargo build --release -p memcolo-tiering-bench" % args.gups)
     cg = os.path.join(CG_ROOT + own_memory_cgroup(), "memcolo-tiering-%d" % os.getpid())
@@ -239,11 +195,11 @@ def main():
     signal.signal(signal.SIGINT, cleanup)
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip()
-    start = time.monotonic()
+    budget = benchlib.Budget(args.budget_s)
     left = len(todo)
     try:
         for run_id, config, gargs in todo:
-            if time.monotonic() - start > args.budget_s:
+            if budget.spent():
                 break
             os.makedirs(cg, exist_ok=True)
             cg_write(cg, "memory.limit_in_bytes", args.cg_limit_mib << 20)
@@ -254,7 +210,7 @@ def main():
             t0 = time.monotonic()
             h0 = host_probe()
             p = subprocess.run(
-                ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg] + cmd,
+                in_cgroup(cg, cmd),
                 capture_output=True, text=True)
             rec = {"run": run_id, "config": config, "args": gargs, "rc": p.returncode,
                    "wall_s": time.monotonic() - t0,
@@ -265,8 +221,7 @@ def main():
                 rec.update(json.loads(p.stdout.strip().splitlines()[-1]))
             else:
                 rec["stderr"] = p.stderr[-2000:]
-            with open(runs_path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            log.append(rec)
             print("  -> rc %d, %s MUPS" % (p.returncode, rec.get("mups")), flush=True)
             cg_remove(cg)
             left -= 1

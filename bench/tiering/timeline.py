@@ -18,7 +18,7 @@ socket less the rest of the system) and an LZ4 slow tier. Process 1 is best effo
 Recorded: each process's per-second throughput (its own timeline), and once a second
 the agent's ``tier status`` (a_miss, t_miss, fast memory allotted and held, slow
 memory, infeasible flag per process). Written to ``--out`` (default
-bench/tiering/results/timeline): ``status.csv``, ``gups-<k>.csv``, ``events.csv``,
+bench/out/tiering/timeline): ``status.csv``, ``gups-<k>.csv``, ``events.csv``,
 ``summary.json``, ``report.md`` and ``plots/timeline.png``. The issue's target: every
 latency-sensitive process reaches a_miss <= t_miss within 10 epochs of each change.
 
@@ -43,7 +43,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import run as tiering  # noqa: E402
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 
 LS_T, BE_T = 0.1, 1.0
 
@@ -59,6 +60,7 @@ def schedule(scale):
 def run(args):
     out = args.out
     os.makedirs(out, exist_ok=True)
+    benchlib.record_machine(out, " ".join(sys.argv))
     memcolo = os.path.join(ROOT, "target", "release", "memcolo")
     gups = os.path.join(ROOT, "target", "release", "gups")
     for b in (memcolo, gups):
@@ -68,9 +70,9 @@ def run(args):
     lib = os.path.join(tmp, "libtier.so")
     subprocess.run(["cc", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
                     os.path.join(ROOT, "alloc", "src", "tier.c"), "-o", lib], check=True)
-    cg = os.path.join(tiering.CG_ROOT + tiering.own_memory_cgroup(), "memcolo-tiering-tl-%d" % os.getpid())
+    cg = os.path.join(benchlib.CG_ROOT + benchlib.own_memory_cgroup(), "memcolo-tiering-tl-%d" % os.getpid())
     os.makedirs(cg, exist_ok=True)
-    tiering.cg_write(cg, "memory.limit_in_bytes", 2 << 30)
+    benchlib.cg_write(cg, "memory.limit_in_bytes", 2 << 30)
     procs = []
 
     def cleanup(*_):
@@ -79,7 +81,7 @@ def run(args):
                 p.kill()
             except OSError:
                 pass
-        tiering.cg_remove(cg)
+        benchlib.cg_remove(cg)
         sys.exit(130)
 
     signal.signal(signal.SIGTERM, cleanup)
@@ -89,7 +91,7 @@ def run(args):
     with open(cfg, "w") as f:
         f.write('metrics_addr = "off"\n[tier]\nenabled = true\nfast_bytes = %d\nmigration_cap_bytes = %d\n'
                 'default_t_miss = 1.0\n' % (args.fast_mib << 20, args.cap_mib << 20))
-    inc = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
+    inc = benchlib.in_cgroup(cg, [])
     agent = subprocess.Popen(inc + [memcolo, "agent", "--config", cfg, "--socket", sock, "--state-dir",
                                     os.path.join(tmp, "state")],
                              env=dict(os.environ, MEMCOLO_LOG="warn"),
@@ -170,7 +172,7 @@ def run(args):
         json.dump({"fast_mib": args.fast_mib, "ws_mib": args.ws_mib, "cap_mib": args.cap_mib,
                    "scale": args.scale, "starts": starts, "end": end,
                    "gups_rc": {k: p.returncode for k, p in gups_procs.items()}}, f, indent=1)
-    tiering.cg_remove(cg)
+    benchlib.cg_remove(cg)
 
 
 def read_csv(p):
@@ -279,11 +281,13 @@ def report(out):
               "![timeline](plots/timeline.png)"]
     open(os.path.join(out, "report.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    benchlib.publish(HERE, "timeline", out, command="/usr/bin/python3 bench/tiering/timeline.py --report-only",
+                     figures=["plots/timeline.png"])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "timeline"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "out", "tiering", "timeline"))
     ap.add_argument("--fast-mib", type=int, default=144)
     ap.add_argument("--ws-mib", type=int, default=32)
     ap.add_argument("--cap-mib", type=int, default=10,

@@ -118,7 +118,7 @@ pub struct TierSection {
     /// for (within `sample_target_hits` and `sample_pages`); 0: always aim at
     /// `sample_target_hits`. Default 0.01. The sample is also all the hotness bins
     /// learn from, so this trades the process's sample faults against how well its
-    /// hot pages are told apart (`bench/tiering/results/kv*`).
+    /// hot pages are told apart (`bench/tiering/RESULTS.md`, sections kv and earlier/kv-*).
     pub sample_fmmr_error: f64,
     /// Eviction worker threads per region. Default 1.
     pub evict_workers: usize,
@@ -141,11 +141,11 @@ pub struct TierSection {
     /// wake-ups on a CPU running only such threads as on an idle one. At nice 19
     /// (`be_thread_nice`, which still applies when this is off) GUPS's fault
     /// thread, serving 12-17K slow faults/s beside the KV store, took most of a
-    /// vCPU: 40-52 µs of wall time per fault (`bench/tiering/results/kv-final4`).
+    /// vCPU: 40-52 µs of wall time per fault (`bench/tiering/RESULTS.md`, earlier/kv-final4).
     /// Measured: of that wall time 12-17 µs is the thread's CPU, the rest
     /// preemption, and `SCHED_IDLE` took a quarter of GUPS's faults away without
     /// the store gaining (3 paired reps, 101K against 104K ops/s at nice 19,
-    /// `bench/tiering/results/kv-idle-dev`; `docs/design.md`, "A best-effort
+    /// `bench/tiering/RESULTS.md`, section earlier/kv-idle-dev; `docs/design.md`, "A best-effort
     /// process's tier threads run idle: measured, off"). Default false.
     pub be_thread_idle: bool,
     /// Most pages per region on probation: the next victims, unmapped with their

@@ -828,7 +828,7 @@ impl ReclaimScheduler {
         // Fewer, larger batches while allocation streams: a worker's batch pays a fixed
         // cost (finding the group's cached file ranges, reading its processes, the
         // turnaround watch, the limit step's journal) that dwarfed the reclaim itself
-        // in the 150 % runs (bench/results/2026-11-26-vm/reclaim-attribution), so a
+        // in the 150 % runs (bench/reclaim/RESULTS.md, 2026-11-26-vm/reclaim-attribution), so a
         // stream of 16 MiB batches spent most of the workers' CPU, which is the BE
         // CPU's, on bookkeeping. A worker that starts takes the allocation of one
         // batch period in one go, above the low mark if need be (hysteresis), except

@@ -2343,7 +2343,7 @@ mod tests {
     /// it come in on demand, hot and cold alike, and the sampler finds the hot ones
     /// over a few epochs), so the miss ratio is `miss(placed)` with `placed` moving
     /// halfway to the fast pages each epoch, as the KV store's measured ratio trailed
-    /// its allotment in `bench/tiering/results/kv-final3`.
+    /// its allotment in `bench/tiering/RESULTS.md`, section earlier/kv-final3.
     fn closed_loop_settling(
         m: &mut MaxMem,
         t_miss: f64,

@@ -68,7 +68,7 @@
 //! coldest fast pages, first in first out within a bin) are chosen close to first in,
 //! first out: hot pages keep being evicted and faulted back (a KV store at 36 MiB of
 //! fast memory faulted on 14 % of its requests, against 7.2 % with its hot set in
-//! fast memory; `bench/tiering/results/kv/notes.md`). Probation tests the victims
+//! fast memory; `bench/tiering/RESULTS.md`, section earlier/kv). Probation tests the victims
 //! before they go. Once the region has had to evict, each eviction worker, after
 //! each batch, keeps up to [`TierConfig::probation_pages`] of the placement's next
 //! victims ([`Placement::next_victims`]) unmapped, their contents copied here by the
@@ -107,7 +107,7 @@
 //! sampled at `k/R` as before. The exact count of slow accesses (`a_slow`) is
 //! unchanged: only the per-page hotness samples (MaxMem §3.2's bins) differ.
 //!
-//! Measured (`bench/tiering/results/kv-refault-dev`, 2 paired runs at the KV
+//! Measured (`bench/tiering/RESULTS.md`, section earlier/kv-refault-dev, 2 paired runs at the KV
 //! bench's 4 MiB cap): the store met its target on arrival in 14 and 14 epochs
 //! against 16 and 18, and held 31.5–31.9 MiB against 34.7–37.0, but served 12 %
 //! fewer requests (0.081–0.089 slow faults per request against 0.072–0.074): its

@@ -244,7 +244,7 @@ impl RegionMemory for LocalAnon {
 /// unmapped here. (A KV store beside a thrashing GUPS in one agent waited about 2×
 /// longer per fault than with a manager in its own process; with `pread` one pair of
 /// runs came out level and another did not, so that gap is not explained yet:
-/// `bench/tiering/results/kv*/notes.md`.)
+/// `bench/tiering/RESULTS.md`, sections kv and earlier/kv-*.)
 #[derive(Debug)]
 pub struct SharedFile {
     fd: OwnedFd,

@@ -70,7 +70,7 @@
 //! **Cost, and how much to sample.** Each hit is a fault of the touching thread,
 //! which sleeps until the manager's fault thread has put the page back: 40–65 µs
 //! here (two vCPU wake-ups on a VM), measured as the updater's blocked time in
-//! `bench/tiering/results/overhead-ablation`. Each sampled page also costs a
+//! `bench/tiering/RESULTS.md`, section earlier/overhead-ablation. Each sampled page also costs a
 //! write-protect and a drop, TLB shootdowns both (the drops of up to 8 runs go in one
 //! call where the memory allows, see the manager). At about 16 hits per window (20
 //! windows a second) GUPS spent 1.5–2 % of its time blocked in sample hits alone. Yet
