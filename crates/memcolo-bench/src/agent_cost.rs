@@ -43,7 +43,7 @@ pub struct AgentCostArgs {
     /// Memory limit of the scratch node the agent manages.
     #[arg(long, value_parser = crate::size::parse_bytes_arg, default_value = "4GiB", value_name = "SIZE")]
     pub node_mem: u64,
-    /// Output directory [default: bench/results/<YYYY-MM-DD>-<hostname>/agent-cost].
+    /// Output directory [default: bench/out/agent-cost/<YYYY-MM-DD>-<hostname>].
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Which mechanisms the agent runs: `all` (default; the target is for every

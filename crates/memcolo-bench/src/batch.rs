@@ -20,7 +20,7 @@
 //! Working set: the job's peak RSS in a calibration run under no pressure (points,
 //! interpreter, temporaries). Each (level, mode) runs `repeats` times, interleaved
 //! (repeat-major), so slow drift of a shared machine spreads over every mode.
-//! Outputs in `--out` (default `bench/results/<date>-<host>/reclaim-batch`):
+//! Outputs in `--out` (default `bench/out/reclaim-batch/<date>-<host>`):
 //! `batch.csv` (one row per run), `batch-summary.csv` (medians per level and mode,
 //! speedup over the kernel alone), `batch-report.md`, and
 //! `timeline-batch-<level>-<mode>-<repeat>.csv` (node usage, headroom, swap, limit
