@@ -12,6 +12,7 @@ export DEBIAN_FRONTEND=noninteractive
 # Real peers and services the tests and benchmarks drive, and the build tools.
 PKGS=(
   build-essential pkg-config make gcc
+  libjson-c-dev  # alloc/test/test_vectors.c reads sdk/testvectors
   redis-server memcached stress-ng rocksdb-tools fio hyperfine sqlite3 numactl util-linux
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
   systemd  # systemd-analyze: `make test-install` verifies the unit (PID 1 need not be systemd)

@@ -48,7 +48,7 @@
 
 #include "internal.h"
 
-#define AG_MAX_LINE 65536                       /* protocol MAX_LINE_BYTES */
+#define AG_MAX_LINE MC_AGENT_MAX_LINE
 #define AG_BACKOFF_MIN_MS 100
 #define AG_BACKOFF_MAX_MS 5000
 #define AG_TICK_MS 1000
@@ -126,26 +126,36 @@ void mc_gate_signal_handled(uint64_t now_ns) {
   __atomic_store_n(&gate_has_epoch, 1, __ATOMIC_RELEASE);
 }
 
-double mc_gate_rate_at(uint64_t now_ns) {
-  if (!__atomic_load_n(&gate_has_signal, __ATOMIC_ACQUIRE)) return 1.0;
-  if (!__atomic_load_n(&gate_has_epoch, __ATOMIC_ACQUIRE)) return 0.0;
+/* The time since the last signal and the window (epoch x NUM_epochs), ns: {0, 0}
+ * without a signal (full rate), {0, 1} while the first signal has no epoch yet (rate
+ * 0); the window saturates. floor(1/r) is window / elapsed in integers, so that the
+ * decisions are the SDKs' on the same clock readings (sdk/testvectors/gate.json). */
+static void gate_elapsed_window(uint64_t now_ns, uint64_t *elapsed, uint64_t *window) {
+  *elapsed = 0;
+  *window = 0;
+  if (!__atomic_load_n(&gate_has_signal, __ATOMIC_ACQUIRE)) return;
+  *window = 1;
+  if (!__atomic_load_n(&gate_has_epoch, __ATOMIC_ACQUIRE)) return;
   long num = MC_OPT(MC_OPT_NUM_EPOCHS);
-  double window = (double)__atomic_load_n(&gate_epoch_ns, __ATOMIC_RELAXED) * (double)(num > 0 ? num : 1);
-  if (window <= 0) return 1.0;
+  if (__builtin_mul_overflow(__atomic_load_n(&gate_epoch_ns, __ATOMIC_RELAXED), (uint64_t)(num > 0 ? num : 1), window))
+    *window = UINT64_MAX;
   uint64_t s = __atomic_load_n(&gate_signal_ns, __ATOMIC_RELAXED);
-  double elapsed = now_ns > s ? (double)(now_ns - s) : 0.0;
-  double r = elapsed / window;
-  return r < 1.0 ? r : 1.0;
+  *elapsed = now_ns > s ? now_ns - s : 0;
+}
+
+double mc_gate_rate_at(uint64_t now_ns) {
+  uint64_t elapsed, window;
+  gate_elapsed_window(now_ns, &elapsed, &window);
+  return elapsed >= window ? 1.0 : (double)elapsed / (double)window;
 }
 
 int mc_gate_admit_at(uint64_t now_ns) {
-  double r = mc_gate_rate_at(now_ns);
-  if (r >= 1.0) { __atomic_store_n(&gate_count, 0, __ATOMIC_RELAXED); return 1; }
+  uint64_t elapsed, window;
+  gate_elapsed_window(now_ns, &elapsed, &window);
+  if (elapsed >= window) { __atomic_store_n(&gate_count, 0, __ATOMIC_RELAXED); return 1; }
   uint64_t c = __atomic_add_fetch(&gate_count, 1, __ATOMIC_RELAXED);
-  if (r <= 0.0) return 0;
-  uint64_t every = (uint64_t)(1.0 / r); /* floor(1/r) >= 1 since r < 1 */
-  if (every < 1) every = 1;
-  if (c >= every) { __atomic_store_n(&gate_count, 0, __ATOMIC_RELAXED); return 1; }
+  if (elapsed == 0) return 0;
+  if (c >= window / elapsed) { __atomic_store_n(&gate_count, 0, __ATOMIC_RELAXED); return 1; }
   return 0;
 }
 
@@ -354,6 +364,21 @@ static bool kv_u64(const ag_kv_t *e, uint64_t *out) {
   return true;
 }
 
+/* a JSON integer in the range of a pid (i32): optional minus, digits only */
+static bool kv_pid(const ag_kv_t *e) {
+  if (e == NULL || e->t != 'n' || e->vn == 0) return false;
+  size_t i = e->v[0] == '-' ? 1 : 0;
+  if (i == e->vn) return false;
+  uint64_t v = 0;
+  for (; i < e->vn; i++) {
+    char c = e->v[i];
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (uint64_t)(c - '0');
+    if (v > 2147483648u) return false;
+  }
+  return e->v[0] == '-' || v <= 2147483647u;
+}
+
 /* ------------------------------------------------------------------ socket I/O */
 static bool ag_send(int fd, const char *buf, size_t n) {
   while (n > 0) {
@@ -374,13 +399,16 @@ static char *put(char *b, const char *s) {
   return b + l;
 }
 
-/* a JSON string body (quotes excluded) of at most max input bytes */
+/* a JSON string body (quotes excluded) of at most max input bytes, escaped as the
+ * reference encoder (serde_json) does, so that the line is canonical (protocol §10) */
 static char *put_json_str(char *b, const char *s, size_t max) {
   static const char hex[] = "0123456789abcdef";
   for (size_t i = 0; i < max && s[i]; i++) {
     unsigned char c = (unsigned char)s[i];
+    const char *short_esc = c == '\b' ? "\\b" : c == '\f' ? "\\f" : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
     if (c == '"' || c == '\\') { *b++ = '\\'; *b++ = (char)c; }
-    else if (c < 0x20 || c == 0x7f) { b = put(b, "\\u00"); *b++ = hex[c >> 4]; *b++ = hex[c & 15]; }
+    else if (short_esc != NULL) b = put(b, short_esc);
+    else if (c < 0x20) { b = put(b, "\\u00"); *b++ = hex[c >> 4]; *b++ = hex[c & 15]; }
     else if (c >= 0x80) *b++ = '?'; /* comm is not necessarily UTF-8 */
     else *b++ = (char)c;
   }
@@ -396,6 +424,32 @@ static const char *class_name(long c) {
   }
 }
 
+size_t mc_agent_fmt_register(char *buf, const char *cls, const char *comm) {
+  char *b = buf;
+  b = put(b, "{\"v\":1,\"type\":\"register\",\"class\":\"");
+  b = put(b, cls);
+  b = put(b, "\"");
+  if (comm != NULL && comm[0]) {
+    b = put(b, ",\"name\":\"");
+    b = put_json_str(b, comm, 16);
+    b = put(b, "\"");
+  }
+  b = put(b, ",\"notify\":\"socket\"}\n");
+  return (size_t)(b - buf);
+}
+
+size_t mc_agent_fmt_reclaimed(char *buf, uint64_t seq, uint64_t bytes, uint64_t duration_ms) {
+  char *b = buf;
+  b = put(b, "{\"v\":1,\"type\":\"reclaimed\",\"seq\":");
+  b = mc_fmt_u64(b, seq);
+  b = put(b, ",\"bytes\":");
+  b = mc_fmt_u64(b, bytes);
+  b = put(b, ",\"duration_ms\":");
+  b = mc_fmt_u64(b, duration_ms);
+  b = put(b, ",\"ok\":true}\n");
+  return (size_t)(b - buf);
+}
+
 static bool ag_send_register(int fd) {
   char comm[32] = {0};
   int cf = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
@@ -404,29 +458,13 @@ static bool ag_send_register(int fd) {
     close(cf);
     if (n > 0 && comm[n - 1] == '\n') comm[n - 1] = 0;
   }
-  char buf[256], *b = buf;
-  b = put(b, "{\"v\":1,\"type\":\"register\",\"class\":\"");
-  b = put(b, class_name(MC_OPT(MC_OPT_CLASS)));
-  b = put(b, "\"");
-  if (comm[0]) {
-    b = put(b, ",\"name\":\"");
-    b = put_json_str(b, comm, 16);
-    b = put(b, "\"");
-  }
-  b = put(b, ",\"notify\":\"socket\"}\n");
-  return ag_send(fd, buf, (size_t)(b - buf));
+  char buf[MC_AGENT_LINE_CAP];
+  return ag_send(fd, buf, mc_agent_fmt_register(buf, class_name(MC_OPT(MC_OPT_CLASS)), comm));
 }
 
 static bool ag_send_reclaimed(int fd, uint64_t seq, uint64_t bytes, uint64_t duration_ms) {
-  char buf[160], *b = buf;
-  b = put(b, "{\"v\":1,\"type\":\"reclaimed\",\"seq\":");
-  b = mc_fmt_u64(b, seq);
-  b = put(b, ",\"bytes\":");
-  b = mc_fmt_u64(b, bytes);
-  b = put(b, ",\"duration_ms\":");
-  b = mc_fmt_u64(b, duration_ms);
-  b = put(b, ",\"ok\":true}\n");
-  return ag_send(fd, buf, (size_t)(b - buf));
+  char buf[MC_AGENT_LINE_CAP];
+  return ag_send(fd, buf, mc_agent_fmt_reclaimed(buf, seq, bytes, duration_ms));
 }
 
 static int ag_connect(void) {
@@ -443,11 +481,11 @@ static int ag_connect(void) {
 }
 
 /* ------------------------------------------------------------------ messages */
-static void ag_apply_class(const ag_kv_t *cls) {
+static void ag_apply_class(int cls) {
   if (MC_OPT(MC_OPT_RESERVE) != -1) return; /* forced by MEMCOLO_RESERVE */
-  if (kv_is(cls, "lc")) {
+  if (cls == 1) {
     if (!mc_reserve_on && !mc_reserve_suspended()) memcolo_set_reservation(1);
-  } else if (kv_is(cls, "be") || kv_is(cls, "elastic")) {
+  } else {
     if (mc_reserve_on || mc_reserve_suspended()) memcolo_set_reservation(0);
   }
 }
@@ -465,50 +503,101 @@ static void ag_handle_notify(int fd, uint64_t seq, memcolo_level_t level, uint64
   ag_send_reclaimed(fd, seq, bytes, (t1 - t0 + 999999u) / 1000000u);
 }
 
-/* returns false to end the session */
-static bool ag_handle_line(int fd, const char *s, size_t n) {
+static const char *const ag_error_codes[] = {"bad_request", "unsupported_version", "permission_denied",
+                                             "no_such_process", "not_registered", "internal", "limit_exceeded"};
+
+static void ignored(mc_agent_reply_t *out, const char *why) {
+  out->kind = MC_AG_IGNORED;
+  out->why = why;
+}
+
+/* Only the fields this client acts on are decoded, but a reply is taken only when it
+ * is valid as docs/protocol.md §4 defines it: anything else is ignored (§9.4). */
+void mc_agent_parse_reply(const char *s, size_t n, mc_agent_reply_t *out) {
+  memset(out, 0, sizeof(*out));
   if (n > 0 && s[n - 1] == '\r') n--;
   ag_kv_t kv[16];
   int cnt = json_object(s, n, kv, 16);
-  if (cnt < 0) { ag_warn_once(W_MALFORMED, "ignored a line that is not a JSON object:", s, n); return true; }
+  if (cnt < 0) { ignored(out, "ignored a line that is not a JSON object:"); return; }
   uint64_t v;
-  const ag_kv_t *ve = kv_get(kv, cnt, "v");
-  if (!kv_u64(ve, &v)) { ag_warn_once(W_MALFORMED, "ignored a message without a valid `v`:", s, n); return true; }
-  if (v > 1) { ag_warn_once(W_VERSION, "ignored a message of a newer protocol version:", s, n); return true; }
+  if (!kv_u64(kv_get(kv, cnt, "v"), &v)) { ignored(out, "ignored a message without a valid `v`:"); return; }
+  if (v > 1) {
+    out->newer_version = true;
+    ignored(out, "ignored a message of a newer protocol version:");
+    return;
+  }
   const ag_kv_t *type = kv_get(kv, cnt, "type");
   if (kv_is(type, "notify")) {
-    uint64_t seq, target;
     const ag_kv_t *lv = kv_get(kv, cnt, "level");
-    memcolo_level_t level;
-    if (kv_is(lv, "low")) level = MEMCOLO_LEVEL_LOW;
-    else if (kv_is(lv, "high")) level = MEMCOLO_LEVEL_HIGH;
-    else if (kv_is(lv, "top")) level = MEMCOLO_LEVEL_TOP;
-    else { ag_warn_once(W_MALFORMED, "ignored a notify with an unknown level:", s, n); return true; }
-    if (!kv_u64(kv_get(kv, cnt, "seq"), &seq) || !kv_u64(kv_get(kv, cnt, "target_bytes"), &target)) {
-      ag_warn_once(W_MALFORMED, "ignored a notify without seq or target_bytes:", s, n);
-      return true;
+    if (kv_is(lv, "low")) out->level = MEMCOLO_LEVEL_LOW;
+    else if (kv_is(lv, "high")) out->level = MEMCOLO_LEVEL_HIGH;
+    else if (kv_is(lv, "top")) out->level = MEMCOLO_LEVEL_TOP;
+    else { ignored(out, "ignored a notify with an unknown level:"); return; }
+    if (!kv_u64(kv_get(kv, cnt, "seq"), &out->seq) || !kv_u64(kv_get(kv, cnt, "target_bytes"), &out->target_bytes)) {
+      ignored(out, "ignored a notify without seq or target_bytes:");
+      return;
     }
-    ag_handle_notify(fd, seq, level, target);
-    return true;
+    out->kind = MC_AG_NOTIFY;
+    return;
   }
   if (kv_is(type, "registered")) {
-    __atomic_store_n(&ag_registered, 1, __ATOMIC_RELEASE);
-    __atomic_fetch_add(&ag_registrations, 1, __ATOMIC_RELAXED);
-    ag_apply_class(kv_get(kv, cnt, "class"));
-    mc_agent_stats_publish(true);
-    return true;
+    const ag_kv_t *cls = kv_get(kv, cnt, "class");
+    out->cls = kv_is(cls, "lc") ? 1 : kv_is(cls, "be") ? 2 : kv_is(cls, "elastic") ? 3 : 0;
+    if (out->cls == 0 || !kv_pid(kv_get(kv, cnt, "pid"))) {
+      ignored(out, "ignored a registered without a known class or a pid:");
+      return;
+    }
+    out->kind = MC_AG_REGISTERED;
+    return;
   }
   if (kv_is(type, "error")) {
-    const ag_kv_t *code = kv_get(kv, cnt, "code");
+    const ag_kv_t *code = kv_get(kv, cnt, "code"), *msg = kv_get(kv, cnt, "message");
+    for (size_t i = 0; i < sizeof(ag_error_codes) / sizeof(ag_error_codes[0]); i++) {
+      if (kv_is(code, ag_error_codes[i]) && msg != NULL && msg->t == 's') {
+        out->kind = MC_AG_ERROR;
+        out->code = code->v;
+        out->code_len = code->vn;
+        return;
+      }
+    }
+    ignored(out, "ignored an error without a known code or a message:");
+    return;
+  }
+  if (kv_is(type, "ok") || kv_is(type, "pong") || kv_is(type, "status") || kv_is(type, "cgroup")) {
+    out->kind = MC_AG_OTHER;
+    return;
+  }
+  out->unknown_type = true;
+  ignored(out, "ignored a message of unknown type:");
+}
+
+/* returns false to end the session */
+static bool ag_handle_line(int fd, const char *s, size_t n) {
+  mc_agent_reply_t m;
+  mc_agent_parse_reply(s, n, &m);
+  switch (m.kind) {
+  case MC_AG_IGNORED:
+    ag_warn_once(m.newer_version ? W_VERSION : m.unknown_type ? W_TYPE : W_MALFORMED, m.why, s, n);
+    return true;
+  case MC_AG_NOTIFY:
+    ag_handle_notify(fd, m.seq, m.level, m.target_bytes);
+    return true;
+  case MC_AG_REGISTERED:
+    __atomic_store_n(&ag_registered, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&ag_registrations, 1, __ATOMIC_RELAXED);
+    ag_apply_class(m.cls);
+    mc_agent_stats_publish(true);
+    return true;
+  case MC_AG_ERROR:
     if (!__atomic_load_n(&ag_registered, __ATOMIC_ACQUIRE)) {
-      ag_warn_once(W_REFUSED, "the agent refused the registration; retrying later:", code ? code->v : NULL, code ? code->vn : 0);
+      ag_warn_once(W_REFUSED, "the agent refused the registration; retrying later:", m.code, m.code_len);
       return false;
     }
-    ag_warn_once(W_ERROR, "the agent answered an error:", code ? code->v : NULL, code ? code->vn : 0);
+    ag_warn_once(W_ERROR, "the agent answered an error:", m.code, m.code_len);
+    return true;
+  case MC_AG_OTHER:
     return true;
   }
-  if (kv_is(type, "ok") || kv_is(type, "pong") || kv_is(type, "status") || kv_is(type, "cgroup")) return true;
-  ag_warn_once(W_TYPE, "ignored a message of unknown type:", s, n);
   return true;
 }
 

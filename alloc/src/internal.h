@@ -427,6 +427,36 @@ void mc_gate_signal_received(uint64_t now_ns);
 void mc_gate_signal_handled(uint64_t now_ns);
 double mc_gate_rate_at(uint64_t now_ns);
 int mc_gate_admit_at(uint64_t now_ns);
+/* The wire format of the link (docs/protocol.md), apart from its I/O so that
+ * test/test_vectors.c runs it against sdk/testvectors. */
+#define MC_AGENT_MAX_LINE 65536                 /* protocol MAX_LINE_BYTES */
+#define MC_AGENT_LINE_CAP 256                   /* buffer for mc_agent_fmt_* */
+/* `register{class, name, notify: socket}` with its newline into buf (at least
+ * MC_AGENT_LINE_CAP bytes); cls "lc", "be" or "elastic"; comm (at most 16 bytes used)
+ * NULL or "" for no name. Returns the line's length. */
+size_t mc_agent_fmt_register(char *buf, const char *cls, const char *comm);
+/* `reclaimed{seq, bytes, duration_ms, ok: true}` with its newline; length returned. */
+size_t mc_agent_fmt_reclaimed(char *buf, uint64_t seq, uint64_t bytes, uint64_t duration_ms);
+typedef enum {
+  MC_AG_IGNORED,    /* not a valid reply (§9.4: ignored, warned about once) */
+  MC_AG_NOTIFY,     /* seq, level, target_bytes */
+  MC_AG_REGISTERED, /* cls: 1 lc, 2 be, 3 elastic (MEMCOLO_CLASS's values) */
+  MC_AG_ERROR,      /* code, code_len: the error code */
+  MC_AG_OTHER,      /* ok, pong, status, cgroup: nothing to do */
+} mc_agent_kind_t;
+typedef struct {
+  mc_agent_kind_t kind;
+  bool newer_version;      /* MC_AG_IGNORED for a `v` above 1 (unsupported_version) */
+  bool unknown_type;       /* MC_AG_IGNORED for a `type` this client does not know */
+  const char *why;         /* MC_AG_IGNORED: the warning */
+  uint64_t seq, target_bytes;
+  memcolo_level_t level;
+  int cls;
+  const char *code;        /* points into the line */
+  size_t code_len;
+} mc_agent_reply_t;
+/* Decodes one reply line (without its newline). */
+void mc_agent_parse_reply(const char *s, size_t n, mc_agent_reply_t *out);
 
 /* ---------------------------------------------------------------- stats.c */
 void mc_agent_stats_publish(bool force);   /* the stats file for `memcolo alloc-stats` */

@@ -34,6 +34,7 @@ for v in rel dbg; do
   run_prog "$v/test_errors" "$B/$v/test_errors"
   run_prog "$v/test_reserve" MEMCOLO_CLASS=lc "$B/$v/test_reserve"
   run_prog "$v/test_agent" "$B/$v/test_agent"
+  run_prog "$v/test_vectors" "$B/$v/test_vectors"
 done
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 run_prog "san/test_unit" "$B/san/test_unit"

@@ -29,7 +29,11 @@ const DefaultMinEpoch = time.Second
 //
 // The minimum epoch is DefaultMinEpoch unless SetMinEpoch changes it.
 //
-// Until the first high signal has been handled there is no epoch and r = 0.
+// Until the first high signal has been handled there is no epoch and r = 0; a later
+// signal drops r to 0 at its receipt and r climbs with the previous epoch until its
+// handlers return. ⌊1/r⌋ is computed as ⌊window / elapsed⌋ in whole nanoseconds, so
+// the gate takes the decisions of the other SDKs and of libmemcolo on the same clock
+// readings (sdk/testvectors/gate.json).
 // Safe for concurrent use; the zero value is not usable, use NewAllowRateGate.
 type AllowRateGate struct {
 	numEpochs  int
@@ -83,6 +87,9 @@ func (g *AllowRateGate) SignalHandled(t time.Time) {
 		return
 	}
 	g.epoch = t.Sub(g.lastSignal)
+	if g.epoch < 0 {
+		g.epoch = 0
+	}
 	if g.epoch < g.minEpoch {
 		g.epoch = g.minEpoch
 	}
@@ -97,22 +104,33 @@ func (g *AllowRateGate) Epoch() (time.Duration, bool) {
 	return g.epoch, g.hasEpoch
 }
 
-func (g *AllowRateGate) rate(now time.Time) float64 {
+// elapsedWindow returns the time since the last signal and the window (epoch ×
+// NUM_epochs): (0, 0) without a signal (full rate), (0, 1) while the first signal has
+// no epoch yet (rate 0). A window beyond the range of Duration saturates.
+func (g *AllowRateGate) elapsedWindow(now time.Time) (time.Duration, time.Duration) {
 	if g.lastSignal.IsZero() {
-		return 1
+		return 0, 0
 	}
 	if !g.hasEpoch {
-		return 0
+		return 0, 1
 	}
-	window := g.epoch.Seconds() * float64(g.numEpochs)
-	if window <= 0 {
-		return 1
+	window := g.epoch * time.Duration(g.numEpochs)
+	if g.epoch != 0 && window/g.epoch != time.Duration(g.numEpochs) {
+		window = math.MaxInt64
 	}
-	elapsed := now.Sub(g.lastSignal).Seconds()
+	elapsed := now.Sub(g.lastSignal)
 	if elapsed < 0 {
 		elapsed = 0
 	}
-	return math.Min(elapsed/window, 1)
+	return elapsed, window
+}
+
+func (g *AllowRateGate) rate(now time.Time) float64 {
+	elapsed, window := g.elapsedWindow(now)
+	if elapsed >= window {
+		return 1
+	}
+	return float64(elapsed) / float64(window)
 }
 
 // AllowRateAt returns r in [0, 1] at now.
@@ -130,17 +148,16 @@ func (g *AllowRateGate) AllowRate() float64 { return g.AllowRateAt(time.Now()) }
 func (g *AllowRateGate) AdmitAt(now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	r := g.rate(now)
-	if r >= 1 {
+	elapsed, window := g.elapsedWindow(now)
+	if elapsed >= window {
 		g.count = 0
 		return true
 	}
 	g.count++
-	if r <= 0 {
+	if elapsed == 0 {
 		return false
 	}
-	every := uint64(math.Max(1, math.Floor(1/r)))
-	if g.count >= every {
+	if g.count >= uint64(window/elapsed) {
 		g.count = 0
 		return true
 	}

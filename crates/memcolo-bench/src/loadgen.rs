@@ -40,24 +40,22 @@ pub fn request_count(rate_per_s: f64, duration: Duration) -> u64 {
     (rate_per_s * duration.as_secs_f64()).ceil() as u64
 }
 
-/// SplitMix64: a small, fast, seedable generator for keys and operations (statistical
-/// quality is all that matters here).
+/// SplitMix64 (`rand_xoshiro`): a small, fast, seedable generator for keys and
+/// operations (statistical quality is all that matters here).
 #[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
+pub struct SplitMix64(rand_xoshiro::SplitMix64);
 
 impl SplitMix64 {
     /// A generator from `seed`.
     pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
+        use rand_xoshiro::rand_core::SeedableRng;
+        SplitMix64(rand_xoshiro::SplitMix64::seed_from_u64(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        use rand_xoshiro::rand_core::Rng;
+        self.0.next_u64()
     }
 
     /// Uniform in `[0, 1)`.

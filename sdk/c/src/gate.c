@@ -1,8 +1,9 @@
 /* gate.c: the allow-rate gate of M3's adaptive allocation protocol (§4.2):
  * r = min(elapsed since the last high signal / (epoch * NUM_epochs), 1), epoch at
  * least min_epoch_ns; only the floor(1/r)-th allocation proceeds at once, the others
- * evict first. */
-#include <math.h>
+ * evict first. floor(1/r) is floor(window_ns / elapsed_ns) in integers, so that the
+ * decisions are those of the other SDKs and of libmemcolo on the same clock readings
+ * (sdk/testvectors/gate.json, replayed by tests/test_gate_vectors.c). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -68,38 +69,41 @@ int64_t memcolo_gate_epoch_ns(memcolo_gate *g) {
   return e;
 }
 
-static double rate(const memcolo_gate *g, uint64_t now_ns) {
-  if (!g->has_signal) return 1.0;
-  if (!g->has_epoch) return 0.0;
-  double window = (double)g->epoch_ns * g->num_epochs;
-  if (window <= 0) return 1.0;
-  double elapsed = now_ns > g->last_signal_ns ? (double)(now_ns - g->last_signal_ns) : 0.0;
-  return fmin(elapsed / window, 1.0);
+/* The time since the last signal and the window (epoch x NUM_epochs), ns: {0, 0}
+ * without a signal (full rate), {0, 1} while the first signal has no epoch yet (rate
+ * 0). A window beyond 2^64 - 1 ns saturates. */
+static void elapsed_window(const memcolo_gate *g, uint64_t now_ns, uint64_t *elapsed, uint64_t *window) {
+  *elapsed = 0;
+  *window = 0;
+  if (!g->has_signal) return;
+  if (!g->has_epoch) {
+    *window = 1;
+    return;
+  }
+  if (__builtin_mul_overflow(g->epoch_ns, (uint64_t)g->num_epochs, window)) *window = UINT64_MAX;
+  *elapsed = now_ns > g->last_signal_ns ? now_ns - g->last_signal_ns : 0;
 }
 
 double memcolo_gate_allow_rate(memcolo_gate *g, uint64_t now_ns) {
+  uint64_t elapsed, window;
   pthread_mutex_lock(&g->mu);
-  double r = rate(g, now_ns);
+  elapsed_window(g, now_ns, &elapsed, &window);
   pthread_mutex_unlock(&g->mu);
-  return r;
+  return elapsed >= window ? 1.0 : (double)elapsed / (double)window;
 }
 
 int memcolo_gate_admit(memcolo_gate *g, uint64_t now_ns) {
+  uint64_t elapsed, window;
   pthread_mutex_lock(&g->mu);
-  double r = rate(g, now_ns);
+  elapsed_window(g, now_ns, &elapsed, &window);
   int admit;
-  if (r >= 1.0) {
+  if (elapsed >= window) {
     g->count = 0;
     admit = 1;
   } else {
     g->count++;
-    if (r <= 0.0) {
-      admit = 0;
-    } else {
-      double every = floor(1.0 / r);
-      admit = g->count >= (uint64_t)(every < 1 ? 1 : every);
-      if (admit) g->count = 0;
-    }
+    admit = elapsed > 0 && g->count >= window / elapsed;
+    if (admit) g->count = 0;
   }
   pthread_mutex_unlock(&g->mu);
   return admit;

@@ -9,7 +9,16 @@
 //! ```
 //!
 //! Before the first high signal is handled there is no epoch yet: from the receipt of
-//! that signal until its handler returns, r = 0 (every allocation evicts first).
+//! that signal until its handler returns, r = 0 (every allocation evicts first). A later
+//! signal drops r to 0 at its receipt and r climbs with the previous epoch until its
+//! handlers return.
+//!
+//! **Exact decisions.** Times are whole nanoseconds; ⌊1/r⌋ is computed as
+//! ⌊window_ns / elapsed_ns⌋ in integers (window = epoch × NUM_epochs), not from a
+//! floating-point r, so that r = 0.2 admits every 5th allocation whatever the clock
+//! readings were. Every gate of the project (the SDKs and libmemcolo) replays the shared
+//! vectors in `sdk/testvectors/gate.json`, generated from this one by
+//! `sdk/rust/tests/gate_vectors.rs`.
 //!
 //! **Minimum epoch.** The epoch is at least [`DEFAULT_MIN_EPOCH`] (1 s; see
 //! [`AllowRateGate::with_min_epoch`]). M3 ends the epoch "when memory has been
@@ -121,31 +130,44 @@ impl AllowRateGate {
         self.allow_rate_at(Instant::now())
     }
 
+    /// Elapsed time since the last signal and the window (epoch × NUM_epochs), both in
+    /// nanoseconds, or `None` while no signal has been handled yet; `Some((_, 0))` for
+    /// no signal at all or an empty window (full rate).
+    fn elapsed_and_window(s: &GateState, num_epochs: u32, now: Instant) -> Option<(u128, u128)> {
+        let Some(t) = s.last_signal else {
+            return Some((0, 0));
+        };
+        let epoch = s.epoch?;
+        let window = epoch.as_nanos() * u128::from(num_epochs);
+        Some((now.saturating_duration_since(t).as_nanos(), window))
+    }
+
     fn rate(s: &GateState, num_epochs: u32, now: Instant) -> f64 {
-        let Some(t) = s.last_signal else { return 1.0 };
-        let Some(epoch) = s.epoch else { return 0.0 };
-        let window = epoch.as_secs_f64() * f64::from(num_epochs);
-        if window <= 0.0 {
-            return 1.0;
+        match Self::elapsed_and_window(s, num_epochs, now) {
+            None => 0.0,
+            Some((elapsed, window)) if elapsed >= window => 1.0,
+            Some((elapsed, window)) => elapsed as f64 / window as f64,
         }
-        (now.saturating_duration_since(t).as_secs_f64() / window).min(1.0)
     }
 
     /// Whether an allocation at `now` may proceed at once (`true`) or must first evict
     /// (`false`): only the ⌊1/r⌋-th allocation proceeds; r is recomputed on every call.
+    /// ⌊1/r⌋ is computed exactly, as ⌊window_ns / elapsed_ns⌋ in integers, so that every
+    /// implementation takes the same decisions (`sdk/testvectors/gate.json`).
     pub fn admit_at(&self, now: Instant) -> bool {
         let mut s = self.lock();
-        let r = Self::rate(&s, self.num_epochs, now);
-        if r >= 1.0 {
+        // No epoch yet: no time counts as elapsed in a non-empty window (r = 0).
+        let (elapsed, window) =
+            Self::elapsed_and_window(&s, self.num_epochs, now).unwrap_or((0, 1));
+        if elapsed >= window {
             s.count = 0;
             return true;
         }
         s.count += 1;
-        if r <= 0.0 {
+        if elapsed == 0 {
             return false;
         }
-        let every = (1.0 / r).floor().max(1.0) as u64;
-        if s.count >= every {
+        if u128::from(s.count) >= window / elapsed {
             s.count = 0;
             true
         } else {

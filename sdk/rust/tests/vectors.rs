@@ -129,6 +129,18 @@ fn requests() -> Value {
                 notify: NotifyMode::Socket,
             },
         ),
+        // What libmemcolo sends: its process name (comm, at most 15 bytes) with the
+        // characters JSON must escape.
+        canonical(
+            "register_self_named_escapes",
+            &Request::Register {
+                pid: None,
+                class: Class::Elastic,
+                name: Some("a\"b\\c\td\u{1}\u{7f}".into()),
+                expected_reclaim_bytes: None,
+                notify: NotifyMode::Socket,
+            },
+        ),
         canonical(
             "register_lc_signal",
             &Request::Register {
@@ -178,6 +190,16 @@ fn requests() -> Value {
                 seq: Some(u64::MAX),
                 bytes: u64::MAX,
                 duration_ms: 0,
+                ok: true,
+            },
+        ),
+        canonical(
+            "reclaimed_self_max",
+            &Request::Reclaimed {
+                pid: None,
+                seq: Some(u64::MAX),
+                bytes: u64::MAX,
+                duration_ms: u64::MAX,
                 ok: true,
             },
         ),

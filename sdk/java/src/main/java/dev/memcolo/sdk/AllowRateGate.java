@@ -8,7 +8,11 @@ import java.util.function.LongSupplier;
  * eviction callback (an allocation is never failed), with
  * {@code r = min(time since the last high signal / (epoch × NUM_epochs), 1)} and
  * epoch the time the application took to handle that signal, but at least a minimum
- * epoch. Until the first high signal has been handled there is no epoch and r = 0.
+ * epoch. Until the first high signal has been handled there is no epoch and r = 0; a
+ * later signal drops r to 0 at its receipt and r climbs with the previous epoch until its
+ * handlers return. ⌊1/r⌋ is computed as ⌊window / elapsed⌋ in whole nanoseconds, so the
+ * gate takes the decisions of the other SDKs and of libmemcolo on the same clock readings
+ * ({@code sdk/testvectors/gate.json}).
  * Thread-safe; times are nanoseconds of {@link System#nanoTime()} unless given.
  *
  * <p>The minimum epoch ({@link #DEFAULT_MIN_EPOCH_NS}, 1 s) is one poll of M3's monitor
@@ -89,22 +93,31 @@ public final class AllowRateGate {
         return hasEpoch ? epochNs : -1;
     }
 
-    private double rate(long nowNs) {
+    /**
+     * The time since the last signal and the window (epoch × NUM_epochs) in ns: {0, 0}
+     * without a signal (full rate), {0, 1} while the first signal has no epoch yet (rate
+     * 0). A window beyond the range of long saturates.
+     */
+    private long[] elapsedWindow(long nowNs) {
         if (!hasSignal) {
-            return 1.0;
+            return new long[] {0, 0};
         }
         if (!hasEpoch) {
-            return 0.0;
+            return new long[] {0, 1};
         }
-        double window = (double) epochNs * numEpochs;
-        if (window <= 0) {
-            return 1.0;
+        long window;
+        try {
+            window = Math.multiplyExact(epochNs, (long) numEpochs);
+        } catch (ArithmeticException e) {
+            window = Long.MAX_VALUE;
         }
-        return Math.min(Math.max(0, nowNs - lastSignalNs) / window, 1.0);
+        return new long[] {Math.max(0, nowNs - lastSignalNs), window};
     }
 
+    /** The allow rate r in [0, 1] at {@code nowNs}. */
     public synchronized double allowRate(long nowNs) {
-        return rate(nowNs);
+        long[] ew = elapsedWindow(nowNs);
+        return ew[0] >= ew[1] ? 1.0 : (double) ew[0] / ew[1];
     }
 
     public double allowRate() {
@@ -113,17 +126,16 @@ public final class AllowRateGate {
 
     /** Whether an allocation at {@code nowNs} proceeds at once (r recomputed per call). */
     public synchronized boolean admit(long nowNs) {
-        double r = rate(nowNs);
-        if (r >= 1.0) {
+        long[] ew = elapsedWindow(nowNs);
+        if (ew[0] >= ew[1]) {
             count = 0;
             return true;
         }
         count++;
-        if (r <= 0.0) {
+        if (ew[0] == 0) {
             return false;
         }
-        long every = Math.max(1, (long) Math.floor(1.0 / r));
-        if (count >= every) {
+        if (count >= ew[1] / ew[0]) {
             count = 0;
             return true;
         }
