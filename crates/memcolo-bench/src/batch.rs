@@ -184,13 +184,7 @@ pub fn run(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
     }
     let _stop = crate::signal::StopGuard::install()?;
     let t0 = Instant::now();
-    std::fs::create_dir_all(&s.out).with_context(|| format!("create {}", s.out.display()))?;
-    let log_dir = s.out.join("logs");
-    std::fs::create_dir_all(&log_dir).with_context(|| format!("create {}", log_dir.display()))?;
-    let work = tempfile::Builder::new()
-        .prefix("memcolo-batch-")
-        .tempdir()
-        .context("create work directory")?;
+    let (log_dir, work) = crate::harness::prepare_out(&s.out, "memcolo-batch-")?;
     let script = work.path().join("kmeans.py");
     std::fs::write(&script, KMEANS_PY).with_context(|| format!("write {}", script.display()))?;
 
@@ -343,13 +337,7 @@ impl Batch<'_> {
         let mut agent = None;
         if mode.uses_agent() {
             let event_log = self.work_dir.join(format!("events-{tag}.jsonl"));
-            let mut extra = self.args.agent_args.clone();
-            if let Some(toml) = mode.agent_config(limit, &self.args.reclaim_set) {
-                let path = self.work_dir.join(format!("agent-{tag}.toml"));
-                std::fs::write(&path, toml).map_err(|e| BenchError::io(&path, e))?;
-                extra.push("--config".into());
-                extra.push(path.display().to_string());
-            }
+            let extra = mode.agent_args(limit, self.args, &self.work_dir, &tag)?;
             let spec = AgentSpec {
                 exe: self.exe,
                 scope_cgroup: &node_path,

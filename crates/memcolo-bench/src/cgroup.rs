@@ -11,65 +11,21 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use memcolo_linux::cgroup::{Limit, MemoryCgroup};
+use memcolo_linux::procfs::ProcFs;
+
 use crate::error::{BenchError, Result};
 
-/// Where the cgroup v1 memory hierarchy is mounted.
-pub const MEMORY_V1_ROOT: &str = "/sys/fs/cgroup/memory";
-
-/// The memory cgroup (v1) of the process described by `proc_cgroup_text` (the content
-/// of `/proc/<pid>/cgroup`), e.g. `/process_api/abc`. `None` if no hierarchy lists the
-/// `memory` controller.
-pub fn memory_cgroup_from_proc(proc_cgroup_text: &str) -> Option<String> {
-    proc_cgroup_text.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let _id = parts.next()?;
-        let controllers = parts.next()?;
-        let path = parts.next()?;
-        controllers
-            .split(',')
-            .any(|c| c == "memory")
-            .then(|| path.to_string())
-    })
+fn linux(e: memcolo_linux::Error) -> BenchError {
+    BenchError::Process(e.to_string())
 }
 
-/// The caller's own memory cgroup (v1), from `/proc/self/cgroup`.
-pub fn own_memory_cgroup() -> Result<String> {
-    let p = Path::new("/proc/self/cgroup");
-    let text = fs::read_to_string(p).map_err(|e| BenchError::io(p, e))?;
-    memory_cgroup_from_proc(&text).ok_or_else(|| BenchError::Parse {
-        path: p.into(),
-        msg: "no cgroup v1 hierarchy with the memory controller".into(),
-    })
-}
-
-fn write(path: &Path, value: &str) -> Result<()> {
-    fs::write(path, value).map_err(|e| BenchError::io(path, e))
-}
-
-fn read_u64(path: &Path) -> Result<u64> {
-    let text = fs::read_to_string(path).map_err(|e| BenchError::io(path, e))?;
-    text.trim().parse().map_err(|_| BenchError::Parse {
-        path: path.into(),
-        msg: format!("not an integer: {:?}", text.trim()),
-    })
-}
-
-/// The pids in a cgroup's `cgroup.procs`.
+/// The pids in a cgroup's `cgroup.procs` (any cgroup, v1 or v2, with or without the
+/// memory controller).
 pub fn read_procs(group: &Path) -> Result<Vec<i32>> {
     let p = group.join("cgroup.procs");
     let text = fs::read_to_string(&p).map_err(|e| BenchError::io(&p, e))?;
     Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
-}
-
-/// The `oom_kill` counter of a v1 group's `memory.oom_control` (kernel ≥ 4.13).
-pub fn read_oom_kills(group: &Path) -> Result<u64> {
-    let p = group.join("memory.oom_control");
-    let text = fs::read_to_string(&p).map_err(|e| BenchError::io(&p, e))?;
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0))
 }
 
 /// Kills every process in `group` (SIGKILL) and waits up to `timeout` for it to empty.
@@ -96,7 +52,7 @@ fn remove_group(group: &Path) -> Result<()> {
     kill_all(group, Duration::from_secs(5));
     // Drop the group's page cache so the next run starts from the same state; the
     // kernel refuses while tasks remain, which kill_all above prevents.
-    let _ = fs::write(group.join("memory.force_empty"), "0");
+    let _ = force_empty(group);
     let end = Instant::now() + Duration::from_secs(5);
     loop {
         match fs::remove_dir(group) {
@@ -112,34 +68,32 @@ fn remove_group(group: &Path) -> Result<()> {
 /// A scratch memory cgroup standing for one machine's memory.
 #[derive(Debug)]
 pub struct ScratchNode {
-    path: PathBuf,
+    group: MemoryCgroup,
     limit_bytes: u64,
     children: Vec<String>,
 }
 
 impl ScratchNode {
-    /// Creates `<root>/<parent>/<name>` with `memory.limit_in_bytes = limit_bytes`.
-    /// `parent` is a cgroup path as in `/proc/self/cgroup` (leading `/`). Fails if the
-    /// group exists already (another run owns it).
-    pub fn create(root: &Path, parent: &str, name: &str, limit_bytes: u64) -> Result<Self> {
-        let parent_dir = root.join(parent.trim_start_matches('/'));
-        if !parent_dir.join("memory.limit_in_bytes").exists() {
+    /// Creates `<parent>/<name>` with `memory.limit_in_bytes = limit_bytes`. Fails if
+    /// `parent` is not a cgroup v1 memory group or the group exists already (another
+    /// run owns it).
+    pub fn create(parent: &Path, name: &str, limit_bytes: u64) -> Result<Self> {
+        if !parent.join("memory.limit_in_bytes").exists() {
             return Err(BenchError::Invalid(format!(
                 "{} is not a cgroup v1 memory group",
-                parent_dir.display()
+                parent.display()
             )));
         }
-        let path = parent_dir.join(name);
-        fs::create_dir(&path).map_err(|e| BenchError::io(&path, e))?;
+        let parent = MemoryCgroup::open(parent).map_err(linux)?;
+        let group = parent.create_child(name).map_err(linux)?;
         let node = ScratchNode {
-            path,
+            group,
             limit_bytes,
             children: Vec::new(),
         };
-        write(
-            &node.path.join("memory.limit_in_bytes"),
-            &limit_bytes.to_string(),
-        )?;
+        node.group
+            .write_limit(Limit::Bytes(limit_bytes))
+            .map_err(linux)?;
         Ok(node)
     }
 
@@ -147,16 +101,19 @@ impl ScratchNode {
     /// `<prefix>-<pid>`, after removing stale empty nodes of earlier runs whose
     /// process is gone.
     pub fn create_below_self(prefix: &str, limit_bytes: u64) -> Result<Self> {
-        let own = own_memory_cgroup()?;
-        let root = Path::new(MEMORY_V1_ROOT);
-        remove_stale(&root.join(own.trim_start_matches('/')), prefix);
-        let name = format!("{prefix}-{}", std::process::id());
-        Self::create(root, &own, &name, limit_bytes)
+        let own =
+            memcolo_linux::cgroup::memory_cgroup_path(&ProcFs::root(), "self").map_err(linux)?;
+        remove_stale(&own, prefix);
+        Self::create(
+            &own,
+            &format!("{prefix}-{}", std::process::id()),
+            limit_bytes,
+        )
     }
 
     /// The group's directory.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.group.path()
     }
 
     /// The node's memory: its `memory.limit_in_bytes`.
@@ -166,31 +123,29 @@ impl ScratchNode {
 
     /// Creates child group `name` (e.g. `lc`, `be`) and returns its directory.
     pub fn create_child(&mut self, name: &str) -> Result<PathBuf> {
-        let p = self.path.join(name);
-        fs::create_dir(&p).map_err(|e| BenchError::io(&p, e))?;
+        let c = self.group.create_child(name).map_err(linux)?;
         self.children.push(name.to_string());
-        Ok(p)
+        Ok(c.path().to_path_buf())
     }
 
     /// Kills what is left in child `name`, drops its page cache and removes it.
     pub fn remove_child(&mut self, name: &str) -> Result<()> {
-        remove_group(&self.path.join(name))?;
+        remove_group(&self.path().join(name))?;
         self.children.retain(|c| c != name);
         Ok(())
     }
 
     /// Current charge of the node (`memory.usage_in_bytes`: RSS + page cache + kernel).
     pub fn usage_bytes(&self) -> Result<u64> {
-        read_u64(&self.path.join("memory.usage_in_bytes"))
+        self.group.read_usage_bytes().map_err(linux)
     }
 
     /// Sets the node's memory (`memory.limit_in_bytes`); the kernel reclaims down to a
     /// lower limit first (and refuses with `EBUSY` when it cannot).
     pub fn set_limit(&mut self, limit_bytes: u64) -> Result<()> {
-        write(
-            &self.path.join("memory.limit_in_bytes"),
-            &limit_bytes.to_string(),
-        )?;
+        self.group
+            .write_limit(Limit::Bytes(limit_bytes))
+            .map_err(linux)?;
         self.limit_bytes = limit_bytes;
         Ok(())
     }
@@ -198,37 +153,45 @@ impl ScratchNode {
     /// Charges that found the node at its limit (`memory.failcnt`): each made the
     /// charging task reclaim from the node on its own thread (direct reclaim).
     pub fn limit_hits(&self) -> Result<u64> {
-        read_u64(&self.path.join("memory.failcnt"))
+        Ok(self.group.read_events().map_err(linux)?.max)
     }
 
     /// The node's `oom_kill` counter.
     pub fn oom_kills(&self) -> Result<u64> {
-        read_oom_kills(&self.path)
+        Ok(self.group.read_events().map_err(linux)?.oom_kill)
     }
 
     /// Reclaims everything charged to the node itself (page cache left by removed
     /// children). Only valid while no task sits directly in the node.
     pub fn force_empty(&self) -> Result<()> {
-        write(&self.path.join("memory.force_empty"), "0")
+        force_empty(self.path())
     }
+}
+
+/// v1 `memory.force_empty`: reclaims what is charged to a group with no tasks (v1
+/// only; memcolo-linux's readers have no writer for it, the agent never uses it).
+fn force_empty(group: &Path) -> Result<()> {
+    let p = group.join("memory.force_empty");
+    fs::write(&p, "0").map_err(|e| BenchError::io(&p, e))
 }
 
 impl Drop for ScratchNode {
     fn drop(&mut self) {
+        let path = self.path().to_path_buf();
         for c in std::mem::take(&mut self.children) {
-            if let Err(e) = remove_group(&self.path.join(&c)) {
+            if let Err(e) = remove_group(&path.join(&c)) {
                 eprintln!("warning: cannot remove cgroup: {e}");
             }
         }
         // Children created by others below the node (the agent's `memcolo run` groups).
-        if let Ok(rd) = fs::read_dir(&self.path) {
+        if let Ok(rd) = fs::read_dir(&path) {
             for entry in rd.flatten() {
                 if entry.path().is_dir() {
                     let _ = remove_group(&entry.path());
                 }
             }
         }
-        if let Err(e) = remove_group(&self.path) {
+        if let Err(e) = remove_group(&path) {
             eprintln!("warning: cannot remove cgroup: {e}");
         }
     }
@@ -357,44 +320,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_memory_line_of_v1() {
-        let text = "9:name=systemd:/\n4:memory:/process_api/abc\n3:cpuset:/\n0::/\n";
-        assert_eq!(
-            memory_cgroup_from_proc(text).as_deref(),
-            Some("/process_api/abc")
-        );
-        let joined = "5:cpu,memory:/a/b\n";
-        assert_eq!(memory_cgroup_from_proc(joined).as_deref(), Some("/a/b"));
-        assert_eq!(memory_cgroup_from_proc("0::/user.slice\n"), None);
-        // "memory" must be a whole controller name.
-        assert_eq!(memory_cgroup_from_proc("3:memoryx:/x\n"), None);
-    }
-
-    #[test]
-    fn create_writes_limit_and_refuses_non_groups() {
+    fn create_refuses_a_directory_that_is_not_a_memory_group() {
         let tmp = tempfile::tempdir().unwrap();
         let parent = tmp.path().join("self");
         fs::create_dir(&parent).unwrap();
-        assert!(ScratchNode::create(tmp.path(), "/self", "n", 1 << 30).is_err());
-        fs::write(parent.join("memory.limit_in_bytes"), "max").unwrap();
-        // A plain directory accepts the limit write, but the test only checks the value
-        // written; the node is forgotten so that Drop does not look for cgroup files.
-        let node = ScratchNode::create(tmp.path(), "/self", "n", 1 << 30).unwrap();
-        assert_eq!(
-            fs::read_to_string(parent.join("n/memory.limit_in_bytes")).unwrap(),
-            (1u64 << 30).to_string()
+        let err = ScratchNode::create(&parent, "n", 1 << 30).unwrap_err();
+        assert!(
+            err.to_string().contains("not a cgroup v1 memory group"),
+            "{err}"
         );
-        std::mem::forget(node);
+        assert!(!parent.join("n").exists());
     }
 
     #[test]
-    fn oom_kill_counter() {
+    fn procs_of_a_group() {
         let tmp = tempfile::tempdir().unwrap();
-        fs::write(
-            tmp.path().join("memory.oom_control"),
-            "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
-        )
-        .unwrap();
-        assert_eq!(read_oom_kills(tmp.path()).unwrap(), 3);
+        fs::write(tmp.path().join("cgroup.procs"), "12\n34\n").unwrap();
+        assert_eq!(read_procs(tmp.path()).unwrap(), vec![12, 34]);
+        assert!(read_procs(&tmp.path().join("none")).is_err());
     }
 }

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use memcolo_linux::procfs::ProcFs;
 
 /// The default output directory of an experiment:
@@ -64,6 +64,20 @@ pub fn source_commit() -> String {
         Some(s) if !s.is_empty() => format!("{head}-dirty"),
         _ => head,
     }
+}
+
+/// Creates the output directory `out` and its `logs/`, and a private work directory
+/// (removed when the returned guard drops) named `<prefix>…` in the temp dir.
+/// Returns the log directory and the work directory.
+pub fn prepare_out(out: &Path, prefix: &str) -> anyhow::Result<(PathBuf, tempfile::TempDir)> {
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    let log_dir = out.join("logs");
+    std::fs::create_dir_all(&log_dir).with_context(|| format!("create {}", log_dir.display()))?;
+    let work = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .context("create work directory")?;
+    Ok((log_dir, work))
 }
 
 /// Prints one progress line with the time since `t0`.

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use crate::dataset::{key_name, value_offset};
 use crate::error::{BenchError, Result};
-use crate::lc::{key_name, LcConn};
+use crate::lc::LcConn;
 
 /// Largest latency the histograms hold, in µs (60 s); longer ones are clamped.
 pub const HIST_MAX_US: u64 = 60_000_000;
@@ -67,24 +68,6 @@ impl SplitMix64 {
     pub fn below(&mut self, n: u64) -> u64 {
         ((self.next_u64() as u128 * n as u128) >> 64) as u64
     }
-}
-
-/// A pool of random bytes from which values are cut: `value_bytes + 64 KiB` long, so
-/// values at different offsets differ and do not compress to nothing in zram.
-pub fn value_pool(value_bytes: usize, seed: u64) -> Vec<u8> {
-    let mut rng = SplitMix64::new(seed);
-    let mut v = Vec::with_capacity(value_bytes + 65536);
-    while v.len() < value_bytes + 65536 {
-        v.extend_from_slice(&rng.next_u64().to_le_bytes());
-    }
-    v.truncate(value_bytes + 65536);
-    v
-}
-
-/// Offset in a pool of `pool_len` bytes of the value for key `i`.
-pub fn value_offset(i: u64, pool_len: usize, value_bytes: usize) -> usize {
-    let span = (pool_len - value_bytes).max(1) as u64;
-    ((i.wrapping_mul(7919)) % span) as usize
 }
 
 /// What one open-loop run does.
@@ -321,15 +304,5 @@ mod tests {
             let f = r.next_f64();
             assert!((0.0..1.0).contains(&f));
         }
-        let pool = value_pool(1024, 1);
-        assert_eq!(pool.len(), 1024 + 65536);
-        for k in [0u64, 1, 99, u64::MAX / 3] {
-            let off = value_offset(k, pool.len(), 1024);
-            assert!(off + 1024 <= pool.len());
-        }
-        assert_ne!(
-            value_offset(1, pool.len(), 1024),
-            value_offset(2, pool.len(), 1024)
-        );
     }
 }

@@ -43,9 +43,9 @@ impl MemcachedServer {
         place: &ChildPlacement<'_>,
         log: &Path,
         memory_mib: u64,
-        launch: &crate::lc::LcLaunch,
+        launch: &crate::service::LcLaunch,
     ) -> Result<Self> {
-        let port = crate::lc::free_port()?;
+        let port = crate::service::free_port()?;
         let log_file = std::fs::File::create(log).map_err(|e| BenchError::io(log, e))?;
         let mut cmd = launch.command(exe);
         cmd.args(["-p", &port.to_string()])

@@ -233,6 +233,27 @@ impl Mode {
         }
     }
 
+    /// The agent's arguments in a run of this mode: the user's `--agent-arg`s, the
+    /// mode's switches and, if the mode has one, `--config` with its configuration
+    /// written to `<work_dir>/agent-<tag>.toml`.
+    pub(crate) fn agent_args(
+        self,
+        node_bytes: u64,
+        args: &ColocationArgs,
+        work_dir: &std::path::Path,
+        tag: &str,
+    ) -> Result<Vec<String>> {
+        let mut extra = args.agent_args.clone();
+        extra.extend(self.agent_flags().iter().map(|f| f.to_string()));
+        if let Some(toml) = self.agent_config(node_bytes, &args.reclaim_set) {
+            let path = work_dir.join(format!("agent-{tag}.toml"));
+            std::fs::write(&path, toml).map_err(|e| BenchError::io(&path, e))?;
+            extra.push("--config".into());
+            extra.push(path.display().to_string());
+        }
+        Ok(extra)
+    }
+
     /// The agent configuration (TOML) of the mode, beyond its switches; `extra` lines
     /// go into the `[reclaim]` section of the reclaim modes.
     pub(crate) fn agent_config(self, node_bytes: u64, extra: &[String]) -> Option<String> {

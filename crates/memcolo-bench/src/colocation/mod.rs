@@ -30,10 +30,10 @@ pub use args::{ColocationArgs, Mode, ModeKind, Settings, DEFAULT_MODES};
 
 use crate::be::{be_demand, ensure_data_file};
 use crate::cgroup::{PsiGroups, ScratchNode};
+use crate::dataset::value_pool;
 use crate::error::BenchError;
 use crate::harness::{format_duration_s, progress, which};
 use crate::lc::LcKind;
-use crate::loadgen::value_pool;
 use crate::process::{self, ChildPlacement};
 use crate::progress::SoloRecord;
 use crate::report::RunOutcome;
@@ -109,13 +109,7 @@ pub fn run(args: &ColocationArgs, memcolo_exe: &Path) -> anyhow::Result<()> {
     };
     let _stop = crate::signal::StopGuard::install()?;
     let t0 = Instant::now();
-    std::fs::create_dir_all(&s.out).with_context(|| format!("create {}", s.out.display()))?;
-    let log_dir = s.out.join("logs");
-    std::fs::create_dir_all(&log_dir).with_context(|| format!("create {}", log_dir.display()))?;
-    let work = tempfile::Builder::new()
-        .prefix("memcolo-bench-")
-        .tempdir()
-        .context("create work directory")?;
+    let (log_dir, work) = crate::harness::prepare_out(&s.out, "memcolo-bench-")?;
 
     let slots = interleaved(&s.levels, &s.modes, s.repeats);
     let mut eta = Eta::new(plan::prior_run_time(s.warmup, s.duration));

@@ -14,9 +14,10 @@ use super::Sweep;
 use crate::agent::{AgentProcess, AgentSpec};
 use crate::be::{be_demand, BeDemand, BeJobs, BeStart};
 use crate::cgroup::{read_procs, ScratchNode};
+use crate::dataset::preload;
 use crate::error::{BenchError, Result};
 use crate::harness::{mem_total_bytes, monotonic_s, progress};
-use crate::lc::{preload, LcKind, LcLaunch, LcServer};
+use crate::lc::{LcKind, LcLaunch, LcServer};
 use crate::loadgen::{run_open_loop, LoadSpec};
 use crate::peers::{koordinator::KoordinatorConfig, senpai::SenpaiConfig, PeerController};
 use crate::process::{self, ChildPlacement};
@@ -340,14 +341,7 @@ impl Sweep<'_> {
         };
         if mode.uses_agent() {
             let _ = std::fs::remove_file(&event_log);
-            let mut extra = self.args.agent_args.clone();
-            extra.extend(mode.agent_flags().iter().map(|f| f.to_string()));
-            if let Some(toml) = mode.agent_config(s.node_bytes, &self.args.reclaim_set) {
-                let path = self.work_dir.join(format!("agent-{tag}.toml"));
-                std::fs::write(&path, toml).map_err(|e| BenchError::io(&path, e))?;
-                extra.push("--config".into());
-                extra.push(path.display().to_string());
-            }
+            let extra = mode.agent_args(s.node_bytes, self.args, &self.work_dir, &tag)?;
             let spec = AgentSpec {
                 exe: self.exe,
                 scope_cgroup: &node_path,
