@@ -2,8 +2,9 @@
 # Runs the test suites of every memcolo SDK that this machine has the toolchain for
 # (Rust, Python, Go, C, Java), all against the shared vectors in sdk/testvectors.
 # Stops at the first failing suite with a non-zero exit; the last line is always
-# "N passed, N failed" (counting suites). A suite whose toolchain is missing is
-# reported as skipped and not counted.
+# "N passed, N failed" (counting suites). A suite whose toolchain is missing fails,
+# unless MEMCOLO_TEST_ALLOW_SKIP=1 asks on purpose to skip it (then it is reported as
+# skipped and not counted).
 #   sdk/test.sh            all suites
 #   sdk/test.sh go c       only those
 set -u
@@ -28,7 +29,14 @@ run_suite() {
   fi
 }
 
-skip() { echo "=== sdk/$1: skipped ($2)"; }
+skip() {
+  if [ "${MEMCOLO_TEST_ALLOW_SKIP:-}" = 1 ]; then
+    echo "=== sdk/$1: skipped on purpose ($2; MEMCOLO_TEST_ALLOW_SKIP=1)"
+  else
+    failed=$((failed + 1))
+    echo "=== sdk/$1: FAILED: cannot run: $2 (set MEMCOLO_TEST_ALLOW_SKIP=1 to skip it on purpose)"
+  fi
+}
 
 suites=("$@")
 [ ${#suites[@]} -eq 0 ] && suites=(rust python go c java)

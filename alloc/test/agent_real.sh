@@ -8,8 +8,9 @@
 #      records the bytes;
 #   3. the agent restarts: the library reconnects and registers again;
 #   4. `memcolo alloc-stats PID` (and --json) reads the process's allocator telemetry.
-# Prints "PASS name" / "FAIL name", or "SKIP why" where it cannot run (not root, no
-# cgroup v1 memory controller, no memcolo binary). Every wait is bounded.
+# Prints "PASS name" / "FAIL name". Where it cannot run (not root, no cgroup v1 memory
+# controller, no memcolo binary) it fails saying why, unless MEMCOLO_TEST_ALLOW_SKIP=1
+# asks on purpose to skip it ("SKIP why"). Every wait is bounded.
 B=$(readlink -f "${1:-build}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -18,11 +19,19 @@ MC=""
 for c in "$ROOT/target/release/memcolo" "$ROOT/target/debug/memcolo"; do
   if [ -x "$c" ] && "$c" alloc-stats --help >/dev/null 2>&1; then MC=$c; break; fi
 done
-[ "$(id -u)" = 0 ] || { echo "SKIP agent-real (needs root)"; exit 0; }
-[ -n "$MC" ] || { echo "SKIP agent-real (no target/*/memcolo with alloc-stats: cargo build)"; exit 0; }
+cannot_run() {
+  if [ "${MEMCOLO_TEST_ALLOW_SKIP:-}" = 1 ]; then
+    echo "SKIP agent-real ($1; skipped on purpose: MEMCOLO_TEST_ALLOW_SKIP=1)"
+  else
+    echo "FAIL agent-real cannot run: $1 (set MEMCOLO_TEST_ALLOW_SKIP=1 to skip it on purpose)"
+  fi
+  exit 0
+}
+[ "$(id -u)" = 0 ] || cannot_run "needs root"
+[ -n "$MC" ] || cannot_run "no target/*/memcolo with alloc-stats: cargo build"
 OWN=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ { print $3 }' /proc/self/cgroup)
 CGROOT=/sys/fs/cgroup/memory
-[ -n "$OWN" ] && [ -f "$CGROOT$OWN/memory.limit_in_bytes" ] || { echo "SKIP agent-real (no cgroup v1 memory controller)"; exit 0; }
+[ -n "$OWN" ] && [ -f "$CGROOT$OWN/memory.limit_in_bytes" ] || cannot_run "no cgroup v1 memory controller"
 
 TMP=$(mktemp -d /tmp/memcolo-agent-real.XXXXXX)
 SCOPE="$CGROOT$OWN/memcolo-alloc-e2e-$$"
