@@ -127,7 +127,7 @@ impl Inner {
     }
 
     /// Drops every run, in as few calls (TLB shootdowns) as the region's memory
-    /// allows ([`RegionMemory::drop_page_runs`]), telling the remove-event handler
+    /// allows ([`RegionMemory::drop_page_runs`](crate::region::RegionMemory::drop_page_runs)), telling the remove-event handler
     /// which drops are ours (it consumes the record when the event arrives).
     ///
     /// # Errors

@@ -3,7 +3,7 @@
 //! in batches, and the access sampler of [`crate::sampler`].
 //!
 //! Each page of the region is in one of the states of [`crate::page_state`], and
-//! moves between them only through its transition table ([`Table::apply`]).
+//! moves between them only through its transition table (`Table::apply`).
 //!
 //! # Faults (the fault thread)
 //!
@@ -113,19 +113,19 @@
 //! # Files
 //!
 //! - this file: the manager's public face ([`TierManager`], [`Placement`]), the page
-//!   table and the shared state of the threads ([`Inner`]);
-//! - [`config`]: [`TierConfig`]; [`stats`]: [`ManagerStats`] and the counters;
-//! - [`fault`]: the fault thread (faults, prefetches);
-//! - [`evict`]: the eviction queue and workers, and storing from probation;
-//! - [`stash`]: sampling windows and probation (pages copied aside and dropped);
-//! - [`free`]: application frees and the slow-tier copies they leave behind;
-//! - [`recovery`]: taking a region over (adopted, recovered) and giving it back at
+//!   table and the shared state of the threads (`Inner`);
+//! - `config`: [`TierConfig`]; `stats`: [`ManagerStats`] and the counters;
+//! - `fault`: the fault thread (faults, prefetches);
+//! - `evict`: the eviction queue and workers, and storing from probation;
+//! - `stash`: sampling windows and probation (pages copied aside and dropped);
+//! - `free`: application frees and the slow-tier copies they leave behind;
+//! - `recovery`: taking a region over (adopted, recovered) and giving it back at
 //!   shutdown;
-//! - [`sched`]: the scheduling of the manager's threads.
+//! - `sched`: the scheduling of the manager's threads.
 //!
 //! # Locks
 //!
-//! [`Inner`] holds its mutable state under a few mutexes, taken in this order and
+//! `Inner` holds its mutable state under a few mutexes, taken in this order and
 //! never the other way round: the page table (`table`), then the placement
 //! (`placement`), then any of the leaf locks (`accesses`, `rng`, `copies`, `errors`,
 //! `own_drops`, `worker_tids`), of which a thread holds at most one at a time. The
