@@ -946,6 +946,52 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_gauges_follow_the_moves_of_the_table() {
+        use PageEvent as E;
+        let mut t = Table::new(4);
+        let gauges = |t: &Table| (t.resident, t.stored, t.probation);
+        t.apply(0, E::ZeroFill);
+        t.apply(1, E::Adopt);
+        t.apply(2, E::ZeroFill);
+        assert_eq!(gauges(&t), (3, 0, 0));
+        // Evicted: stored once confirmed, still stored once dropped.
+        t.apply(0, E::Evict);
+        assert_eq!(t.apply(0, E::StoreConfirmed), PageState::Dropping);
+        assert_eq!(gauges(&t), (2, 1, 0));
+        t.apply(0, E::Dropped);
+        assert_eq!(gauges(&t), (2, 1, 0));
+        // On probation, then stored from its copy.
+        t.apply(1, E::Probe);
+        t.apply(1, E::Copied);
+        t.apply(1, E::Dropped);
+        assert_eq!(gauges(&t), (2, 1, 1));
+        t.apply(1, E::Evict);
+        t.apply(1, E::StoreConfirmed);
+        assert_eq!(gauges(&t), (1, 2, 0));
+        // Brought back, then freed; a lost page stays counted as stored.
+        t.apply(0, E::LoadBegin);
+        t.apply(0, E::LoadDone);
+        assert_eq!(gauges(&t), (2, 1, 0));
+        t.apply(2, E::Free);
+        assert_eq!(gauges(&t), (1, 1, 0));
+        t.apply(1, E::LoadBegin);
+        t.apply(1, E::LoadLost);
+        assert_eq!(gauges(&t), (1, 1, 0));
+        assert!(t.apply_if(0, PageState::Resident, E::Sample));
+        assert!(!t.apply_if(0, PageState::Resident, E::Sample));
+        assert_eq!(t.st[0], PageState::SampleDrop);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "illegal page transition")]
+    fn an_illegal_move_fails_a_debug_assertion() {
+        let mut t = Table::new(1);
+        // An untouched page was never stored: it cannot be loaded.
+        t.apply(0, PageEvent::LoadBegin);
+    }
+
+    #[test]
     fn error_warnings_are_rate_limited_and_count_the_suppressed() {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
