@@ -1,13 +1,20 @@
 //! The settings of one tier manager ([`TierConfig`]).
 
+#[cfg(doc)]
+use super::Placement;
+#[cfg(doc)]
+use super::TierManager;
+#[cfg(doc)]
+use crate::PageKey;
+
 /// Settings of one tier manager.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TierConfig {
-    /// The region's id in the slow tier ([`PageKey::region`](crate::PageKey::region)); unique per backend.
+    /// The region's id in the slow tier ([`PageKey::region`]); unique per backend.
     pub region_id: u64,
     /// Pages per eviction batch (64).
     pub evict_batch: usize,
-    /// How long a worker holding fewer than [`TierConfig::evict_batch`](super::TierConfig::evict_batch) queued pages
+    /// How long a worker holding fewer than [`TierConfig::evict_batch`] queued pages
     /// waits for more before it starts (500 µs; zero: start at once). Faults never
     /// wait for it: a victim stays resident a little longer.
     pub evict_linger: std::time::Duration,
@@ -18,7 +25,7 @@ pub struct TierConfig {
     /// Most resident pages sampled per window (64).
     pub sample_pages: usize,
     /// The most sample hits aimed at per window (16; 0: always sample
-    /// `sample_pages`, whatever [`TierConfig::sample_fmmr_error`](super::TierConfig::sample_fmmr_error) says). Each hit
+    /// `sample_pages`, whatever [`TierConfig::sample_fmmr_error`] says). Each hit
     /// costs the touching thread a fault (a wait of 40–70 µs on this VM), and the
     /// estimate's error depends on the hits, not on the pages sampled: the manager
     /// samples at most `clamp(⌈target / p̂⌉, 1, sample_pages)` pages, `p̂` being the
@@ -27,7 +34,7 @@ pub struct TierConfig {
     /// unbiased.
     pub sample_target_hits: usize,
     /// The standard error of an epoch's measured FMMR that the sample is sized for
-    /// (0.01; 0: always aim at [`TierConfig::sample_target_hits`](super::TierConfig::sample_target_hits), with at least 8
+    /// (0.01; 0: always aim at [`TierConfig::sample_target_hits`], with at least 8
     /// pages). Within that cap, a window samples the pages that
     /// [`crate::sampler::pages_for_fmmr_error`] asks for, from the region's recent
     /// FMMR and hit share and the windows of the last epoch, and at least one: a
@@ -37,7 +44,7 @@ pub struct TierConfig {
     pub sample_fmmr_error: f64,
     /// Re-arm sampled pages within a window (true), so that a page touched in
     /// several of the window's slots counts once per slot: the estimate of fast
-    /// accesses then counts touches per slot ([`TierManager::sample_rearm`](super::TierManager::sample_rearm), called
+    /// accesses then counts touches per slot ([`TierManager::sample_rearm`], called
     /// by the node at each slot boundary) instead of distinct pages per window. Only
     /// while the region has slow accesses: with none its FMMR is 0 whatever the
     /// fast count is, and re-arming would cost faults for nothing. See
@@ -53,10 +60,10 @@ pub struct TierConfig {
     pub track_remove: bool,
     /// Most pages on probation (128; 0: none), and never more than an eighth of the
     /// resident pages. Once the region has had to evict, the placement's next
-    /// victims ([`Placement::next_victims`](super::Placement::next_victims)) are unmapped ahead of time with their
+    /// victims ([`Placement::next_victims`]) are unmapped ahead of time with their
     /// contents kept in local memory: a touch meanwhile is a fault served from that
     /// copy (a *probation hit*, no slow-tier access) that gives the page a second
-    /// chance ([`Placement::second_chance`](super::Placement::second_chance)) and a hotness sample, and a victim still
+    /// chance ([`Placement::second_chance`]) and a hotness sample, and a victim still
     /// untouched when it is evicted goes to the slow tier from the copy, without
     /// another protect or drop. Only pages that are about to be evicted are tested,
     /// so the faults this costs are bounded by the eviction rate; a region that fits

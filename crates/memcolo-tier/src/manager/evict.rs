@@ -7,6 +7,8 @@
 //! documentation, "Eviction".
 
 use super::{is_eagain, lock, Inner, PageEvent, PageState};
+#[cfg(doc)]
+use crate::region::RegionMemory;
 use crate::region::{runs, PAGE};
 use crate::{checksum, PageKey};
 use memcolo_linux::sched::gettid;
@@ -127,7 +129,7 @@ impl Inner {
     }
 
     /// Drops every run, in as few calls (TLB shootdowns) as the region's memory
-    /// allows ([`RegionMemory::drop_page_runs`](crate::region::RegionMemory::drop_page_runs)), telling the remove-event handler
+    /// allows ([`RegionMemory::drop_page_runs`]), telling the remove-event handler
     /// which drops are ours (it consumes the record when the event arrives).
     ///
     /// # Errors

@@ -5,14 +5,18 @@
 //! stash copy). See the manager's documentation, "Shutdown", and
 //! [`super::TierManager::recover`].
 
+#[cfg(doc)]
+use super::TierManager;
 use super::{is_eagain, lock, Inner, PageEvent, PageState};
+#[cfg(doc)]
+use crate::region::RegionMemory;
 use crate::region::PAGE;
 use crate::uffd::Event;
 use std::io;
 use std::sync::atomic::Ordering;
 
 impl Inner {
-    /// Takes the pages that already hold data ([`RegionMemory::present_runs`](crate::region::RegionMemory::present_runs)) as
+    /// Takes the pages that already hold data ([`RegionMemory::present_runs`]) as
     /// resident, before any thread of the manager runs: each is placed as if it had
     /// just faulted in, and the victims the placement names for them are queued for
     /// eviction (the workers start next). A region created for the manager has none;
@@ -57,7 +61,7 @@ impl Inner {
         Ok(())
     }
 
-    /// Takes over a region whose manager died (see [`TierManager::recover`](super::TierManager::recover)),
+    /// Takes over a region whose manager died (see [`TierManager::recover`]),
     /// before any thread of this manager runs. Per page, the first that holds it:
     /// a pending remove journal slot over a page the backing no longer holds
     /// (freed: its other copies are dropped); the backing (resident); the shadow

@@ -5,6 +5,8 @@
 //! protect, copy aside, drop, unprotect. Also the accesses an epoch gathers, and the
 //! sizing of the next window's sample from the past ones.
 
+#[cfg(doc)]
+use super::TierConfig;
 use super::{lock, Inner, PageEvent, PageState};
 use crate::region::{runs, PAGE};
 use crate::sampler::{choose, choose_by_rejection, WindowEstimate};
@@ -86,7 +88,7 @@ impl Stash {
 }
 
 impl Inner {
-    /// Tops probation up (see [`TierConfig::probation_pages`](super::TierConfig::probation_pages)): the placement's next
+    /// Tops probation up (see [`TierConfig::probation_pages`]): the placement's next
     /// victims that are mapped are unmapped, their contents kept here. Called by the
     /// eviction workers after each batch, so a region that never evicts has none.
     pub(super) fn refill_probation(&self) {
@@ -389,8 +391,8 @@ impl Inner {
         est
     }
 
-    /// Pages to sample in the next window (see [`TierConfig::sample_target_hits`](super::TierConfig::sample_target_hits)
-    /// and [`TierConfig::sample_fmmr_error`](super::TierConfig::sample_fmmr_error)).
+    /// Pages to sample in the next window (see [`TierConfig::sample_target_hits`]
+    /// and [`TierConfig::sample_fmmr_error`]).
     pub(super) fn sample_size(&self) -> usize {
         let a = lock(&self.accesses);
         tiering::sample_size(

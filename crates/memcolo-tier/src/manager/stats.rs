@@ -1,7 +1,9 @@
 //! What a tier manager counts: [`ManagerStats`], read by
-//! [`TierManager::stats`](super::TierManager::stats) from the counters the threads bump ([`Counters`]), the
+//! [`TierManager::stats`] from the counters the threads bump ([`Counters`]), the
 //! page table's gauges and the threads' schedstat.
 
+#[cfg(doc)]
+use super::TierConfig;
 use super::{lock, TierManager};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -41,7 +43,7 @@ pub struct ManagerStats {
     /// each had just faulted in.
     pub adopted_pages: u64,
     /// Pages found in the slow tier when the region was recovered after its agent
-    /// died ([`TierManager::recover`](super::TierManager::recover)).
+    /// died ([`TierManager::recover`]).
     pub recovered_stored_pages: u64,
     /// Pages on probation now (unmapped next victims kept in local memory; counted
     /// in `resident_pages`).
@@ -54,7 +56,7 @@ pub struct ManagerStats {
     /// sampled when named as victims (counted in `evictions`).
     pub probation_evictions: u64,
     /// Slow faults that were refaults at a short distance and so counted as hotness
-    /// samples for sure ([`TierConfig::refault_samples`](super::TierConfig::refault_samples)).
+    /// samples for sure ([`TierConfig::refault_samples`]).
     pub refault_samples: u64,
     /// Time the fault thread spent serving slow faults (load, check, map), ns.
     pub slow_fault_ns: u64,
@@ -82,7 +84,7 @@ pub struct ManagerStats {
     /// Time the eviction workers waited for a CPU while runnable, ns.
     pub evict_threads_wait_ns: u64,
     /// Whether the fault thread runs as latency-critical
-    /// ([`TierManager::set_latency_critical`](super::TierManager::set_latency_critical)).
+    /// ([`TierManager::set_latency_critical`]).
     pub latency_critical: bool,
 }
 
