@@ -20,6 +20,7 @@ pub mod probe;
 pub mod procfs;
 pub mod psi;
 pub mod reclaim;
+pub mod sched;
 pub mod scope;
 pub mod swap;
 

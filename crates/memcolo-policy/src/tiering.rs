@@ -77,7 +77,7 @@ pub fn pages_for_fmmr_error(
 }
 
 /// The recent past of a region's sampling that [`sample_size`] sizes the next
-/// window's sample from: moving sums (the caller decays them by 3/4 a window) of the
+/// window's sample from: moving sums ([`SampleHistory::push_window`]) of the
 /// pages sampled, the distinct sampled pages hit, the slow faults and the estimated
 /// fast touches (`Ĥ`) per window; and the windows of the last epoch (0 before the
 /// first).
@@ -93,6 +93,44 @@ pub struct SampleHistory {
     pub fast: f64,
     /// Windows of the last epoch; 0 before the first.
     pub windows_per_epoch: u32,
+}
+
+impl SampleHistory {
+    /// Weight of the past per window in the moving sums (3/4).
+    pub const DECAY: f64 = 0.75;
+
+    /// Adds a closed window to the moving sums: `sampled` pages sampled, `pages_hit`
+    /// distinct sampled pages touched (the hit share sizes the sample: distinct
+    /// pages, at most 1), `slow` slow faults and `fast` estimated fast touches
+    /// (`Ĥ`); older windows weigh [`SampleHistory::DECAY`] less each. Leaves
+    /// `windows_per_epoch` alone.
+    pub fn push_window(&mut self, sampled: u64, pages_hit: u64, slow: u64, fast: f64) {
+        let d = Self::DECAY;
+        self.sampled = d * self.sampled + sampled as f64;
+        self.hits = d * self.hits + pages_hit as f64;
+        self.slow = d * self.slow + slow as f64;
+        self.fast = d * self.fast + fast;
+    }
+}
+
+/// The probability that a resident page was sampled in a window that sampled
+/// `sampled` of `resident` pages (`k/R`, at most 1; 1 with no resident page): the
+/// probability with which a slow fault enters the per-page samples, so that the
+/// hotness bins (MaxMem §3.2) weigh both tiers alike.
+pub fn sample_probability(sampled: u64, resident: u64) -> f64 {
+    if resident > 0 {
+        (sampled as f64 / resident as f64).min(1.0)
+    } else {
+        1.0
+    }
+}
+
+/// Pages to put on probation now: up to `most` pages on probation in all, never
+/// more than an eighth of the `resident` pages, of which `held` already are. Rule
+/// of ours (probation is not in MaxMem): the cap keeps the faults that probation
+/// costs hot pages a small share of the region.
+pub fn probation_room(most: usize, resident: u64, held: usize) -> usize {
+    most.min((resident / 8) as usize).saturating_sub(held)
 }
 
 /// Pages to sample in the next window, at most `max_pages`.
@@ -223,6 +261,39 @@ mod tests {
             pages_for_fmmr_error(Some(0.3), Some(0.9), 1, 0.01, 1, 64),
             49
         );
+    }
+
+    #[test]
+    fn sample_history_decays_by_three_quarters_a_window() {
+        let mut h = SampleHistory {
+            windows_per_epoch: 7,
+            ..SampleHistory::default()
+        };
+        h.push_window(40, 10, 4, 20.0);
+        h.push_window(40, 10, 4, 20.0);
+        assert_eq!(h.sampled, 70.0);
+        assert_eq!(h.hits, 17.5);
+        assert_eq!(h.slow, 7.0);
+        assert_eq!(h.fast, 35.0);
+        assert_eq!(h.windows_per_epoch, 7);
+    }
+
+    #[test]
+    fn sample_probability_is_k_over_r_capped_at_one() {
+        assert_eq!(sample_probability(16, 64), 0.25);
+        assert_eq!(sample_probability(64, 16), 1.0);
+        assert_eq!(sample_probability(0, 0), 1.0);
+        assert_eq!(sample_probability(3, 0), 1.0);
+    }
+
+    #[test]
+    fn probation_holds_at_most_an_eighth_of_the_resident_pages() {
+        assert_eq!(probation_room(128, 8000, 0), 128);
+        assert_eq!(probation_room(128, 8000, 100), 28);
+        assert_eq!(probation_room(128, 800, 0), 100);
+        assert_eq!(probation_room(128, 800, 120), 0);
+        assert_eq!(probation_room(128, 7, 0), 0);
+        assert_eq!(probation_room(0, 8000, 0), 0);
     }
 
     #[test]

@@ -35,6 +35,7 @@
 //!   shared secret) and sealed records.
 //! - [`uffd`]: userfaultfd(2) ioctls.
 //! - [`region`]: managed regions and how a manager reads and drops their pages.
+//! - [`page_state`]: the states of a managed page and their transition table.
 //! - [`manager`]: the tier manager of one region.
 //! - [`sampler`]: the fast-tier access estimator.
 //! - [`shadow`]: what a region keeps outside the agent so that a new agent can take it
@@ -50,6 +51,7 @@ pub mod manager;
 pub mod memserver;
 pub mod node;
 pub mod numa;
+pub mod page_state;
 pub mod placement;
 pub mod region;
 pub mod remote;

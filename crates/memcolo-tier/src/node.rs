@@ -2,7 +2,7 @@
 //! under the MaxMem policy (MaxMem §3.1–§3.3), and the loop that drives it.
 //!
 //! The node owns the policy ([`MaxMem`], behind a mutex shared with every region's
-//! [`MaxMemPlacement`]) and a table of regions, each a [`TierManager`] of one
+//! [`MaxMemPlacement`](crate::placement::MaxMemPlacement)) and a table of regions, each a [`TierManager`] of one
 //! process. Policy page ids are a region's start address divided by [`PAGE`] plus the
 //! page's index, so the regions of one process never collide, and a victim the
 //! policy picks in another region of the same process is routed to that region's
