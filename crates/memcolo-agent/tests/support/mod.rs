@@ -5,8 +5,7 @@
 
 #![allow(dead_code)]
 
-use memcolo_linux::cgroup::{CgroupVersion, MemoryCgroup};
-use memcolo_linux::procfs::ProcFs;
+use memcolo_linux::cgroup::MemoryCgroup;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
@@ -14,136 +13,8 @@ use std::time::Duration;
 
 pub const MIB: u64 = 1 << 20;
 
-/// Whether real-kernel reclaim tests can run here: root and a cgroup v1 memory
-/// controller. Prints why not when they cannot.
-pub fn real_cgroup_v1_available(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        cannot_run(test, "needs root");
-        return false;
-    }
-    match memcolo_linux::cgroup::own_memory_cgroup(&ProcFs::root()) {
-        Ok(cg) if cg.version() == CgroupVersion::V1 => true,
-        Ok(cg) => {
-            cannot_run(
-                test,
-                &format!("own memory cgroup {} is not v1", cg.path().display()),
-            );
-            false
-        }
-        Err(e) => {
-            cannot_run(test, &format!("no memory cgroup: {e}"));
-            false
-        }
-    }
-}
-
-/// A zram swap device of the test's own (`/sys/class/zram-control/hot_add`, never
-/// `/dev/zram0`), swapped off, reset and removed on drop.
-pub struct TestSwap {
-    id: u32,
-}
-
-impl TestSwap {
-    /// Adds a device of `bytes` and turns it on as swap; `Err` says why it could not.
-    pub fn add(bytes: u64) -> Result<TestSwap, String> {
-        let _ = Command::new("modprobe")
-            .arg("zram")
-            .stderr(Stdio::null())
-            .status();
-        let id: u32 = std::fs::read_to_string("/sys/class/zram-control/hot_add")
-            .map_err(|e| format!("zram hot_add: {e}"))?
-            .trim()
-            .parse()
-            .map_err(|e| format!("zram hot_add: {e}"))?;
-        let swap = TestSwap { id };
-        let sys = format!("/sys/block/zram{id}");
-        std::fs::write(format!("{sys}/disksize"), bytes.to_string())
-            .map_err(|e| format!("{sys}/disksize: {e}"))?;
-        let dev = swap.dev();
-        for (cmd, args) in [
-            ("mkswap", vec![dev.as_str()]),
-            ("swapon", vec![dev.as_str()]),
-        ] {
-            let ok = Command::new(cmd)
-                .args(&args)
-                .stdout(Stdio::null())
-                .status()
-                .map_err(|e| format!("{cmd}: {e}"))?
-                .success();
-            if !ok {
-                return Err(format!("{cmd} {dev} failed"));
-            }
-        }
-        Ok(swap)
-    }
-
-    /// `/dev/zram<id>`.
-    pub fn dev(&self) -> String {
-        format!("/dev/zram{}", self.id)
-    }
-}
-
-impl Drop for TestSwap {
-    fn drop(&mut self) {
-        // Retried while the test's scratch cgroup releases its charges (ENOMEM); a
-        // device still on is reported, not reset (it would fail, EBUSY).
-        let dev = self.dev();
-        if let Err(e) = memcolo_linux::swap::swapoff_retrying(std::path::Path::new(&dev), 20) {
-            eprintln!("warning: {e}; {dev} left as swap");
-            return;
-        }
-        let _ = std::fs::write(format!("/sys/block/zram{}/reset", self.id), "1");
-        let _ = std::fs::write("/sys/class/zram-control/hot_remove", self.id.to_string());
-    }
-}
-
-/// A scratch memory cgroup below this process's own group; on drop every process in
-/// it (and in its children) is killed by pid, and the groups are removed.
-pub struct Scratch {
-    pub cg: MemoryCgroup,
-}
-
-impl Scratch {
-    pub fn new(tag: &str) -> Scratch {
-        let own = memcolo_linux::cgroup::own_memory_cgroup(&ProcFs::root()).unwrap();
-        let name = format!("memcolo-test-{}-{tag}", std::process::id());
-        Scratch {
-            cg: own.create_child(&name).unwrap(),
-        }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            for pid in self.cg.read_procs_recursive().unwrap_or_default() {
-                // SAFETY: kill takes no pointers; these are the test's own processes.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            let mut below = Vec::new();
-            let mut stack = self.cg.children().unwrap_or_default();
-            while let Some(c) = stack.pop() {
-                stack.extend(c.children().unwrap_or_default());
-                below.push(c);
-            }
-            // Deepest first.
-            below.sort_by_key(|c| std::cmp::Reverse(c.path().components().count()));
-            for c in below {
-                let _ = c.remove();
-            }
-            match self.cg.remove() {
-                Ok(()) => return,
-                Err(e) if e.is_not_found() => return,
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
-        eprintln!(
-            "could not remove scratch cgroup {}",
-            self.cg.path().display()
-        );
-    }
-}
+/// The helpers for tests on the real kernel, shared by every crate's tests.
+pub use memcolo_testkit::{cannot_run, real_cgroup_v1_available, Scratch, TestSwap};
 
 /// A python3 program holding `argv[1]` MiB of anonymous memory in 1 MiB chunks, each
 /// 4 KiB page stamped with its chunk and page number; it allocates `argv[2]` MiB at a
@@ -298,18 +169,5 @@ impl Drop for Holder {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// A test that cannot run here (no root, no cgroup v1, a missing tool or kernel
-/// feature) fails saying why, unless the run asks on purpose to skip such tests with
-/// `MEMCOLO_TEST_ALLOW_SKIP=1`; then it says it skipped. A run without root can thus
-/// never be mistaken for a full pass.
-#[allow(dead_code)]
-pub fn cannot_run(test: &str, why: &str) {
-    if std::env::var_os("MEMCOLO_TEST_ALLOW_SKIP").is_some_and(|v| v == "1") {
-        eprintln!("{test}: skipped on purpose (MEMCOLO_TEST_ALLOW_SKIP=1): {why}");
-    } else {
-        panic!("{test} cannot run here: {why} (MEMCOLO_TEST_ALLOW_SKIP=1 skips it on purpose)");
     }
 }

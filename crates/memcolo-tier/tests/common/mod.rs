@@ -52,15 +52,5 @@ pub fn memfd_under_uffd(r: &MemfdRegion) -> (Uffd, SharedFile) {
     (u, mem)
 }
 
-/// A test that cannot run here (no root, no cgroup v1, a missing tool or kernel
-/// feature) fails saying why, unless the run asks on purpose to skip such tests with
-/// `MEMCOLO_TEST_ALLOW_SKIP=1`; then it says it skipped. A run without root can thus
-/// never be mistaken for a full pass.
-#[allow(dead_code)]
-pub fn cannot_run(test: &str, why: &str) {
-    if std::env::var_os("MEMCOLO_TEST_ALLOW_SKIP").is_some_and(|v| v == "1") {
-        eprintln!("{test}: skipped on purpose (MEMCOLO_TEST_ALLOW_SKIP=1): {why}");
-    } else {
-        panic!("{test} cannot run here: {why} (MEMCOLO_TEST_ALLOW_SKIP=1 skips it on purpose)");
-    }
-}
+/// The helper for tests that cannot run here, shared by every crate's tests.
+pub use memcolo_testkit::cannot_run;
