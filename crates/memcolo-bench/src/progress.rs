@@ -17,12 +17,10 @@
 //! - weighted speedup `WS = Σ_j p_j` over the run's BE jobs (0..=2 with two jobs;
 //!   about 1 when they split one CPU evenly).
 //!
-//! Across modes, a mode's figures at level `L` are the medians over its runs, and its
-//! BE progress relative to the kernel alone is `WS_mode / WS_kernel` (per job:
-//! `p_j,mode / p_j,kernel`, which is `rate_j,mode / rate_j,kernel`): the issue's
-//! "BE progress at least 90 % of the kernel-alone figure" ([`progress_rows`]).
+//! These solo figures are optional (`--solo`): the report's BE progress compares each
+//! job's rate with the kernel alone's at the same level (`bench/colocation/report.py`),
+//! which needs no solo runs.
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -199,139 +197,6 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// BE progress of one mode at one level: medians over its successful runs, and the
-/// ratio of each to the kernel alone's at the same level.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ProgressRow {
-    pub level_pct: u32,
-    pub mode: String,
-    /// Successful runs the medians are taken over.
-    pub runs: usize,
-    /// Median progress of the streamer and of the holder (rate / solo rate).
-    pub file: Option<f64>,
-    pub anon: Option<f64>,
-    /// Median weighted speedup.
-    pub ws: Option<f64>,
-    /// The medians divided by the kernel alone's at the same level.
-    pub file_vs_kernel: Option<f64>,
-    pub anon_vs_kernel: Option<f64>,
-    pub ws_vs_kernel: Option<f64>,
-}
-
-/// One [`ProgressRow`] per (level > 0, mode) of `records`, levels ascending, modes in
-/// their order of first appearance.
-pub fn progress_rows(records: &[RunRecord]) -> Vec<ProgressRow> {
-    let ok: Vec<&RunRecord> = records
-        .iter()
-        .filter(|r| r.status == "ok" && r.level_pct > 0)
-        .collect();
-    let mut levels: Vec<u32> = ok.iter().map(|r| r.level_pct).collect();
-    levels.sort_unstable();
-    levels.dedup();
-    let mut modes: Vec<&str> = Vec::new();
-    for r in &ok {
-        if !modes.contains(&r.mode.as_str()) {
-            modes.push(&r.mode);
-        }
-    }
-    let pick = |level: u32, mode: &str, f: fn(&RunRecord) -> Option<f64>| {
-        median(
-            ok.iter()
-                .filter(|r| r.level_pct == level && r.mode == mode)
-                .filter_map(|r| f(r))
-                .collect(),
-        )
-    };
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
-    };
-    let mut rows = Vec::new();
-    for &level in &levels {
-        let kfile = pick(level, "kernel", |r| r.be_file_progress);
-        let kanon = pick(level, "kernel", |r| r.be_anon_progress);
-        let kws = pick(level, "kernel", |r| r.be_weighted_speedup);
-        for &mode in &modes {
-            let runs = ok
-                .iter()
-                .filter(|r| r.level_pct == level && r.mode == mode)
-                .count();
-            if runs == 0 {
-                continue;
-            }
-            let file = pick(level, mode, |r| r.be_file_progress);
-            let anon = pick(level, mode, |r| r.be_anon_progress);
-            let ws = pick(level, mode, |r| r.be_weighted_speedup);
-            rows.push(ProgressRow {
-                level_pct: level,
-                mode: mode.to_string(),
-                runs,
-                file,
-                anon,
-                ws,
-                file_vs_kernel: ratio(file, kfile),
-                anon_vs_kernel: ratio(anon, kanon),
-                ws_vs_kernel: ratio(ws, kws),
-            });
-        }
-    }
-    rows
-}
-
-fn pct(v: Option<f64>) -> String {
-    v.map(|x| format!("{:.0} %", x * 100.0))
-        .unwrap_or_else(|| "-".into())
-}
-
-/// The BE progress table (Markdown): per level and mode, each job's progress and
-/// the weighted speedup, and each as a share of the kernel alone's.
-pub fn progress_table(rows: &[ProgressRow]) -> String {
-    let mut s = String::from(
-        "| level | mode | runs | file streamer / solo | anon holder / solo | weighted speedup | file vs kernel | anon vs kernel | WS vs kernel |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for r in rows {
-        let _ = writeln!(
-            s,
-            "| {}% | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.level_pct,
-            r.mode,
-            r.runs,
-            pct(r.file),
-            pct(r.anon),
-            r.ws.map(|x| format!("{x:.2}"))
-                .unwrap_or_else(|| "-".into()),
-            pct(r.file_vs_kernel),
-            pct(r.anon_vs_kernel),
-            pct(r.ws_vs_kernel),
-        );
-    }
-    s
-}
-
-/// Every per-job and aggregate figure of a non-kernel mode below `threshold` (0.9)
-/// of the kernel alone's, one line each, e.g. `100 % reclaim: file streamer 31 % of
-/// kernel-alone`.
-pub fn below_kernel(rows: &[ProgressRow], threshold: f64) -> Vec<String> {
-    let mut out = Vec::new();
-    for r in rows.iter().filter(|r| r.mode != "kernel") {
-        for (what, v) in [
-            ("file streamer", r.file_vs_kernel),
-            ("anon holder", r.anon_vs_kernel),
-            ("weighted speedup", r.ws_vs_kernel),
-        ] {
-            if let Some(v) = v.filter(|v| *v < threshold) {
-                out.push(format!(
-                    "{} % {}: {what} {:.0} % of kernel-alone",
-                    r.level_pct,
-                    r.mode,
-                    v * 100.0
-                ));
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,55 +307,5 @@ mod tests {
         assert_eq!(median(vec![]), None);
         assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
-    }
-
-    fn with_progress(mut r: RunRecord, file: f64, anon: f64) -> RunRecord {
-        r.be_file_progress = Some(file);
-        r.be_anon_progress = Some(anon);
-        r.be_weighted_speedup = Some(file + anon);
-        r
-    }
-
-    #[test]
-    fn rows_compare_medians_with_the_kernel_at_the_same_level() {
-        let rs = vec![
-            run(0, "kernel", 0.0, None),
-            with_progress(run(100, "kernel", 0.0, None), 0.6, 0.4),
-            with_progress(run(100, "reclaim", 0.0, None), 0.2, 0.8),
-            with_progress(run(100, "kernel", 0.0, None), 0.4, 0.4),
-            with_progress(run(100, "reclaim", 0.0, None), 0.3, 0.9),
-            with_progress(run(100, "reclaim", 0.0, None), 0.25, 0.7),
-            with_progress(run(150, "reclaim", 0.0, None), 0.5, 0.5),
-            RunRecord {
-                status: "failed: x".into(),
-                ..with_progress(run(150, "kernel", 0.0, None), 9.0, 9.0)
-            },
-        ];
-        let rows = progress_rows(&rs);
-        assert_eq!(rows.len(), 3, "{rows:?}");
-        let k = &rows[0];
-        assert_eq!((k.level_pct, k.mode.as_str(), k.runs), (100, "kernel", 2));
-        assert!((k.file.unwrap() - 0.5).abs() < 1e-12);
-        assert!((k.ws.unwrap() - 0.9).abs() < 1e-12);
-        assert!((k.ws_vs_kernel.unwrap() - 1.0).abs() < 1e-12);
-        let m = &rows[1];
-        assert_eq!((m.mode.as_str(), m.runs), ("reclaim", 3));
-        assert!((m.file.unwrap() - 0.25).abs() < 1e-12);
-        assert!((m.file_vs_kernel.unwrap() - 0.5).abs() < 1e-12);
-        assert!((m.anon_vs_kernel.unwrap() - 2.0).abs() < 1e-12);
-        // WS medians 0.9 (kernel) and 1.0 (reclaim).
-        assert!((m.ws_vs_kernel.unwrap() - 1.0 / 0.9).abs() < 1e-12);
-        // 150 %: the kernel run failed, so there is nothing to compare with.
-        assert_eq!(rows[2].ws_vs_kernel, None);
-        let below = below_kernel(&rows, 0.9);
-        assert_eq!(
-            below,
-            vec!["100 % reclaim: file streamer 50 % of kernel-alone"]
-        );
-        let t = progress_table(&rows);
-        assert!(
-            t.contains("| 100% | reclaim | 3 | 25 % | 80 % | 1.00 | 50 % | 200 % | 111 % |"),
-            "{t}"
-        );
     }
 }
