@@ -45,7 +45,7 @@ pub fn mem_total_bytes() -> u64 {
 }
 
 /// The commit of the source tree the benchmark runs from (`git rev-parse --short
-/// HEAD` in the current directory, with `-dirty` when the tree has changes); empty
+/// HEAD` in the current directory, with `+dirty` when the tree has changes (as `bench/benchlib.py` writes it)); empty
 /// outside a git checkout.
 pub fn source_commit() -> String {
     let git = |args: &[&str]| {
@@ -61,7 +61,7 @@ pub fn source_commit() -> String {
         return String::new();
     };
     match git(&["status", "--porcelain", "--untracked-files=no"]) {
-        Some(s) if !s.is_empty() => format!("{head}-dirty"),
+        Some(s) if !s.is_empty() => format!("{head}+dirty"),
         _ => head,
     }
 }

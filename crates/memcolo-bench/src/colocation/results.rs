@@ -52,6 +52,22 @@ pub(super) fn write(sw: &Sweep<'_>, outcomes: &mut [RunOutcome]) -> anyhow::Resu
         "meta.json",
         &serde_json::to_string_pretty(&meta).context("meta.json")?,
     )?;
+    // The provenance `bench/benchlib.py publish` puts at the top of a RESULTS.md
+    // section (its `machine.json`: one entry per invocation).
+    let machine = json!([{
+        "date": meta["date"],
+        "commit": meta["commit"],
+        "host": meta["host"],
+        "kernel": meta["kernel"],
+        "cpus": meta["cpus_online"],
+        "mem_gib": (harness::mem_total_bytes() as f64 / (1u64 << 30) as f64 * 10.0).round() / 10.0,
+        "command": meta["command"],
+    }]);
+    report::write_file(
+        &s.out,
+        "machine.json",
+        &serde_json::to_string_pretty(&machine).context("machine.json")?,
+    )?;
     println!("{}", report::table(&records));
     match &slo {
         Some((us, src)) => println!("SLO {us} µs ({src})"),
