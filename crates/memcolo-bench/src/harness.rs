@@ -45,8 +45,8 @@ pub fn mem_total_bytes() -> u64 {
 }
 
 /// The commit of the source tree the benchmark runs from (`git rev-parse --short
-/// HEAD` in the current directory, with `+dirty` when the tree has changes (as `bench/benchlib.py` writes it)); empty
-/// outside a git checkout.
+/// HEAD` in the current directory, with `+dirty` when the tree has changes, as
+/// `bench/benchlib.py` writes it); empty outside a git checkout.
 pub fn source_commit() -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
