@@ -194,7 +194,10 @@ fn cgroup(roots: &Roots) -> Check {
         parts.push(format!("v1 memory controller at {p}"));
     }
     match (&v2, v2_memory) {
-        (Some(p), Some(true)) => parts.push(format!("cgroup2 at {p} with memory")),
+        (Some(p), Some(true)) => {
+            parts.push(format!("cgroup2 at {p} with memory"));
+            parts.push(v2_interface(roots, &under_sysfs(roots, p)));
+        }
         (Some(p), _) => parts.push(format!("cgroup2 at {p} without memory")),
         _ => parts.push("no cgroup2".into()),
     }
@@ -204,6 +207,54 @@ fn cgroup(roots: &Roots) -> Check {
         parts.push("no memory controller: only the `host` scope (/proc/meminfo)".into());
         check("cgroup", Status::Warn, parts.join("; "))
     }
+}
+
+/// The v2 memory interface files a node offers (the mechanisms that would use them:
+/// `memory.reclaim` for proactive reclaim, `memory.high` to throttle, `memory.low` /
+/// `memory.min` to protect, `memory.pressure` for per-group PSI, `memory.events` for
+/// limit and OOM events), read in this process's own cgroup2 group, or, when that is
+/// the root (which has none of them), in the first child group with the memory
+/// controller.
+fn v2_interface(roots: &Roots, mount: &Path) -> String {
+    const FILES: [&str; 8] = [
+        "memory.high",
+        "memory.max",
+        "memory.low",
+        "memory.min",
+        "memory.reclaim",
+        "memory.pressure",
+        "memory.events",
+        "memory.swap.max",
+    ];
+    let own = std::fs::read_to_string(roots.procfs.join("self/cgroup"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string()))
+        })
+        .filter(|p| p != "/")
+        .map(|p| mount.join(p.trim_start_matches('/')));
+    let group = own
+        .filter(|g| g.join("memory.current").exists())
+        .or_else(|| {
+            let mut children: Vec<PathBuf> = std::fs::read_dir(mount)
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join("memory.current").exists())
+                .collect();
+            children.sort();
+            children.into_iter().next()
+        });
+    let Some(g) = group else {
+        return "v2 memory files: no non-root group to look at".into();
+    };
+    let (have, lack): (Vec<&str>, Vec<&str>) = FILES.iter().partition(|f| g.join(f).exists());
+    let mut s = format!("v2 memory files ({}): {}", g.display(), have.join(" "));
+    if !lack.is_empty() {
+        s.push_str(&format!("; missing: {}", lack.join(" ")));
+    }
+    s
 }
 
 fn psi(roots: &Roots) -> Check {
@@ -918,7 +969,20 @@ mod tests {
             dir(
                 "sys",
                 vec![
-                    dir("fs", vec![dir("cgroup", vec![file("cgroup.controllers", "cpu io memory pids\n")])]),
+                    dir("fs", vec![dir("cgroup", vec![
+                        file("cgroup.controllers", "cpu io memory pids\n"),
+                        // A child group as systemd makes them, without memory.reclaim
+                        // (Linux < 5.19) and without swap accounting.
+                        dir("system.slice", vec![
+                            file("memory.current", "0\n"),
+                            file("memory.high", "max\n"),
+                            file("memory.max", "max\n"),
+                            file("memory.low", "0\n"),
+                            file("memory.min", "0\n"),
+                            file("memory.pressure", ""),
+                            file("memory.events", ""),
+                        ]),
+                    ])]),
                     dir("kernel", vec![dir("mm", vec![dir("transparent_hugepage", vec![
                         file("enabled", "always madvise [never]\n"),
                     ])])]),
@@ -929,7 +993,17 @@ mod tests {
         let c = file_checks(&roots);
         let cg = get(&c, "cgroup");
         assert_eq!(cg.status, Status::Ok);
-        assert_eq!(cg.reading, "cgroup2 at /sys/fs/cgroup with memory");
+        assert!(
+            cg.reading
+                .starts_with("cgroup2 at /sys/fs/cgroup with memory; v2 memory files ("),
+            "{cg:?}"
+        );
+        assert!(
+            cg.reading.ends_with(
+                "system.slice): memory.high memory.max memory.low memory.min memory.pressure memory.events; missing: memory.reclaim memory.swap.max"
+            ),
+            "{cg:?}"
+        );
         let sw = get(&c, "swap");
         assert_eq!(sw.status, Status::Ok);
         assert!(
