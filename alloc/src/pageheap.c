@@ -264,8 +264,8 @@ static void *va_take_hugepage(void) {
   if (va_next == va_end) {
     uintptr_t c = va_spare;
     va_spare = 0;
-    if (c == 0) c = (uintptr_t)mc_os_map_huge(MC_VA_CHUNK_BYTES);
-    if (c == 0) return mc_os_map_huge(MC_HUGE_SIZE);
+    if (c == 0) c = (uintptr_t)mc_os_map_huge_try(MC_VA_CHUNK_BYTES);
+    if (c == 0) return mc_os_map_huge(MC_HUGE_SIZE); /* retried: a refusal is real */
     va_next = c;
     va_end = c + MC_VA_CHUNK_BYTES;
   }
@@ -279,7 +279,7 @@ void mc_heap_va_prepare(void) {
   bool need = va_spare == 0 && va_end - va_next < MC_VA_CHUNK_BYTES / 2;
   pthread_mutex_unlock(&mc_heap.lock);
   if (!need) return;
-  void *c = mc_os_map_huge(MC_VA_CHUNK_BYTES);
+  void *c = mc_os_map_huge_try(MC_VA_CHUNK_BYTES);
   if (c == NULL) return;
   pthread_mutex_lock(&mc_heap.lock);
   if (va_spare == 0) { va_spare = (uintptr_t)c; c = NULL; }
@@ -291,7 +291,7 @@ static mc_hugepage_t *hp_new_from_os(void) {
   mc_hugepage_t *hp = mc_meta_hp_alloc();
   if (hp == NULL) return NULL;
   void *mem = va_take_hugepage();
-  if (mem == NULL) { hp->next = NULL; return NULL; }
+  if (mem == NULL) { mc_meta_hp_free(hp); return NULL; }
   memset(hp, 0, sizeof(*hp));
   hp->base = (uintptr_t)mem;
   memset(hp->released, 0xff, sizeof(hp->released));
@@ -336,6 +336,20 @@ static mc_span_t *filler_alloc(size_t n, unsigned *first_out, mc_hugepage_t **hp
   return (mc_span_t *)hp; /* non-NULL marker */
 }
 
+/* unmaps every cached freed region (before retrying a refused mapping) */
+static void region_cache_unmap_all(void) {
+  while (mc_heap.region_cache) {
+    mc_span_t *r = mc_heap.region_cache;
+    mc_heap.region_cache = r->next;
+    mc_heap.region_cache_n--;
+    mc_heap.region_cache_bytes -= (size_t)r->cap_pages << MC_PAGE_SHIFT;
+    mc_heap.free_backed_pages -= r->pages;
+    mc_heap.released_total_pages += r->pages;
+    mc_os_unmap((void *)r->start, (size_t)r->cap_pages << MC_PAGE_SHIFT);
+    mc_meta_span_free(r);
+  }
+}
+
 /* A region of `pages` pages whose mapping holds min_cap..max_cap pages: the best fit
  * among cached regions, else a new mapping of new_cap pages. A cached region counts its
  * last length as free backed pages (what it may still have resident). */
@@ -361,7 +375,12 @@ static mc_span_t *region_alloc(size_t pages, size_t min_cap, size_t max_cap, siz
   }
   mc_span_t *s = mc_meta_span_alloc();
   if (!s) return NULL;
-  void *mem = mc_os_map_huge(new_cap << MC_PAGE_SHIFT);
+  void *mem = mc_os_map_huge_try(new_cap << MC_PAGE_SHIFT);
+  if (!mem) {
+    /* before the retries: what the cache of freed regions holds goes back first */
+    region_cache_unmap_all();
+    mem = mc_os_map_huge(new_cap << MC_PAGE_SHIFT);
+  }
   if (!mem) { mc_meta_span_free(s); return NULL; }
   s->start = (uintptr_t)mem;
   s->pages = (uint32_t)pages;
@@ -429,28 +448,39 @@ mc_span_t *mc_heap_alloc(size_t pages, size_t kind, unsigned tag) {
       s->sclass = (uint8_t)(tag & 0xff);
       s->shard = (uint8_t)(tag >> 8);
     }
-    if (s->kind == MC_SPAN_SMALL && !mc_pagemap_set_span(s)) {
-      /* metadata exhausted: give the pages back */
+    if (!mc_pagemap_set_span(s)) {
+      /* no metadata for the page map (refused): give the pages back */
       pthread_mutex_unlock(&mc_heap.lock);
       mc_heap_free(s);
       return NULL;
     }
-    if (s->kind != MC_SPAN_SMALL) mc_pagemap_set(s->start, s);
     mc_release_on_heap_change_locked(mc_now_ms());
   }
   MC_HEAP_CHECK();
-  bool start_mgmt = mc_heap.hugepages >= MC_MGMT_AUTOSTART_HP;
+  /* The management thread is started by the allocation's entry point once it is done
+   * (mc_mgmt_start_deferred), never from here: pthread_create callocs (the new thread's
+   * DTV, 288 bytes), and inside a thread cache's refill that nested malloc refilled the
+   * same class's list under the outer refill, which then counted slots it never wrote
+   * (CPython with PYTHONMALLOC=malloc aborted at its 4th huge page). */
+  if (mc_unlikely(mc_heap.hugepages >= MC_MGMT_AUTOSTART_HP && !mc_reserve_thread_running))
+    __atomic_store_n(&mc_mgmt_start_wanted, 1, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&mc_heap.lock);
-  if (mc_unlikely(start_mgmt && !mc_reserve_thread_running)) mc_mgmt_maybe_start();
   return s;
 }
 
-void mc_heap_map_extra(mc_span_t *s, uintptr_t addr) {
+bool mc_heap_map_extra(mc_span_t *s, uintptr_t addr) {
   pthread_mutex_lock(&mc_heap.lock);
   uintptr_t page = addr & ~(uintptr_t)(MC_PAGE_SIZE - 1);
-  if (page != s->start) { s->map_extra = page; mc_pagemap_set(page, s); }
+  bool ok = true;
+  if (page != s->start) {
+    ok = mc_pagemap_set(page, s);
+    if (ok) s->map_extra = page;
+  }
   pthread_mutex_unlock(&mc_heap.lock);
+  return ok;
 }
+
+static void heap_free_locked(mc_span_t *s);
 
 mc_span_t *mc_heap_growth_alloc(size_t pages) {
   pthread_mutex_lock(&mc_heap.lock);
@@ -463,7 +493,10 @@ mc_span_t *mc_heap_growth_alloc(size_t pages) {
       s->growth = 1;
       s->fresh = 0;
       mc_heap.growth_regions++;
-      mc_pagemap_set(s->start, s);
+      if (!mc_pagemap_set(s->start, s)) { /* no page map metadata: no growth region */
+        heap_free_locked(s);
+        s = NULL;
+      }
       mc_release_on_heap_change_locked(mc_now_ms());
     }
   }
