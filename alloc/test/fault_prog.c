@@ -11,7 +11,8 @@
  *                              taking and freeing 256 KiB blocks every 2 ms (the
  *                              Hermes pool, mlocked) for the first 40 % of SECONDS
  *                              (default 3), then idle (collapses wait for a quiet
- *                              second in class lc).
+ *                              second in class lc), frees it all and calls
+ *                              malloc_trim (MADV_DONTNEED of every free page).
  *   fault_prog oneclass        a fresh process allocates 40000 blocks of 288 bytes (the
  *                              size of the DTV that pthread_create callocs) and checks
  *                              them: the heap's 4th huge page is taken inside a refill of
@@ -24,6 +25,7 @@
  * memory in `refuse`). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -185,6 +187,7 @@ int main(int argc, char **argv) {
       free(obj[i]);
     }
     check(intact, "held objects changed");
+    malloc_trim(0); /* every free page back to the OS (MADV_DONTNEED) */
     check(nulls == 0, "malloc returned NULL while memory was available");
     result();
     return failed ? 1 : 0;
