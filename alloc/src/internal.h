@@ -349,6 +349,7 @@ void mc_release_tick_locked(uint64_t now_ms, size_t protect_bytes);
 void mc_release_stats_locked(memcolo_stats_t *st);
 size_t mc_release_peak_used_pages_locked(uint64_t now_ms);
 size_t mc_release_recent_peak_used_locked(void);
+void mc_release_skipped_locked(size_t pages); /* a kept freed region: a skipped release (§4.2) */
 uint64_t mc_now_ms(void);
 extern uint64_t mc_fake_now_ms; /* tests: nonzero replaces the clock */
 void mc_release_test_reset_locked(void);
