@@ -28,12 +28,17 @@ command -v mkswap >/dev/null || cannot_run "no mkswap"
 TMP=$(mktemp -d /tmp/memcolo-pressure.XXXXXX)
 SCOPE="$CGROOT${OWN%/}/memcolo-alloc-pressure-$$"
 HOGLOOP=""
+TOGGLE=""
 ZRAM_MINE=0
 cleanup() {
-  [ -n "$HOGLOOP" ] && kill "$HOGLOOP" 2>/dev/null
-  # killed processes with pages in swap can take seconds to go: bounded at 60 s
+  # the loop first, with SIGKILL (a shell defers SIGTERM until its child ends, and
+  # would start a new hog meanwhile), then whatever is left in the group
+  [ -n "$HOGLOOP" ] && kill -9 "$HOGLOOP" 2>/dev/null
+  [ -n "$TOGGLE" ] && kill -9 "$TOGGLE" 2>/dev/null
+  # killed processes with pages in swap can take seconds to go: bounded at 60 s (cgroup
+  # files have size 0: read, not tested with -s)
   i=0
-  while [ -d "$SCOPE" ] && [ -s "$SCOPE/cgroup.procs" ] && [ $i -lt 600 ]; do
+  while [ -d "$SCOPE" ] && [ -n "$(cat "$SCOPE/cgroup.procs" 2>/dev/null)" ] && [ $i -lt 600 ]; do
     for p in $(cat "$SCOPE/cgroup.procs"); do kill -9 "$p" 2>/dev/null; done
     sleep 0.1; i=$((i + 1))
   done
@@ -75,10 +80,10 @@ echo $((384 << 20)) >"$SCOPE/memory.limit_in_bytes"
 b = bytearray(320 << 20)
 while True:
     for i in range(0, len(b), 4096): b[i] = (b[i] + 1) & 255
-"' sh "$SCOPE" "$PY" 2>/dev/null
+"' sh "$SCOPE" "$PY" >/dev/null 2>&1 </dev/null
     sleep 0.2
   done
-) &
+) >/dev/null 2>&1 &
 HOGLOOP=$!
 
 # swap on and off every 2 s, for about 24 s
@@ -87,7 +92,7 @@ HOGLOOP=$!
     swapon -p 200 "$ZDEV" 2>/dev/null; sleep 2
     timeout 20 swapoff "$ZDEV" 2>/dev/null; sleep 2
   done
-) &
+) >/dev/null 2>&1 &
 TOGGLE=$!
 
 runs=0 bad=0 oomkilled=0

@@ -14,7 +14,9 @@ system, and peak RSS, and the ratio of medians to the best peer) to DIR/summary.
 stdout.
 
 usage: run_patterns.py [--reps 5] [--patterns largebuf,largebuf-memset] [--iters 2000]
-                       [--lib NAME=PATH[:ENV=VAL,...]] ... [--out DIR]
+                       [--lib NAME=PATH[:ENV=VAL,...]] ... [--skip NAME,...] [--out DIR]
+(--skip jemalloc: jemalloc takes 10-20x the others' time on largebuf, 90 s a run on a
+loaded machine)
 """
 import argparse
 import datetime
@@ -86,10 +88,12 @@ def main():
     ap.add_argument("--patterns", default="largebuf")
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--lib", action="append", default=[])
+    ap.add_argument("--skip", default="", help="allocators left out")
     ap.add_argument("--out")
     a = ap.parse_args()
     build()
     allocs = PEERS + ([parse_lib(s) for s in a.lib] or [("memcolo", LIB, {})])
+    allocs = [x for x in allocs if x[0] not in a.skip.split(",")]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = a.out or os.path.join(ROOT, "bench", "out", "alloc", f"patterns-{stamp}")
     os.makedirs(out, exist_ok=True)
