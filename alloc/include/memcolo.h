@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-#define MEMCOLO_STATS_VERSION 2 /* 2: agent link and THP counters appended */
+#define MEMCOLO_STATS_VERSION 3 /* 2: agent link and THP counters appended; 3: reserved_bytes */
 
 /* A snapshot of the allocator's telemetry. All sizes in bytes, times in microseconds. */
 typedef struct memcolo_stats_s {
@@ -75,6 +75,13 @@ typedef struct memcolo_stats_s {
   /* transparent huge pages (version 2) */
   uint64_t hugepages_thp;          /* huge pages the kernel backs with a THP (as far as memcolo knows) */
   double   thp_coverage;           /* share of used bytes in the filler on THP-backed huge pages */
+  /* Hermes reservation's footprint (version 3) */
+  uint64_t reserved_bytes;         /* resident memory the reservation holds now and the
+                                      program does not use: the pool (pool_bytes, blocks the
+                                      page heap counts in used_bytes) plus the pre-faulted free
+                                      huge pages kept for it, up to reserve_target_bytes (in
+                                      free_backed_bytes); the program's own memory is
+                                      used_bytes - pool_bytes. 0 without the reservation */
 } memcolo_stats_t;
 
 /* Fills *out with a consistent snapshot; returns 0, or -1 if out is NULL. */

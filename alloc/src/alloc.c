@@ -123,6 +123,7 @@ static void *mc_large_alloc(size_t size) {
   }
   mc_span_t *s = mc_heap_alloc(pages, MC_SPAN_LARGE, false);
   if (s == NULL) { errno = ENOMEM; return NULL; }
+  mc_mgmt_start_deferred();
   return (void *)s->start;
 }
 
@@ -139,11 +140,13 @@ MC_NOINLINE void *mc_malloc_slow(size_t size) {
     if (b->count != 0) return mc_obj_out(b->slots[--b->count]);
     void *p = mc_tcache_refill(tc, cls);
     if (p == NULL) { errno = ENOMEM; return NULL; }
+    mc_mgmt_start_deferred(); /* the list is whole again: a nested malloc is safe */
     return mc_obj_out(p);
   }
   /* no thread cache (thread being torn down, or out of metadata): go central */
   void *p = NULL;
   if (mc_central_fetch(0, cls, &p, 1) == 0) { errno = ENOMEM; return NULL; }
+  mc_mgmt_start_deferred();
   return mc_obj_out(p);
 }
 
@@ -424,8 +427,9 @@ void *mc_alloc_aligned(size_t align, size_t size) {
   size_t tpages = (total + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
   mc_span_t *s = mc_heap_alloc(tpages, MC_SPAN_LARGE, false);
   if (s == NULL) { errno = ENOMEM; return NULL; }
+  mc_mgmt_start_deferred();
   uintptr_t a = (s->start + align - 1) & ~(uintptr_t)(align - 1);
-  if (a != s->start) mc_heap_map_extra(s, a);
+  if (a != s->start && !mc_heap_map_extra(s, a)) { mc_heap_free(s); errno = ENOMEM; return NULL; }
   return (void *)a;
 }
 

@@ -225,7 +225,11 @@ extern const char *mc_options_str[MC_OPT__COUNT];
 #define MC_OPT_STR(o) (mc_options_str[o]) /* MC_OT_PATH and MC_OT_RATIO options */
 
 /* ---------------------------------------------------------------- os.c */
-void *mc_os_map_huge(size_t bytes);   /* 2 MiB-aligned anonymous mapping, NULL on failure */
+/* 2 MiB-aligned anonymous mapping, NULL when the system refuses it (after retries; see
+ * os.c "Refusals") */
+void *mc_os_map_huge(size_t bytes);
+void *mc_os_map_huge_try(size_t bytes); /* one try, silent: the caller has a fallback */
+extern uint64_t mc_os_refusals;       /* mappings refused after every retry */
 void mc_os_unmap(void *p, size_t bytes);
 void mc_os_release(void *p, size_t bytes);  /* MADV_DONTNEED (after munlock if locked) */
 void mc_os_populate(void *p, size_t bytes); /* MADV_POPULATE_WRITE, or touch */
@@ -302,6 +306,7 @@ void mc_pagemap_clear_span(mc_span_t *s);
 mc_span_t *mc_meta_span_alloc(void);    /* heap lock held */
 void mc_meta_span_free(mc_span_t *s);   /* heap lock held */
 mc_hugepage_t *mc_meta_hp_alloc(void);  /* heap lock held */
+void mc_meta_hp_free(mc_hugepage_t *h); /* heap lock held */
 
 /* ---------------------------------------------------------------- pageheap.c */
 extern mc_heap_t mc_heap;
@@ -309,7 +314,7 @@ void mc_heap_init(void);
 /* A span of `pages` pages of `kind` (locks; NULL on OOM). For small spans, tag =
  * size class | shard << 8, set before the span enters the page map. */
 mc_span_t *mc_heap_alloc(size_t pages, size_t kind, unsigned tag);
-void mc_heap_map_extra(mc_span_t *s, uintptr_t addr);     /* locks */
+bool mc_heap_map_extra(mc_span_t *s, uintptr_t addr);     /* locks; false: no metadata */
 /* A growth region of `pages` pages (realloc): NULL when MC_GROW_REGIONS_MAX are live or
  * on OOM. Locks. */
 mc_span_t *mc_heap_growth_alloc(size_t pages);
@@ -344,6 +349,7 @@ void mc_release_tick_locked(uint64_t now_ms, size_t protect_bytes);
 void mc_release_stats_locked(memcolo_stats_t *st);
 size_t mc_release_peak_used_pages_locked(uint64_t now_ms);
 size_t mc_release_recent_peak_used_locked(void);
+void mc_release_skipped_locked(size_t pages); /* a kept freed region: a skipped release (§4.2) */
 uint64_t mc_now_ms(void);
 extern uint64_t mc_fake_now_ms; /* tests: nonzero replaces the clock */
 void mc_release_test_reset_locked(void);
@@ -411,6 +417,15 @@ size_t mc_pool_drain(void);
 void mc_reserve_suspend(uint64_t hold_ms);  /* off now, back on after hold_ms (top) */
 void mc_reserve_yield_point(void);          /* between pre-fault steps: sleeps while the app waits for our CPU */
 void mc_mgmt_maybe_start(void);             /* management thread without reservation */
+/* set by the page heap when the management thread should start; the allocation entry
+ * points start it once they hold no allocator state in flight (it callocs) */
+extern int mc_mgmt_start_wanted;
+static inline void mc_mgmt_start_deferred(void) {
+  if (mc_unlikely(__atomic_load_n(&mc_mgmt_start_wanted, __ATOMIC_RELAXED))) {
+    __atomic_store_n(&mc_mgmt_start_wanted, 0, __ATOMIC_RELAXED);
+    mc_mgmt_maybe_start();
+  }
+}
 void mc_mgmt_autostart_off(void);            /* tests that drive the release clock themselves */
 #define MC_MGMT_AUTOSTART_HP 4
 bool mc_reserve_suspended(void);

@@ -8,7 +8,7 @@
  * Values: integers may carry a k/m/g suffix (x1024^n) and an optional b; MC_OT_X100
  * options also take decimals (1.5) and are kept x100. A value that cannot be read
  * keeps the default, one outside the range is clamped to it; both are said on stderr
- * unless MEMCOLO_VERBOSE=0. */
+ * with MEMCOLO_VERBOSE=1 (by default nothing is written on the program's stderr). */
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -46,8 +46,8 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
     "1: huge pages made THPs by the management thread (MADV_COLLAPSE of dense, resident huge pages; never a THP fault on the allocation path); 2: MADV_HUGEPAGE at mmap (THP faults, with their stalls, on the allocation path); 0: none"},
   [MC_OPT_STATS] = {"STATS", MC_OT_BOOL, 0, 0, 1, NULL,
     "1: the telemetry report on stderr at exit"},
-  [MC_OPT_VERBOSE] = {"VERBOSE", MC_OT_BOOL, 1, 0, 1, NULL,
-    "warnings on stderr (0 = none)"},
+  [MC_OPT_VERBOSE] = {"VERBOSE", MC_OT_BOOL, 0, 0, 1, NULL,
+    "1: warnings on stderr (options that cannot be read, refused memory, missing kernel features, the agent link); 0: nothing on the program's stderr"},
   [MC_OPT_AGENT] = {"AGENT", MC_OT_BOOL, 1, 0, 1, NULL,
     "with a class set, link to the memcolo agent (0 = standalone)"},
   [MC_OPT_NUM_EPOCHS] = {"NUM_EPOCHS", MC_OT_INT, 5, 1, 1000, NULL,

@@ -17,12 +17,25 @@
  * Where MADV_COLLAPSE is missing, memory is MADV_HUGEPAGE'd at mmap when `defrag` does
  * not compact on faults (`defer`, `never`), and left to 4 KiB pages otherwise.
  * MEMCOLO_THP=2 is the plain design (MADV_HUGEPAGE at mmap: huge pages at first touch,
- * stalls included); 0 never asks for huge pages. */
+ * stalls included); 0 never asks for huge pages.
+ *
+ * Refusals. mmap can fail for a moment without the system being out of memory: under
+ * pressure in the process's memory cgroup the kernel's own allocations for a new
+ * mapping (its VMA and maple tree nodes, charged to the cgroup) fail with ENOMEM until
+ * reclaim catches up, and EAGAIN/EINTR are transient by definition. One such failure
+ * used to become a NULL from malloc (CPython died at start-up with MemoryError:
+ * test/faults.sh injects it). So every mapping is retried MC_OS_MAP_TRIES times with a
+ * short backoff (about 30 ms in all) before it counts as refused; a refusal is counted
+ * (memcolo_stats' os_refusals) and, with MEMCOLO_VERBOSE=1, said on stderr with the
+ * errno. Optional calls (THP advice, pre-faulting, mlock, MADV_COLLAPSE) never make an
+ * allocation fail, and their transient errors are not taken for missing support. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -43,6 +56,58 @@
 static size_t populate_step(size_t bytes, size_t off) {
   if (off) mc_reserve_yield_point();
   return bytes - off < MC_POPULATE_STEP ? bytes - off : MC_POPULATE_STEP;
+}
+
+/* mmap tries before a refusal, and the sleep before each retry (us, doubling) */
+#define MC_OS_MAP_TRIES 6
+#define MC_OS_MAP_BACKOFF_US 1000
+
+uint64_t mc_os_refusals; /* mappings refused after every retry */
+
+static void os_sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+/* One line on stderr (MEMCOLO_VERBOSE=1), for the first 8 refusals: what was refused,
+ * how large, the errno, after how many tries. */
+static void os_refused(const char *what, size_t bytes, int err) {
+  uint64_t n = __atomic_add_fetch(&mc_os_refusals, 1, __ATOMIC_RELAXED);
+  if (!MC_OPT(MC_OPT_VERBOSE) || n > 8) return;
+  static const char *const parts[] = {"memcolo: warning: the system refused ", " of ", " bytes (errno ",
+                                      ") after ", " tries; the allocation returns NULL\n"};
+  char b[4][24];
+  mc_fmt_u64(b[1], (uint64_t)bytes);
+  mc_fmt_u64(b[2], (uint64_t)err);
+  mc_fmt_u64(b[3], MC_OS_MAP_TRIES);
+  mc_write_str(2, parts[0]);
+  mc_write_str(2, what);
+  mc_write_str(2, parts[1]);
+  mc_write_str(2, b[1]);
+  mc_write_str(2, parts[2]);
+  mc_write_str(2, b[2]);
+  mc_write_str(2, parts[3]);
+  mc_write_str(2, b[3]);
+  mc_write_str(2, parts[4]);
+}
+
+/* An anonymous private mapping of len bytes (prot, MAP_NORESERVE), tried up to `tries`
+ * times with backoff while the kernel says ENOMEM, EAGAIN or EINTR; NULL (errno set)
+ * when refused, counted and said (os_refused) unless `what` is NULL (the caller has a
+ * fallback). */
+static void *os_mmap(size_t len, int prot, const char *what, int tries) {
+  long backoff = MC_OS_MAP_BACKOFF_US / 8;
+  int err = 0;
+  for (int t = 0; t < tries; t++) {
+    if (t) { os_sleep_us(backoff); backoff *= 2; }
+    void *p = mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p != MAP_FAILED) return p;
+    err = errno;
+    if (err != ENOMEM && err != EAGAIN && err != EINTR) break;
+  }
+  if (what != NULL) os_refused(what, len, err);
+  errno = err;
+  return NULL;
 }
 
 static int mc_warned_thp, mc_warned_populate, mc_warned_mlock, mc_warned_collapse;
@@ -94,13 +159,27 @@ void mc_os_thp_init(void) {
   (void)defrag;
 }
 
-/* A collapse succeeded: the kernel has MADV_COLLAPSE, and a later EINVAL is about
- * that range (a VM_NOHUGEPAGE area, say), not about the advice. */
-static int mc_collapse_worked;
+/* 1 if the running kernel is at least major.minor (uname), 0 if older, -1 if unknown */
+static int kernel_at_least(int major, int minor) {
+  struct utsname u;
+  if (uname(&u) != 0) return -1;
+  const char *c = u.release;
+  int v[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    if (*c < '0' || *c > '9') return -1;
+    while (*c >= '0' && *c <= '9') v[i] = v[i] * 10 + (*c++ - '0');
+    if (i == 0 && *c++ != '.') return -1;
+  }
+  return v[0] > major || (v[0] == major && v[1] >= minor);
+}
 
-/* MADV_COLLAPSE failed with EINVAL before any had succeeded: no such advice
- * (Linux < 6.1) */
-static void collapse_unsupported(long err) {
+/* MADV_COLLAPSE said EINVAL. On Linux >= 6.1 that is about the range (a VMA that
+ * cannot hold a THP now), and EAGAIN, EBUSY, ENOMEM are transient (the huge page
+ * allocation or the isolation of a page failed): the next pass tries again. Only a
+ * kernel older than 6.1 lacks the advice; then collapsing stops, and with `defrag` at
+ * defer or never, huge pages come at first touch instead. */
+static void collapse_failed(int err) {
+  if (err != EINVAL || kernel_at_least(6, 1) != 0) return;
   char defrag[32];
   mc_thp_collapse = 0;
   read_thp_setting("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof(defrag));
@@ -125,9 +204,7 @@ bool mc_os_collapse(void *p) {
   int rc = madvise(p, MC_HUGE_SIZE, MADV_COLLAPSE);
   int err = rc != 0 ? errno : 0;
   if (mc_thp_flip) madvise(p, MC_HUGE_SIZE, MADV_NOHUGEPAGE);
-  if (rc == 0) __atomic_store_n(&mc_collapse_worked, 1, __ATOMIC_RELAXED);
-  else if (err == EINVAL && !__atomic_load_n(&mc_collapse_worked, __ATOMIC_RELAXED))
-    collapse_unsupported(err);
+  if (rc != 0) collapse_failed(err);
   return rc == 0;
 }
 
@@ -140,8 +217,10 @@ unsigned mc_os_resident_pages(void *p) {
   return n;
 }
 
+/* The first time only, and only with MEMCOLO_VERBOSE=1: nothing on the program's
+ * stderr unless asked for. */
 void mc_os_warn_once(int *flag, const char *msg, long err) {
-  if (__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED)) return;
+  if (__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED) || !MC_OPT(MC_OPT_VERBOSE)) return;
   char buf[32];
   mc_write_str(2, "memcolo: warning: ");
   mc_write_str(2, msg);
@@ -151,10 +230,11 @@ void mc_os_warn_once(int *flag, const char *msg, long err) {
   mc_write_str(2, "); continuing with plain page faults\n");
 }
 
-void *mc_os_map_huge(size_t bytes) {
+static void *map_huge(size_t bytes, bool fallible) {
   size_t len = bytes + MC_HUGE_SIZE;
-  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return NULL;
+  void *p = fallible ? os_mmap(len, PROT_READ | PROT_WRITE, NULL, 1)
+                     : os_mmap(len, PROT_READ | PROT_WRITE, "a mapping", MC_OS_MAP_TRIES);
+  if (p == NULL) return NULL;
   uintptr_t a = (uintptr_t)p;
   uintptr_t aligned = (a + MC_HUGE_SIZE - 1) & ~(uintptr_t)(MC_HUGE_SIZE - 1);
   if (aligned > a) munmap(p, aligned - a);
@@ -166,6 +246,9 @@ void *mc_os_map_huge(size_t bytes) {
   __atomic_fetch_add(&mc_heap.os_mmap_calls, 1, __ATOMIC_RELAXED);
   return (void *)aligned;
 }
+
+void *mc_os_map_huge(size_t bytes) { return map_huge(bytes, false); }
+void *mc_os_map_huge_try(size_t bytes) { return map_huge(bytes, true); }
 
 void mc_os_unmap(void *p, size_t bytes) {
   if (bytes) munmap(p, bytes);
@@ -190,8 +273,12 @@ bool mc_os_populate_locked(void *p, size_t bytes) {
     if (off >= bytes) return true;
     int err = errno;
     if (off) munlock(p, off);
-    mc_mlock_works = 0;
-    mc_os_warn_once(&mc_warned_mlock, "mlock of reserved memory failed (RLIMIT_MEMLOCK?)", err);
+    /* EAGAIN: some pages could not be locked now (pressure); this block is only
+     * pre-faulted. ENOMEM, EPERM: over RLIMIT_MEMLOCK or not permitted, for good. */
+    if (err != EAGAIN) {
+      mc_mlock_works = 0;
+      mc_os_warn_once(&mc_warned_mlock, "mlock of reserved memory failed (RLIMIT_MEMLOCK?)", err);
+    }
   }
   mc_os_populate(p, bytes);
   return false;
@@ -210,7 +297,9 @@ void mc_os_populate(void *p, size_t bytes) {
   if (mc_populate_works) {
     for (; off < bytes; off += MC_POPULATE_STEP) {
       if (madvise((char *)p + off, populate_step(bytes, off), MADV_POPULATE_WRITE) == 0) continue;
-      if (errno == EINVAL || errno == ENOSYS) {
+      /* EINVAL means a kernel without the advice (< 5.14) only there; otherwise the
+       * failure is this range's, now (ENOMEM, EFAULT, EINTR, EAGAIN under pressure) */
+      if ((errno == EINVAL || errno == ENOSYS) && kernel_at_least(5, 14) == 0) {
         mc_populate_works = 0;
         mc_os_warn_once(&mc_warned_populate, "MADV_POPULATE_WRITE not supported", errno);
         break;
@@ -229,8 +318,8 @@ void mc_os_populate(void *p, size_t bytes) {
 void *mc_os_remap(void *p, size_t old_bytes, size_t new_bytes) {
   /* reserve a 2 MiB-aligned hole, then move the pages there without copying */
   size_t len = new_bytes + MC_HUGE_SIZE;
-  void *hole = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (hole == MAP_FAILED) return NULL;
+  void *hole = os_mmap(len, PROT_NONE, NULL, 1);
+  if (hole == NULL) return NULL;
   uintptr_t a = (uintptr_t)hole;
   uintptr_t aligned = (a + MC_HUGE_SIZE - 1) & ~(uintptr_t)(MC_HUGE_SIZE - 1);
   void *q = mremap(p, old_bytes, new_bytes, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)aligned);
@@ -249,8 +338,8 @@ void *mc_os_meta_alloc(size_t bytes) {
   pthread_mutex_lock(&mc_meta_lock);
   if (cur + bytes > end) {
     size_t chunk = bytes > MC_HUGE_SIZE ? ((bytes + MC_HUGE_SIZE - 1) & ~(MC_HUGE_SIZE - 1)) : MC_HUGE_SIZE;
-    void *p = mmap(NULL, chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) { pthread_mutex_unlock(&mc_meta_lock); return NULL; }
+    void *p = os_mmap(chunk, PROT_READ | PROT_WRITE, "metadata", MC_OS_MAP_TRIES);
+    if (p == NULL) { pthread_mutex_unlock(&mc_meta_lock); return NULL; }
     cur = (uintptr_t)p;
     end = cur + chunk;
   }

@@ -28,6 +28,7 @@ mc_heap_t mc_heap = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
 
 #define MC_REGION_CACHE_MAX 8
 #define MC_REGION_CACHE_BYTES ((size_t)64 << 20)
+#define MC_REGION_CACHE_DELTA_MAX 256 /* regions kept under the Delta rule, at most */
 
 /* ------------------------------------------------------------ bitmap helpers */
 static inline bool bit_get(const uint64_t *b, unsigned i) { return (b[i >> 6] >> (i & 63)) & 1; }
@@ -264,8 +265,8 @@ static void *va_take_hugepage(void) {
   if (va_next == va_end) {
     uintptr_t c = va_spare;
     va_spare = 0;
-    if (c == 0) c = (uintptr_t)mc_os_map_huge(MC_VA_CHUNK_BYTES);
-    if (c == 0) return mc_os_map_huge(MC_HUGE_SIZE);
+    if (c == 0) c = (uintptr_t)mc_os_map_huge_try(MC_VA_CHUNK_BYTES);
+    if (c == 0) return mc_os_map_huge(MC_HUGE_SIZE); /* retried: a refusal is real */
     va_next = c;
     va_end = c + MC_VA_CHUNK_BYTES;
   }
@@ -279,7 +280,7 @@ void mc_heap_va_prepare(void) {
   bool need = va_spare == 0 && va_end - va_next < MC_VA_CHUNK_BYTES / 2;
   pthread_mutex_unlock(&mc_heap.lock);
   if (!need) return;
-  void *c = mc_os_map_huge(MC_VA_CHUNK_BYTES);
+  void *c = mc_os_map_huge_try(MC_VA_CHUNK_BYTES);
   if (c == NULL) return;
   pthread_mutex_lock(&mc_heap.lock);
   if (va_spare == 0) { va_spare = (uintptr_t)c; c = NULL; }
@@ -291,7 +292,7 @@ static mc_hugepage_t *hp_new_from_os(void) {
   mc_hugepage_t *hp = mc_meta_hp_alloc();
   if (hp == NULL) return NULL;
   void *mem = va_take_hugepage();
-  if (mem == NULL) { hp->next = NULL; return NULL; }
+  if (mem == NULL) { mc_meta_hp_free(hp); return NULL; }
   memset(hp, 0, sizeof(*hp));
   hp->base = (uintptr_t)mem;
   memset(hp->released, 0xff, sizeof(hp->released));
@@ -336,19 +337,63 @@ static mc_span_t *filler_alloc(size_t n, unsigned *first_out, mc_hugepage_t **hp
   return (mc_span_t *)hp; /* non-NULL marker */
 }
 
-/* A region of `pages` pages whose mapping holds min_cap..max_cap pages: the best fit
- * among cached regions, else a new mapping of new_cap pages. A cached region counts its
- * last length as free backed pages (what it may still have resident). */
+/* unmaps every cached freed region (before retrying a refused mapping) */
+static void region_cache_unmap_all(void) {
+  while (mc_heap.region_cache) {
+    mc_span_t *r = mc_heap.region_cache;
+    mc_heap.region_cache = r->next;
+    mc_heap.region_cache_n--;
+    mc_heap.region_cache_bytes -= (size_t)r->cap_pages << MC_PAGE_SHIFT;
+    mc_heap.free_backed_pages -= r->pages;
+    mc_heap.released_total_pages += r->pages;
+    mc_os_unmap((void *)r->start, (size_t)r->cap_pages << MC_PAGE_SHIFT);
+    mc_meta_span_free(r);
+  }
+}
+
+/* A region of `pages` pages whose mapping holds min_cap..max_cap pages: a cached region
+ * if one fits, else a new mapping of new_cap pages. A cached region counts its last
+ * length L as free backed pages (resident, or at least faulted once since its last
+ * release). Among those that fit, the one with the shortest L >= pages (no page to
+ * fault, the least left over), else the longest L (the fewest pages to fault). When
+ * none is large enough (a plain large block: min_cap == pages), the cached region with
+ * the longest L is moved to a mapping of new_cap pages (mremap, no copy, its resident
+ * pages kept): cached regions never pile up unused while new ones are mapped beside
+ * them. The block takes all L pages when L is at most 8 x `pages` (no release, no
+ * fault; malloc_usable_size says so, and they count as used: the demand the Delta rule
+ * sees is what stays resident): replaced at random, 5-25 MiB buffers then settle on
+ * regions of the largest size and stop faulting (126k faults per 1000 replacements,
+ * tcmalloc 131k; releasing the rest past 2 x or 4 x `pages` faulted 455-690k, as many
+ * as mapping each buffer afresh). A longer rest goes back to the OS. */
 static mc_span_t *region_alloc(size_t pages, size_t min_cap, size_t max_cap, size_t new_cap) {
   mc_span_t *best = NULL, **best_link = NULL;
   for (mc_span_t **l = &mc_heap.region_cache; *l; l = &(*l)->next) {
     mc_span_t *r = *l;
-    if (r->cap_pages >= min_cap && r->cap_pages <= max_cap && (!best || r->cap_pages < best->cap_pages)) {
-      best = r;
-      best_link = l;
+    if (r->cap_pages < min_cap || r->cap_pages > max_cap) continue;
+    bool better;
+    if (best == NULL) better = true;
+    else if (best->pages >= pages) better = r->pages >= pages && r->pages < best->pages;
+    else better = r->pages > best->pages;
+    if (better) { best = r; best_link = l; }
+  }
+  bool grow = false;
+  if (best == NULL && min_cap == pages && mc_heap.region_cache != NULL) {
+    /* none is large enough: the one with the most resident pages, moved to a larger
+     * mapping (mremap: its pages come along, only the rest is faulted) */
+    for (mc_span_t **l = &mc_heap.region_cache; *l; l = &(*l)->next) {
+      if (best == NULL || (*l)->pages > best->pages) { best = *l; best_link = l; }
     }
+    grow = true;
   }
   if (best) {
+    if (grow) {
+      void *q = mc_os_remap((void *)best->start, (size_t)best->cap_pages << MC_PAGE_SHIFT, new_cap << MC_PAGE_SHIFT);
+      if (q == NULL) goto fresh;
+      mc_heap.region_cache_bytes -= (size_t)best->cap_pages << MC_PAGE_SHIFT;
+      mc_heap.region_cache_bytes += new_cap << MC_PAGE_SHIFT;
+      best->start = (uintptr_t)q;
+      best->cap_pages = (uint32_t)new_cap;
+    }
     *best_link = best->next;
     mc_heap.region_cache_n--;
     mc_heap.region_cache_bytes -= (size_t)best->cap_pages << MC_PAGE_SHIFT;
@@ -356,12 +401,24 @@ static mc_span_t *region_alloc(size_t pages, size_t min_cap, size_t max_cap, siz
     mc_heap.reserve_hits++;
     best->next = best->prev = NULL;
     best->fresh = 0;
-    best->pages = (uint32_t)pages;
+    size_t len = best->pages;
+    if (len > 8 * pages) {
+      mc_os_release((void *)(best->start + (pages << MC_PAGE_SHIFT)), (len - pages) << MC_PAGE_SHIFT);
+      mc_heap.released_total_pages += len - pages;
+      len = pages;
+    }
+    best->pages = (uint32_t)(len > pages ? len : pages);
     return best;
   }
+fresh:;
   mc_span_t *s = mc_meta_span_alloc();
   if (!s) return NULL;
-  void *mem = mc_os_map_huge(new_cap << MC_PAGE_SHIFT);
+  void *mem = mc_os_map_huge_try(new_cap << MC_PAGE_SHIFT);
+  if (!mem) {
+    /* before the retries: what the cache of freed regions holds goes back first */
+    region_cache_unmap_all();
+    mem = mc_os_map_huge(new_cap << MC_PAGE_SHIFT);
+  }
   if (!mem) { mc_meta_span_free(s); return NULL; }
   s->start = (uintptr_t)mem;
   s->pages = (uint32_t)pages;
@@ -386,6 +443,13 @@ static void region_account_new(mc_span_t *s) {
   region_account(s, s->pages);
 }
 
+/* the mapping of a new large region of `pages`: twice as much (address space only), in
+ * whole huge pages */
+static size_t region_cap(size_t pages) {
+  size_t cap = 2 * pages;
+  return (cap + MC_HP_PAGES - 1) & ~(size_t)(MC_HP_PAGES - 1);
+}
+
 /* room for a growth region of `pages`: twice as much, in whole huge pages */
 static size_t growth_cap(size_t pages) {
   size_t cap = 2 * pages;
@@ -402,7 +466,9 @@ mc_span_t *mc_heap_alloc(size_t pages, size_t kind, unsigned tag) {
   pthread_mutex_lock(&mc_heap.lock);
   mc_span_t *s;
   if (pages > MC_REGION_PAGES) {
-    s = region_alloc(pages, pages, pages + pages / 4, pages);
+    /* mapped with room for twice as much (address space only): a freed region then
+     * serves a later block up to twice its size, faulting only the difference */
+    s = region_alloc(pages, pages, SIZE_MAX, region_cap(pages));
     if (s) region_account_new(s);
   } else {
     unsigned first;
@@ -429,28 +495,39 @@ mc_span_t *mc_heap_alloc(size_t pages, size_t kind, unsigned tag) {
       s->sclass = (uint8_t)(tag & 0xff);
       s->shard = (uint8_t)(tag >> 8);
     }
-    if (s->kind == MC_SPAN_SMALL && !mc_pagemap_set_span(s)) {
-      /* metadata exhausted: give the pages back */
+    if (!mc_pagemap_set_span(s)) {
+      /* no metadata for the page map (refused): give the pages back */
       pthread_mutex_unlock(&mc_heap.lock);
       mc_heap_free(s);
       return NULL;
     }
-    if (s->kind != MC_SPAN_SMALL) mc_pagemap_set(s->start, s);
     mc_release_on_heap_change_locked(mc_now_ms());
   }
   MC_HEAP_CHECK();
-  bool start_mgmt = mc_heap.hugepages >= MC_MGMT_AUTOSTART_HP;
+  /* The management thread is started by the allocation's entry point once it is done
+   * (mc_mgmt_start_deferred), never from here: pthread_create callocs (the new thread's
+   * DTV, 288 bytes), and inside a thread cache's refill that nested malloc refilled the
+   * same class's list under the outer refill, which then counted slots it never wrote
+   * (CPython with PYTHONMALLOC=malloc aborted at its 4th huge page). */
+  if (mc_unlikely(mc_heap.hugepages >= MC_MGMT_AUTOSTART_HP && !mc_reserve_thread_running))
+    __atomic_store_n(&mc_mgmt_start_wanted, 1, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&mc_heap.lock);
-  if (mc_unlikely(start_mgmt && !mc_reserve_thread_running)) mc_mgmt_maybe_start();
   return s;
 }
 
-void mc_heap_map_extra(mc_span_t *s, uintptr_t addr) {
+bool mc_heap_map_extra(mc_span_t *s, uintptr_t addr) {
   pthread_mutex_lock(&mc_heap.lock);
   uintptr_t page = addr & ~(uintptr_t)(MC_PAGE_SIZE - 1);
-  if (page != s->start) { s->map_extra = page; mc_pagemap_set(page, s); }
+  bool ok = true;
+  if (page != s->start) {
+    ok = mc_pagemap_set(page, s);
+    if (ok) s->map_extra = page;
+  }
   pthread_mutex_unlock(&mc_heap.lock);
+  return ok;
 }
+
+static void heap_free_locked(mc_span_t *s);
 
 mc_span_t *mc_heap_growth_alloc(size_t pages) {
   pthread_mutex_lock(&mc_heap.lock);
@@ -463,7 +540,10 @@ mc_span_t *mc_heap_growth_alloc(size_t pages) {
       s->growth = 1;
       s->fresh = 0;
       mc_heap.growth_regions++;
-      mc_pagemap_set(s->start, s);
+      if (!mc_pagemap_set(s->start, s)) { /* no page map metadata: no growth region */
+        heap_free_locked(s);
+        s = NULL;
+      }
       mc_release_on_heap_change_locked(mc_now_ms());
     }
   }
@@ -471,12 +551,28 @@ mc_span_t *mc_heap_growth_alloc(size_t pages) {
   return s;
 }
 
+/* Large blocks under the adaptive subrelease rule (ISMM'21 §4.1): a freed region stays
+ * mapped, its pages resident, while the heap's mapped memory stays within the peak
+ * demand of the last Delta (MEMCOLO_SKIP_SUBRELEASE_S): that demand is expected back,
+ * and a region kept is reused without faulting (the random replacement of 5-25 MiB
+ * buffers spent almost all its time faulting fresh mappings). Kept regions count as
+ * free backed pages, so realized fragmentation and the periodic release see them; the
+ * decision is a skipped release for the correctness tracker (release.c); the periodic
+ * release (within the same Delta rule) and every release the agent or malloc_trim
+ * demands unmap them. Without Delta, at most MC_REGION_CACHE_MAX regions of up to
+ * MC_REGION_CACHE_BYTES in all are kept. */
 static void region_free_locked(mc_span_t *s) {
   size_t bytes = (size_t)s->cap_pages << MC_PAGE_SHIFT;
   region_account(s, 0);
   if (s->growth) { s->growth = 0; mc_heap.growth_regions--; }
-  if (bytes <= MC_REGION_CACHE_BYTES / 2 && mc_heap.region_cache_n < MC_REGION_CACHE_MAX &&
-      mc_heap.region_cache_bytes + bytes <= MC_REGION_CACHE_BYTES) {
+  bool keep = bytes <= MC_REGION_CACHE_BYTES / 2 && mc_heap.region_cache_n < MC_REGION_CACHE_MAX &&
+              mc_heap.region_cache_bytes + bytes <= MC_REGION_CACHE_BYTES;
+  if (!keep && MC_OPT(MC_OPT_SKIP_SUBRELEASE_S) > 0 && mc_heap.region_cache_n < MC_REGION_CACHE_DELTA_MAX) {
+    size_t peak = mc_release_peak_used_pages_locked(mc_now_ms());
+    keep = mc_heap.used_pages + mc_heap.free_backed_pages + s->pages <= peak;
+    if (keep) mc_release_skipped_locked(s->pages);
+  }
+  if (keep) {
     s->kind = MC_SPAN_REGION;
     s->next = mc_heap.region_cache;
     mc_heap.region_cache = s;

@@ -84,6 +84,11 @@ void mc_meta_span_free(mc_span_t *s) {
   mc_span_freelist = s;
 }
 
+void mc_meta_hp_free(mc_hugepage_t *h) {
+  h->next = mc_hp_freelist;
+  mc_hp_freelist = h;
+}
+
 mc_hugepage_t *mc_meta_hp_alloc(void) {
   mc_hugepage_t *h = mc_hp_freelist;
   if (h != NULL) {

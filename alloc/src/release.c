@@ -191,6 +191,16 @@ void mc_release_tick_locked(uint64_t now_ms, size_t protect_bytes) {
   epoch_record();
 }
 
+/* A release skipped outside the periodic release (a freed large block kept mapped under
+ * the peak of Delta, pageheap.c): tracked like the periodic release's own (§4.2). */
+void mc_release_skipped_locked(size_t pages) {
+  epoch_advance(mc_now_ms());
+  mc_skipped_pages += pages;
+  mc_epoch_t *ep = epoch_at(mc_epoch_cur);
+  ep->skipped_pending += pages;
+  ep->decision_used = mc_heap.used_pages;
+}
+
 void mc_release_stats_locked(memcolo_stats_t *st) {
   epoch_advance(mc_now_ms());
   uint64_t window = (uint64_t)MC_OPT(MC_OPT_T_SCHEDULE_S);
@@ -212,4 +222,5 @@ void mc_release_test_reset_locked(void) {
   mc_epoch_count = 0;
   mc_skipped_pages = mc_correct_pages = mc_incorrect_pages = 0;
   mc_release_carry_bytes = 0;
+  for (unsigned i = 0; i < MC_EPOCHS; i++) mc_ring[i].skipped_pending = 0; /* decisions made before */
 }

@@ -774,6 +774,8 @@ static bool mc_mgmt_start(void) {
 /* Without the reservation, the management thread is started once the heap holds a few
  * huge pages, for the periodic release and background THP (small processes never
  * start it; a forked child never does by itself). */
+int mc_mgmt_start_wanted;
+
 void mc_mgmt_maybe_start(void) {
   if (mc_reserve_thread_running || mc_mgmt_no_autostart) return;
   if (!mc_os_thp_background()) return;

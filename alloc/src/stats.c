@@ -28,8 +28,13 @@ MC_EXPORT int memcolo_stats(memcolo_stats_t *out) {
   pthread_mutex_lock(&mc_heap.lock);
   mc_heap_stats_locked(out);
   mc_release_stats_locked(out);
+  uint64_t cache_backed = (uint64_t)mc_heap.cache_backed_n * MC_HUGE_SIZE;
   pthread_mutex_unlock(&mc_heap.lock);
   mc_reserve_stats(out);
+  if (out->reservation_on) {
+    uint64_t heap_rsv = cache_backed < out->reserve_target_bytes ? cache_backed : out->reserve_target_bytes;
+    out->reserved_bytes = out->pool_bytes + heap_rsv;
+  }
   uint64_t slow, large;
   mc_tcache_sum_stats(&slow, &large);
   out->malloc_calls_slow = slow;
@@ -164,6 +169,7 @@ void mc_agent_stats_publish(bool force) {
   b = put_kv(b, "reserve_target_bytes", st.reserve_target_bytes);
   b = put_kv(b, "prefaulted_bytes", st.prefaulted_bytes);
   b = put_kv(b, "pool_bytes", st.pool_bytes);
+  b = put_kv(b, "reserved_bytes", st.reserved_bytes);
   b = put_kv(b, "reserve_hits", st.reserve_hits);
   b = put_kv(b, "reserve_misses", st.reserve_misses);
   b = put_kv(b, "pool_hits", st.pool_hits);
@@ -247,6 +253,7 @@ MC_EXPORT void memcolo_stats_print(int fd) {
   line(fd, "  reserve_target", st.reserve_target_bytes >> 10, "KiB");
   line(fd, "  prefaulted", st.prefaulted_bytes >> 10, "KiB");
   line(fd, "  pool", st.pool_bytes >> 10, "KiB");
+  line(fd, "  reserved (apart from used)", st.reserved_bytes >> 10, "KiB");
   line(fd, "  reserve_hits", st.reserve_hits, NULL);
   line(fd, "  reserve_misses", st.reserve_misses, NULL);
   line(fd, "  pool_hits", st.pool_hits, NULL);

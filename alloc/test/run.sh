@@ -46,6 +46,16 @@ for lib in "$B/libmemcolo.so" "$B/libmemcolo-debug.so"; do
   [ -n "$(echo "$res" | grep '^FAIL')" ] && echo "$res" | grep -v '^PASS' | head -40
   add "$(echo "$res" | grep -c '^PASS')" "$(echo "$res" | grep -c '^FAIL')"
 done
+# fault injection: transient mmap/madvise/mlock failures never give NULL nor stderr output
+res=$(sh "$HERE/faults.sh" "$B" 2>&1)
+echo "$res" | grep -E "^(PASS|FAIL)" | sed 's/ (.*//'
+[ -n "$(echo "$res" | grep '^FAIL')" ] && echo "$res" | grep -v '^PASS' | head -40
+add "$(echo "$res" | grep -c '^PASS')" "$(echo "$res" | grep -c '^FAIL')"
+# memory-cgroup pressure with zram swap switched on and off (root, cgroup v1)
+res=$(sh "$HERE/pressure.sh" "$B" 2>&1)
+echo "$res" | grep -E "^(PASS|FAIL|SKIP)"
+[ -n "$(echo "$res" | grep '^FAIL')" ] && echo "$res" | grep -v -E '^(PASS|SKIP)' | head -20
+add "$(echo "$res" | grep -c '^PASS')" "$(echo "$res" | grep -c '^FAIL')"
 # README.md's options table is options.c's
 res=$(sh "$HERE/options_table.sh" "$B" 2>&1)
 echo "$res" | grep -E "^(PASS|FAIL)"

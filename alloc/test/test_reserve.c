@@ -64,6 +64,13 @@ int main(void) {
   mc_t_current = "prefaulted_min_rsv";
   CHECK(st.prefaulted_bytes >= (5u << 20));
   CHECK(st.free_backed_bytes >= (4u << 20));
+  /* the reservation's footprint, apart from used bytes: min_rsv's pre-faulted huge
+   * pages at least, never more than the pool and the target */
+  mc_t_current = "reserved_bytes";
+  CHECK(st.version == MEMCOLO_STATS_VERSION && st.version >= 3);
+  CHECK(st.reserved_bytes >= (4u << 20));
+  CHECK(st.reserved_bytes <= st.pool_bytes + st.reserve_target_bytes);
+  CHECK(st.reserved_bytes <= st.pool_bytes + st.free_backed_bytes);
 
   /* the management thread runs at MEMCOLO_MGMT_NICE (default -10) while it reserves,
    * where the process may lower a nice; never the application's threads */

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "memcolo.h"
 #include "test.h"
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
@@ -350,6 +351,43 @@ TEST(test_trim) {
   CHECK(MC_API(malloc_trim)(0) == 1);
 }
 
+/* Large blocks under the Delta rule (pageheap.c, region_free_locked): buffers of 5-25
+ * MiB replaced at random are served by the freed ones, not by new mappings; calloc
+ * still gives zeros on reused memory; malloc_trim gives the kept ones back. */
+TEST(test_large_reuse) {
+  enum { SLOTS = 10, ITERS = 300 };
+  unsigned char *slot[SLOTS] = {0};
+  size_t len[SLOTS] = {0};
+  unsigned long long seed = 7;
+  memcolo_stats_t a, b, c;
+  CHECK(memcolo_stats(&a) == 0);
+  int bad = 0;
+  for (int it = 0; it < ITERS; it++) {
+    unsigned i = (unsigned)(mc_t_rand(&seed) % SLOTS);
+    if (slot[i] && (slot[i][0] != 7 || slot[i][len[i] - 1] != 7)) bad++;
+    MC_API(free)(slot[i]);
+    size_t n = (size_t)((5u << 8) + mc_t_rand(&seed) % (20u << 8)) << 12;
+    unsigned char *p = MC_API(calloc)(1, n);
+    if (p == NULL) { bad++; slot[i] = NULL; continue; }
+    for (size_t k = 0; k < n; k += 65536) if (p[k]) { bad++; break; }
+    if (p[n - 1]) bad++;
+    memset(p, 7, n < 65536 ? n : 65536);
+    p[n - 1] = 7;
+    slot[i] = p;
+    len[i] = n;
+  }
+  CHECK(bad == 0);
+  CHECK(memcolo_stats(&b) == 0);
+  /* a new mapping for at most the first buffers and a few more, the rest reused */
+  CHECK(b.os_mmap_calls - a.os_mmap_calls < ITERS / 4);
+  CHECK(b.reserve_hits - a.reserve_hits > ITERS / 2);
+  CHECK(b.skipped_subrelease_bytes > a.skipped_subrelease_bytes);
+  for (unsigned i = 0; i < SLOTS; i++) MC_API(free)(slot[i]);
+  MC_API(malloc_trim)(0);
+  CHECK(memcolo_stats(&c) == 0);
+  CHECK(c.free_backed_bytes < ((uint64_t)64 << 20));
+}
+
 int main(void) {
   RUN(test_single_thread_sizes);
   RUN(test_calloc_overflow_and_zero);
@@ -360,5 +398,6 @@ int main(void) {
   RUN(test_thread_exit);
   RUN(test_fork);
   RUN(test_trim);
+  RUN(test_large_reuse);
   TEST_END();
 }
