@@ -16,7 +16,7 @@ use std::time::Duration;
 #[serde(rename_all = "kebab-case")]
 pub enum Scenario {
     /// Hermes §5.1's colocation levels: an LC service and batch jobs at a pressure
-    /// level, kernel alone against memcolo (default node 2 GiB, 60 s per run).
+    /// level, kernel alone against memcolo (default node 2 GiB, 40 s per run).
     Colocation,
     /// M3 Fig. 5-like: three elastic jobs started 30 s apart, M3 against a static
     /// partition (default node 64 GiB, 600 s).
@@ -38,7 +38,8 @@ pub struct SimArgs {
     /// Swap (far tier) size; default half the node memory.
     #[arg(long, value_parser = parse_size)]
     pub swap: Option<u64>,
-    /// Simulated seconds per run. Default per scenario: colocation 60, m3-elastic 600,
+    /// Simulated seconds per run. Default per scenario: colocation 40 (10 s warm-up and
+    /// 30 s measured, as bench/colocation), m3-elastic 600,
     /// scale 3600.
     #[arg(long)]
     pub duration: Option<f64>,
@@ -51,6 +52,9 @@ pub struct SimArgs {
     /// Colocation levels, % of the memory the LC service leaves to batch jobs.
     #[arg(long, value_delimiter = ',', default_value = "0,100,125,150")]
     pub levels: Vec<u32>,
+    /// m3-elastic: seconds between the starts of the three jobs.
+    #[arg(long, default_value_t = 30.0)]
+    pub stagger: f64,
     /// LC latency SLO, milliseconds.
     #[arg(long, default_value_t = 10.0)]
     pub slo_ms: f64,
@@ -99,7 +103,7 @@ pub struct Report {
 /// Runs the scenario and returns its report.
 pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
     let (mem, dur) = match a.scenario {
-        Scenario::Colocation => (2u64 << 30, 60.0),
+        Scenario::Colocation => (2u64 << 30, 40.0),
         Scenario::M3Elastic => (64 << 30, 600.0),
         Scenario::Scale => (1 << 40, 3600.0),
     };
@@ -126,10 +130,22 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         seed: a.seed,
         calib,
         slo_us: a.slo_ms * 1000.0,
+        warmup: match a.scenario {
+            Scenario::Colocation => {
+                Duration::from_secs(10).min(Duration::from_secs_f64(duration_s / 4.0))
+            }
+            _ => Duration::ZERO,
+        },
     };
     let rows: Vec<serde_json::Value> = match a.scenario {
         Scenario::Colocation => to_values(scenario::colocation(&c, &a.levels)?)?,
-        Scenario::M3Elastic => to_values(scenario::m3_elastic(&c)?)?,
+        Scenario::M3Elastic => {
+            anyhow::ensure!(
+                a.stagger.is_finite() && a.stagger >= 0.0,
+                "--stagger must be >= 0"
+            );
+            to_values(scenario::m3_elastic(&c, a.stagger)?)?
+        }
         Scenario::Scale => to_values(scenario::scale(&c)?)?,
     };
     Ok(Report {

@@ -191,6 +191,8 @@ pub struct NodeConfig {
     pub slo_us: f64,
     /// Hermit's reclaim workers (the CPU budget).
     pub reclaim_workers: u32,
+    /// LC latency is recorded from this time on (a warm-up before it is not).
+    pub measure_from: Duration,
 }
 
 /// A weighted latency sample, µs.
@@ -755,6 +757,7 @@ impl Node {
         if n <= 0.0 {
             return;
         }
+        let measured = self.now >= self.cfg.measure_from;
         let c = &self.cfg.calib;
         let base_s = c.lc_service_us * 1e-6;
         let per_req_pages = c.lc_pages_per_request;
@@ -786,11 +789,15 @@ impl Node {
                 us: (base_s + own + wait) * 1e6,
                 weight,
             };
-            self.samples.push(s);
-            self.second_samples.push(s);
+            if measured {
+                self.samples.push(s);
+                self.second_samples.push(s);
+            }
         }
         self.procs[i].backlog_s = (backlog0 + busy - dt).max(0.0);
-        self.stats.lc.requests += n;
+        if measured {
+            self.stats.lc.requests += n;
+        }
         // Keep the run's sample store bounded: merge to a coarse log histogram.
         if self.samples.len() >= 1 << 16 {
             self.compact_samples();
@@ -1077,6 +1084,7 @@ mod tests {
             poll: Duration::from_secs(1),
             slo_us: 1e4,
             reclaim_workers: 1,
+            measure_from: Duration::ZERO,
         };
         Node::new(cfg, procs).unwrap()
     }

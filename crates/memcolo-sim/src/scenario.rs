@@ -1,12 +1,15 @@
 //! The scenarios `memcolo sim` runs: the workloads of the papers' experiments and of
 //! the benches on this machine, built as [`ProcSpec`]s over a [`Node`].
 //!
-//! - [`colocation`]: Hermes §5.1's colocation levels. One LC service (a Redis-like
-//!   key-value store: a quarter of the node, 2,000 requests/s, the load of
-//!   `bench/reclaim`) beside two batch jobs whose demand is `level` % of the memory
-//!   the LC service leaves: half an anonymous holder, half a file streamer. Each level
-//!   runs with the kernel alone and with memcolo.
-//! - [`m3_elastic`]: M3 Fig. 5-like: three elastic caches started 30 s apart, each
+//! - [`colocation`]: Hermes §5.1's colocation levels, as `bench/colocation` runs them
+//!   (its README, "Method"): one LC service (a Redis-like store holding 1/16 of the
+//!   node, 2,000 requests/s) beside batch jobs whose memory demand is `level` % of the
+//!   node, split file : anon : elastic = 2 : 1 : 1 (a streamer, an anonymous holder,
+//!   an elastic cache static at its share under the kernel alone and free to grow to
+//!   half the node under memcolo). LC latency is recorded after a 10 s warm-up. Each
+//!   level runs with the kernel alone and with memcolo (M3, Hermes, Hermit; the
+//!   bench's `agent` mode: libmemcolo is not modelled).
+//! - [`m3_elastic`]: M3 Fig. 5-like: three elastic caches started 30 s apart (`--stagger`), each
 //!   wanting 45 % of the node, with M3 against a static partition (each capped at a
 //!   third of the top of memory, no monitor).
 //! - [`scale`]: the scale benchmark: a node of `node_mem` (1 TiB by default) with 100
@@ -29,6 +32,8 @@ pub struct Common {
     pub seed: u64,
     pub calib: Calibration,
     pub slo_us: f64,
+    /// LC latency is recorded from this time on.
+    pub warmup: Duration,
 }
 
 impl Common {
@@ -44,6 +49,7 @@ impl Common {
                 poll: Duration::from_secs(1),
                 slo_us: self.slo_us,
                 reclaim_workers: 1,
+                measure_from: self.warmup,
             },
             procs,
         )
@@ -72,16 +78,19 @@ pub struct ColocationRow {
     /// Batch progress: file streamer MiB read, anonymous holder MiB touched.
     pub be_file_mib: f64,
     pub be_anon_mib: f64,
+    /// Elastic cache progress, seconds of full-speed work.
+    pub be_elastic_work_s: f64,
     pub m3_kills: u64,
     pub oom_kills: u64,
     pub hermit_reclaimed_mib: f64,
     pub hermes_dropped_mib: f64,
 }
 
-/// The processes of the colocation scenario at `level`.
-pub fn colocation_procs(node_bytes: u64, level: u32) -> Vec<ProcSpec> {
-    let lc_ws = node_bytes / 4;
-    let be = (node_bytes - lc_ws) as f64 * level as f64 / 100.0;
+/// The processes of the colocation scenario at `level` (% of `node_bytes`); under
+/// the kernel alone (`elastic_static`) the elastic cache is capped at its share.
+pub fn colocation_procs(node_bytes: u64, level: u32, elastic_static: bool) -> Vec<ProcSpec> {
+    let lc_ws = node_bytes / 16;
+    let be = node_bytes as f64 * level as f64 / 100.0;
     let mut v = vec![ProcSpec {
         name: "lc".into(),
         start_s: 0.0,
@@ -93,23 +102,38 @@ pub fn colocation_procs(node_bytes: u64, level: u32) -> Vec<ProcSpec> {
         },
     }];
     if level > 0 {
+        let elastic_share = (be / 4.0) as u64;
+        v.push(ProcSpec {
+            name: "be-file".into(),
+            start_s: 1.0,
+            cap_bytes: None,
+            workload: Workload::BeFile {
+                file_bytes: (be / 2.0) as u64,
+                read_bytes_per_s: 2048.0 * MIB as f64,
+            },
+        });
         v.push(ProcSpec {
             name: "be-anon".into(),
-            start_s: 2.0,
+            start_s: 1.0,
             cap_bytes: None,
             workload: Workload::BeAnon {
-                size_bytes: (be / 2.0) as u64,
+                size_bytes: (be / 4.0) as u64,
                 grow_bytes_per_s: 256.0 * MIB as f64,
                 touch_bytes_per_s: 256.0 * MIB as f64,
             },
         });
         v.push(ProcSpec {
-            name: "be-file".into(),
-            start_s: 2.0,
-            cap_bytes: None,
-            workload: Workload::BeFile {
-                file_bytes: (be / 2.0) as u64,
-                read_bytes_per_s: 2048.0 * MIB as f64,
+            name: "be-elastic".into(),
+            start_s: 1.0,
+            cap_bytes: elastic_static.then_some(elastic_share),
+            workload: Workload::Elastic {
+                want_bytes: (node_bytes / 2).max(elastic_share),
+                floor_bytes: 0,
+                grow_bytes_per_s: 256.0 * MIB as f64,
+                layer_bytes: (node_bytes / 64).max(MIB),
+                miss_penalty: 2.0,
+                work_s: 1e9,
+                num_epochs: memcolo_sdk::gate::DEFAULT_NUM_EPOCHS,
             },
         });
     }
@@ -125,7 +149,8 @@ pub fn colocation(c: &Common, levels: &[u32]) -> anyhow::Result<Vec<ColocationRo
     let mut rows = Vec::new();
     for &level in levels {
         for mode in [Mode::Kernel, Mode::Memcolo] {
-            let mut node = c.node(mode, colocation_procs(c.node_bytes, level))?;
+            let procs = colocation_procs(c.node_bytes, level, mode == Mode::Kernel);
+            let mut node = c.node(mode, procs)?;
             node.run(c.duration);
             let s = node.finish();
             rows.push(ColocationRow {
@@ -141,6 +166,7 @@ pub fn colocation(c: &Common, levels: &[u32]) -> anyhow::Result<Vec<ColocationRo
                 lc_swapin_bytes: proc_sum(&s, "lc", |p| p.swapin_bytes as f64) as u64,
                 be_file_mib: proc_sum(&s, "be-file", |p| p.progress) / MIB as f64,
                 be_anon_mib: proc_sum(&s, "be-anon", |p| p.progress) / MIB as f64,
+                be_elastic_work_s: proc_sum(&s, "be-elastic", |p| p.progress),
                 m3_kills: s.m3_kills,
                 oom_kills: s.oom_kills,
                 hermit_reclaimed_mib: s.hermit_reclaimed_bytes as f64 / MIB as f64,
@@ -169,13 +195,13 @@ pub struct ElasticRow {
     pub oom_killed: bool,
 }
 
-/// The three elastic jobs, started 30 s apart.
-pub fn elastic_procs(node_bytes: u64, capped: bool) -> Vec<ProcSpec> {
+/// The three elastic jobs, started `stagger_s` apart.
+pub fn elastic_procs(node_bytes: u64, capped: bool, stagger_s: f64) -> Vec<ProcSpec> {
     let top = node_bytes / 64 * 62;
     (0..3)
         .map(|k| ProcSpec {
             name: format!("elastic-{k}"),
-            start_s: 30.0 * k as f64,
+            start_s: stagger_s * k as f64,
             cap_bytes: capped.then_some(top / 3),
             workload: Workload::Elastic {
                 want_bytes: node_bytes / 100 * 45,
@@ -191,11 +217,11 @@ pub fn elastic_procs(node_bytes: u64, capped: bool) -> Vec<ProcSpec> {
 }
 
 /// M3 Fig. 5-like: three staggered elastic jobs, M3 against a static partition.
-pub fn m3_elastic(c: &Common) -> anyhow::Result<Vec<ElasticRow>> {
+pub fn m3_elastic(c: &Common, stagger_s: f64) -> anyhow::Result<Vec<ElasticRow>> {
     let mut out = Vec::new();
     let mut static_runs = Vec::new();
     for (mode, capped, label) in [(Mode::Kernel, true, "static"), (Mode::Memcolo, false, "m3")] {
-        let specs = elastic_procs(c.node_bytes, capped);
+        let specs = elastic_procs(c.node_bytes, capped, stagger_s);
         let mut node = c.node(mode, specs.clone())?;
         node.run(c.duration);
         let s = node.finish();

@@ -20,6 +20,7 @@ fn cfg(total: u64, swap: u64, mode: Mode, seed: u64) -> NodeConfig {
         poll: Duration::from_secs(1),
         slo_us: 10_000.0,
         reclaim_workers: 1,
+        measure_from: Duration::ZERO,
     }
 }
 
@@ -30,7 +31,7 @@ fn memory_never_exceeds_ram_and_swap() {
             let total = 2048 * MIB;
             let mut node = Node::new(
                 cfg(total, total / 2, mode, 7),
-                colocation_procs(total, level),
+                colocation_procs(total, level, mode == Mode::Kernel),
             )
             .unwrap();
             while node.now() < Duration::from_secs(40) {
@@ -53,7 +54,7 @@ fn same_seed_same_run() {
         let total = 2048 * MIB;
         let mut node = Node::new(
             cfg(total, total / 2, Mode::Kernel, seed),
-            colocation_procs(total, 150),
+            colocation_procs(total, 150, true),
         )
         .unwrap();
         node.run(Duration::from_secs(20));
@@ -67,7 +68,7 @@ fn m3_signals_elastic_jobs_and_they_shrink() {
     let total = 8192 * MIB;
     let mut node = Node::new(
         cfg(total, total / 2, Mode::Memcolo, 1),
-        elastic_procs(total, false),
+        elastic_procs(total, false, 30.0),
     )
     .unwrap();
     // Until the third job has started and pressure built up.
@@ -157,8 +158,11 @@ fn kill_only_above_top_and_only_batch() {
 fn memcolo_keeps_the_lc_off_direct_reclaim_where_the_kernel_does_not() {
     let total = 2048 * MIB;
     let lc_stall = |mode| {
-        let mut node =
-            Node::new(cfg(total, total / 2, mode, 1), colocation_procs(total, 150)).unwrap();
+        let mut node = Node::new(
+            cfg(total, total / 2, mode, 1),
+            colocation_procs(total, 150, mode == Mode::Kernel),
+        )
+        .unwrap();
         node.run(Duration::from_secs(30));
         let s = node.finish();
         s.procs[0].direct_reclaim_s + s.procs[0].fault_s
