@@ -26,7 +26,8 @@
 //!   (`memcolo_agent::core`), with the model's figures as the observations.
 //!
 //! Latency of a latency-critical (LC) process: each request costs
-//! [`Calibration::lc_service_us`], plus its own swap-ins, plus the wait behind the
+//! a log-normal service time ([`Calibration::lc_service_us`] median,
+//! [`Calibration::lc_service_p99_us`] p99), plus its own swap-ins, plus the wait behind the
 //! process's stalls (its direct reclaim and the swap-ins of earlier requests) and its
 //! backlog when the stalls exceed the step. A fixed number of requests per step is
 //! sampled, each weighted by the requests it stands for.
@@ -760,6 +761,7 @@ impl Node {
         let measured = self.now >= self.cfg.measure_from;
         let c = &self.cfg.calib;
         let base_s = c.lc_service_us * 1e-6;
+        let sigma = (c.lc_service_p99_us / c.lc_service_us.max(1e-9)).ln() / 2.326;
         let per_req_pages = c.lc_pages_per_request;
         let swapin_s = c.swapin_us * 1e-6;
         let stall_s = self.procs[i].step_stall_s;
@@ -785,8 +787,13 @@ impl Node {
             } else {
                 0.0
             };
+            // Log-normal service time: median × e^(σ z), z standard normal
+            // (Box–Muller), σ from the p99 (z = 2.326 at the 99th percentile).
+            let (u1, u2) = (self.uniform().max(1e-12), self.uniform());
+            let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            let service = base_s * (sigma * z).exp();
             let s = Sample {
-                us: (base_s + own + wait) * 1e6,
+                us: (service + own + wait) * 1e6,
                 weight,
             };
             if measured {
