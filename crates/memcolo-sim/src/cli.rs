@@ -80,7 +80,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         _ => (s, 1),
     };
     let v: f64 = num.parse().map_err(|_| format!("bad size `{s}`"))?;
-    if !v.is_finite() || v <= 0.0 || v * mul as f64 > u64::MAX as f64 / 2.0 {
+    if !v.is_finite() || v < 0.0 || v * mul as f64 > u64::MAX as f64 / 2.0 {
         return Err(format!("size `{s}` out of range"));
     }
     Ok((v * mul as f64) as u64)

@@ -21,6 +21,7 @@ fn sizes_parse() {
     assert_eq!(parse_size("512m"), Ok(512 << 20));
     assert_eq!(parse_size("1T"), Ok(1 << 40));
     assert_eq!(parse_size("4096"), Ok(4096));
+    assert_eq!(parse_size("0"), Ok(0));
     assert!(parse_size("-1G").is_err());
     assert!(parse_size("lots").is_err());
     assert!(parse_size("").is_err());
