@@ -178,3 +178,50 @@ fn memcolo_keeps_the_lc_off_direct_reclaim_where_the_kernel_does_not() {
         "memcolo {memcolo} s against kernel {kernel} s"
     );
 }
+
+#[test]
+fn after_a_high_signal_the_sdk_gate_holds_growth_back() {
+    // One elastic cache that wants more than the node: M3 signals it high, and the
+    // SDK's allow-rate gate (rate 0 at the signal, climbing over 5 epochs of at least
+    // 1 s) keeps it from growing back at its full rate.
+    let total = 4096 * MIB;
+    let grow = 256.0 * MIB as f64;
+    let procs = vec![ProcSpec {
+        name: "cache".into(),
+        start_s: 0.0,
+        cap_bytes: None,
+        workload: Workload::Elastic {
+            want_bytes: total,
+            floor_bytes: 0,
+            grow_bytes_per_s: grow,
+            layer_bytes: 64 * MIB,
+            miss_penalty: 1.0,
+            work_s: 1e9,
+            num_epochs: 5,
+        },
+    }];
+    let mut node = Node::new(cfg(total, 0, Mode::Memcolo, 1), procs).unwrap();
+    let step_grow = (grow * 0.1) as u64;
+    let mut highs = 0;
+    while highs == 0 && node.now() < Duration::from_secs(60) {
+        node.step();
+        let p = node.proc_stats("cache").unwrap();
+        highs = p.notifications[1] + p.notifications[2];
+    }
+    assert!(highs > 0, "no high signal in 60 s");
+    // The step right after the signal: the gate admits nothing (rate 0 at receipt).
+    let before = node.rss_of("cache");
+    node.step();
+    assert!(
+        node.rss_of("cache") <= before,
+        "grew {} bytes right after a high signal",
+        node.rss_of("cache") - before
+    );
+    // Over the next second it grows, but by less than its ungated rate.
+    let before = node.rss_of("cache");
+    for _ in 0..10 {
+        node.step();
+    }
+    let grown = node.rss_of("cache").saturating_sub(before);
+    assert!(grown < 10 * step_grow, "grew {grown} of {}", 10 * step_grow);
+}
