@@ -103,8 +103,11 @@ impl Workload {
 /// A process to start at `start_s`.
 #[derive(Clone, Debug)]
 pub struct ProcSpec {
+    /// Name in the report (several processes may share one).
     pub name: String,
+    /// Start time, seconds of simulated time.
     pub start_s: f64,
+    /// What it does; its class follows ([`Workload::class`]).
     pub workload: Workload,
     /// Hard cap on the process's resident + swapped anonymous bytes (a static
     /// partition), if any.
@@ -114,7 +117,9 @@ pub struct ProcSpec {
 /// Per-process results, over the run.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ProcStats {
+    /// [`ProcSpec::name`].
     pub name: String,
+    /// `lc`, `be` or `elastic`.
     pub class: String,
     /// Time stalled in direct reclaim, seconds.
     pub direct_reclaim_s: f64,
@@ -129,7 +134,9 @@ pub struct ProcStats {
     pub finished_s: Option<f64>,
     /// Notifications received, by level (low, high, top).
     pub notifications: [u64; 3],
+    /// Killed by M3's kill rule (R5).
     pub killed_by_m3: bool,
+    /// Killed by the model's OOM killer.
     pub killed_by_oom: bool,
     /// Largest resident bytes (anon + file).
     pub peak_resident_bytes: u64,
@@ -180,11 +187,17 @@ impl Mode {
 /// The node's configuration.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
+    /// RAM, bytes.
     pub total_bytes: u64,
+    /// Swap (far tier), bytes; 0 for none.
     pub swap_bytes: u64,
+    /// Length of one step of simulated time.
     pub step: Duration,
+    /// Seed of the model's random draws (LC request arrivals, faults, service times).
     pub seed: u64,
+    /// Kernel alone or memcolo.
     pub mode: Mode,
+    /// The model's constants.
     pub calib: Calibration,
     /// M3's poll period.
     pub poll: Duration,
@@ -206,7 +219,10 @@ struct Sample {
 /// Latency figures of the LC processes over the run.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct LatencyStats {
+    /// LC requests served in the measured part of the run.
     pub requests: f64,
+    /// Latency percentiles, µs (from the sampled requests, each weighted by the
+    /// requests it stands for).
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
@@ -219,19 +235,29 @@ pub struct LatencyStats {
 /// Node-wide results of a run.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct NodeStats {
+    /// `kernel` or `memcolo`.
     pub mode: String,
+    /// Simulated seconds run.
     pub simulated_s: f64,
     /// Mean of (anon + file resident) / total over the steps.
     pub utilisation: f64,
+    /// Latency of every LC process's requests together.
     pub lc: LatencyStats,
+    /// Kills by M3's rule R5 and by the OOM killer.
     pub m3_kills: u64,
     pub oom_kills: u64,
+    /// M3 notifications sent: low, high, top.
     pub signals: [u64; 3],
+    /// Bytes Hermit's workers reclaimed, Hermes' advice dropped, and the kernel's direct
+    /// reclaim freed.
     pub hermit_reclaimed_bytes: u64,
     pub hermes_dropped_bytes: u64,
     pub direct_reclaimed_bytes: u64,
+    /// Bytes swapped in, all processes.
     pub swapin_bytes: u64,
+    /// Largest swap use seen, bytes.
     pub peak_swapped_bytes: u64,
+    /// Per process, in [`ProcSpec`] order.
     pub procs: Vec<ProcStats>,
 }
 
@@ -913,7 +939,9 @@ impl Node {
                 pid: p.pid,
                 class: p.spec.workload.class(),
                 started_at: p.started_at,
-                rss_bytes: p.resident(),
+                // RSS as /proc/PID/stat counts it: anonymous memory; page cache
+                // filled by read(2) is not mapped, so not in RSS.
+                rss_bytes: p.anon,
                 notifiable: matches!(p.spec.workload, Workload::Elastic { .. }),
                 expected_reclaim_bytes: match p.spec.workload {
                     Workload::Elastic { layer_bytes, .. } => Some(layer_bytes),
