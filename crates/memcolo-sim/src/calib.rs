@@ -122,8 +122,16 @@ impl Calibration {
             "calibration disk_bytes_per_s must be positive"
         );
         anyhow::ensure!(
-            self.page_bytes > 0,
-            "calibration page_bytes must be positive"
+            self.lc_service_p99_us >= self.lc_service_us,
+            "calibration lc_service_p99_us must be >= lc_service_us"
+        );
+        anyhow::ensure!(
+            self.page_bytes > 0 && self.page_bytes <= 1 << 30,
+            "calibration page_bytes must be in 1..=1 GiB"
+        );
+        anyhow::ensure!(
+            self.reclaim_cluster_pages <= 1 << 20,
+            "calibration reclaim_cluster_pages must be at most 2^20"
         );
         Ok(())
     }

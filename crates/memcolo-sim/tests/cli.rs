@@ -73,13 +73,38 @@ fn other_scenarios_and_bad_arguments() {
     assert!(Cli::try_parse_from(["sim", "nonsense"]).is_err());
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("calib.json");
-    std::fs::write(&bad, r#"{"swapin_us": -1}"#).unwrap();
-    assert!(report(&args(&[
+    for text in [
+        r#"{"swapin_us": -1}"#,
+        r#"{"page_bytes": 18446744073709551615}"#,
+        r#"{"reclaim_cluster_pages": 18446744073709551615}"#,
+        r#"{"lc_service_us": 500, "lc_service_p99_us": 100}"#,
+        r#"not json"#,
+    ] {
+        std::fs::write(&bad, text).unwrap();
+        assert!(
+            report(&args(&[
+                "colocation",
+                "--duration",
+                "1",
+                "--calibration",
+                bad.to_str().unwrap()
+            ]))
+            .is_err(),
+            "{text}"
+        );
+    }
+    // A partial file overrides only what it names.
+    std::fs::write(&bad, r#"{"swapin_us": 50}"#).unwrap();
+    let r = report(&args(&[
         "colocation",
         "--duration",
         "1",
+        "--levels",
+        "0",
         "--calibration",
-        bad.to_str().unwrap()
+        bad.to_str().unwrap(),
     ]))
-    .is_err());
+    .unwrap();
+    assert_eq!(r.calibration.swapin_us, 50.0);
+    assert_eq!(r.calibration.lc_service_us, 126.0);
 }
