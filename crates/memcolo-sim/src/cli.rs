@@ -233,8 +233,11 @@ pub fn run(a: &SimArgs) -> anyhow::Result<()> {
     } else {
         writeln!(
             stdout,
-            "memcolo sim {:?}: node {} MiB, swap {} MiB, {} s at {} ms steps, seed {}\n",
-            r.scenario,
+            "memcolo sim {}: node {} MiB, swap {} MiB, {} s at {} ms steps, seed {}\n",
+            r.scenario
+                .to_possible_value()
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default(),
             r.node_bytes >> 20,
             r.swap_bytes >> 20,
             r.duration_s,
