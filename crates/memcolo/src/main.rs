@@ -130,6 +130,10 @@ enum Cmd {
     /// process_madvise, pidfds, THP, cachestat, MADV_COLLAPSE, and whether each
     /// mechanism can run (exit 1 when one that is on cannot).
     Doctor(doctor::DoctorArgs),
+    /// Simulate a node (no root, no cgroups): the agent's M3, Hermes and Hermit policy
+    /// code over a modelled node at any size; prints a summary table, --out writes
+    /// report.json and report.csv (docs/sim.md).
+    Sim(memcolo_sim::SimArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -346,6 +350,7 @@ fn main() -> std::process::ExitCode {
         Cmd::AllocStats(a) => alloc_stats::run(&a),
         Cmd::Memserver(a) => memserver::run(&a),
         Cmd::Tier(a) => tier::run(&a),
+        Cmd::Sim(a) => memcolo_sim::run(&a),
         Cmd::Bench(b) => {
             let exe = std::env::current_exe().expect("path of the running memcolo binary");
             match b {

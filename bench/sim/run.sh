@@ -1,0 +1,27 @@
+#!/bin/sh
+# Runs bench/sim: the scale benchmark (3 runs under the bench lock) and the
+# validation scenarios; raw reports go to bench/out/sim/<date>-<host>/ (not in git).
+# Usage: bench/sim/run.sh   (from the repository root; no root needed)
+set -eu
+out="bench/out/sim/$(date +%Y-%m-%d)-$(hostname)"
+mkdir -p "$out"
+cargo build --release -p memcolo-sim --example sim
+sim=target/release/examples/sim
+git rev-parse --short HEAD > "$out/commit"
+for i in 1 2 3; do
+    flock /tmp/memcolo-bench.lock "$sim" scale --json > "$out/scale-$i.json"
+done
+"$sim" colocation --out "$out/colocation" > "$out/colocation.txt"
+"$sim" colocation --node-mem 4G --out "$out/colocation-4g" > "$out/colocation-4g.txt"
+"$sim" m3-elastic --node-mem 2G --swap 0 --stagger 0 --out "$out/m3-jjj0" > "$out/m3-jjj0.txt"
+"$sim" m3-elastic --out "$out/m3-64g" > "$out/m3-64g.txt"
+for s in 1 2 3; do
+    "$sim" colocation --seed "$s" --json > "$out/colocation-seed-$s.json"
+done
+python3 - "$out" <<'PY'
+import json, sys, glob
+out = sys.argv[1]
+walls = [json.load(open(f))["rows"][0]["wall_s"] for f in sorted(glob.glob(out + "/scale-*.json"))]
+print("scale wall_s:", ", ".join(f"{w:.2f}" for w in walls), f"(min {min(walls):.2f}, max {max(walls):.2f})")
+PY
+echo "reports in $out"

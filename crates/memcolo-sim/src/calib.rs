@@ -1,0 +1,148 @@
+//! The node model's constants: what a page costs to swap in, reclaim or read back, and
+//! what a latency-critical request costs without stalls.
+//!
+//! Every figure is a field of [`Calibration`], with its unit and where its default
+//! comes from: a measurement on the development VM (2 vCPUs, 24 GiB, Linux 6.18, zram
+//! swap), cited by file and section, or "assumed" with the way to measure it. Other
+//! hardware (DRAM/CXL/Optane latencies, RDMA far memory, a real disk) is modelled by
+//! overriding the fields (`--calibration FILE`, a JSON object with any subset).
+
+use serde::{Deserialize, Serialize};
+
+/// The constants of the node model. Times are microseconds (µs) per 4 KiB page or
+/// per request; bandwidths bytes per second.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Calibration {
+    /// Page size the model counts in, bytes (x86-64 base page: 4096).
+    pub page_bytes: u64,
+    /// Fault latency of a swapped-out anonymous page brought back from the far tier
+    /// (zram here), µs per 4 KiB page, paid by the faulting thread. Default 10 µs:
+    /// *assumed* (LZ4 decompression of a page plus the fault path; the tiering bench's
+    /// userfaultfd path, `bench/tiering/RESULTS.md`, measured 10–14 µs of serving per
+    /// slow fault, a comparable path). Measure: touch a buffer swapped out in a scratch
+    /// memory cgroup and divide the elapsed time by the major faults
+    /// (`/usr/bin/time -v`), under `flock /tmp/memcolo-bench.lock`.
+    pub swapin_us: f64,
+    /// CPU time to reclaim one anonymous page into the far tier (compress and write to
+    /// zram), µs per 4 KiB page: 7.6 µs, from k-means' 1.99 CPU s per GiB reclaimed into
+    /// zram (`bench/reclaim/RESULTS.md`, "CPU spent reclaiming per GiB" of the
+    /// 2026-11-24 runs: 1.99 s/GiB ÷ 262,144 pages).
+    pub anon_reclaim_us: f64,
+    /// CPU time to reclaim one clean page-cache page, µs per 4 KiB page: 0.61 µs, from
+    /// the side-by-side runs' median 0.16 CPU s per GiB reclaimed, mostly clean page
+    /// cache (`bench/reclaim/RESULTS.md`, section `side-by-side`, "CPU spent reclaiming
+    /// reported per GiB").
+    pub file_reclaim_us: f64,
+    /// Extra time a direct reclaim costs the allocating thread beyond the per-page
+    /// reclaim work (lock contention, LRU scanning of pages it cannot take, throttling),
+    /// as a multiplier of that work. Default 2.0: *assumed*. Measure: the
+    /// `mm_vmscan_direct_reclaim_begin/end` tracepoints around a hog in a scratch
+    /// cgroup (`bench/diag/trace_run.sh`), time per page reclaimed.
+    pub direct_reclaim_factor: f64,
+    /// Read bandwidth of the disk behind the page cache, bytes/s: bounds a streamer's
+    /// misses. Default 1 GiB/s: *assumed* (virtio disk of the VM). Measure: `fio
+    /// --rw=read --direct=1 --bs=1M --size=2G`.
+    pub disk_bytes_per_s: f64,
+    /// Median latency of a latency-critical request without memory stalls, µs: 126 µs,
+    /// the Redis p50 at level 0 with the kernel alone (`bench/reclaim/RESULTS.md`,
+    /// section `side-by-side`, LC latency table).
+    pub lc_service_us: f64,
+    /// 99th percentile of that latency, µs: 436 µs, the Redis p99 of the same row
+    /// (network, scheduling and the service's own variance). Latency without memory
+    /// stalls is log-normal with this median and p99. Fitted, so level 0 matches by
+    /// construction: it is not a validation point.
+    pub lc_service_p99_us: f64,
+    /// Distinct pages of its working set one latency-critical request touches. Default
+    /// 2: *assumed* (a Redis GET of a small value: the dict bucket and the value).
+    pub lc_pages_per_request: f64,
+    /// Weight of a latency-critical process's anonymous pages in the kernel's reclaim
+    /// choice, relative to a batch process's (1.0: the LRU does not know classes; below
+    /// 1: its hot pages sit on the active list). Default 0.5: *assumed*; the kernel
+    /// runs of `bench/reclaim` show the LC service does lose pages (80,541 major faults
+    /// of Redis at 100 %, side-by-side table) but not how many relative to the BE jobs.
+    pub lc_lru_weight: f64,
+    /// `vm.swappiness`: the kernel's direct reclaim takes `swappiness / 200` of what it
+    /// needs from anonymous memory (into swap) and the rest from page cache. Default
+    /// 60, the kernel's default (`Documentation/admin-guide/sysctl/vm.rst`), which this
+    /// machine runs with (`sysctl vm.swappiness`).
+    pub swappiness: f64,
+    /// Pages the kernel reclaims beyond the shortfall in one direct reclaim
+    /// (`SWAP_CLUSTER_MAX` = 32 pages in `mm/vmscan.c`).
+    pub reclaim_cluster_pages: u64,
+    /// Time an elastic application takes to handle a notification (run its handlers
+    /// and return memory), µs. Default 15,000 µs: the Go cache's epochs of ~15 ms in
+    /// bench/m3 (`sdk/rust/src/gate.rs`, module docs, "Minimum epoch").
+    pub elastic_handle_us: f64,
+}
+
+impl Default for Calibration {
+    fn default() -> Self {
+        Calibration {
+            page_bytes: 4096,
+            swapin_us: 10.0,
+            anon_reclaim_us: 1.99e6 / 262_144.0,
+            file_reclaim_us: 0.16e6 / 262_144.0,
+            direct_reclaim_factor: 2.0,
+            disk_bytes_per_s: (1u64 << 30) as f64,
+            lc_service_us: 126.0,
+            lc_service_p99_us: 436.0,
+            lc_pages_per_request: 2.0,
+            lc_lru_weight: 0.5,
+            swappiness: 60.0,
+            reclaim_cluster_pages: 32,
+            elastic_handle_us: 15_000.0,
+        }
+    }
+}
+
+impl Calibration {
+    /// Checks that every figure is finite, costs are non-negative and sizes positive.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let costs = [
+            ("swapin_us", self.swapin_us),
+            ("anon_reclaim_us", self.anon_reclaim_us),
+            ("file_reclaim_us", self.file_reclaim_us),
+            ("direct_reclaim_factor", self.direct_reclaim_factor),
+            ("lc_service_us", self.lc_service_us),
+            ("lc_service_p99_us", self.lc_service_p99_us),
+            ("lc_pages_per_request", self.lc_pages_per_request),
+            ("lc_lru_weight", self.lc_lru_weight),
+            ("swappiness", self.swappiness),
+            ("elastic_handle_us", self.elastic_handle_us),
+        ];
+        for (name, v) in costs {
+            anyhow::ensure!(
+                v.is_finite() && v >= 0.0,
+                "calibration {name} = {v}: must be finite and >= 0"
+            );
+        }
+        anyhow::ensure!(
+            self.disk_bytes_per_s.is_finite() && self.disk_bytes_per_s > 0.0,
+            "calibration disk_bytes_per_s must be positive"
+        );
+        anyhow::ensure!(
+            self.lc_service_p99_us >= self.lc_service_us,
+            "calibration lc_service_p99_us must be >= lc_service_us"
+        );
+        anyhow::ensure!(
+            self.page_bytes > 0 && self.page_bytes <= 1 << 30,
+            "calibration page_bytes must be in 1..=1 GiB"
+        );
+        anyhow::ensure!(
+            self.reclaim_cluster_pages <= 1 << 20,
+            "calibration reclaim_cluster_pages must be at most 2^20"
+        );
+        Ok(())
+    }
+
+    /// Throughput of one asynchronous reclaim worker on anonymous memory, bytes/s.
+    pub fn anon_worker_bytes_per_s(&self) -> f64 {
+        self.page_bytes as f64 / (self.anon_reclaim_us.max(1e-3) * 1e-6)
+    }
+
+    /// Throughput of one asynchronous reclaim worker on clean page cache, bytes/s.
+    pub fn file_worker_bytes_per_s(&self) -> f64 {
+        self.page_bytes as f64 / (self.file_reclaim_us.max(1e-3) * 1e-6)
+    }
+}

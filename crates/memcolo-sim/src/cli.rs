@@ -1,0 +1,250 @@
+//! `memcolo sim SCENARIO`: the command line, the summary table on stdout and the
+//! report written with `--out DIR` (`report.json`: settings and rows; `report.csv`:
+//! the rows).
+
+use crate::calib::Calibration;
+use crate::scenario::{self, Common};
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A scenario of `memcolo sim`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Hermes §5.1's colocation levels: an LC service and batch jobs at a pressure
+    /// level, kernel alone against memcolo (default node 2 GiB, 40 s per run).
+    Colocation,
+    /// M3 Fig. 5-like: three elastic jobs started 30 s apart, M3 against a static
+    /// partition (default node 64 GiB, 600 s).
+    M3Elastic,
+    /// Scale benchmark: 100 processes on a 1 TiB node for a simulated hour, timed.
+    Scale,
+}
+
+/// Arguments of `memcolo sim`.
+#[derive(Args, Debug, Clone)]
+pub struct SimArgs {
+    /// The scenario to run.
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+    /// Node memory (bytes, or with a K/M/G/T suffix, powers of 1024). Default per
+    /// scenario: colocation 2G, m3-elastic 64G, scale 1T.
+    #[arg(long, value_parser = parse_size)]
+    pub node_mem: Option<u64>,
+    /// Swap (far tier) size; default half the node memory.
+    #[arg(long, value_parser = parse_size)]
+    pub swap: Option<u64>,
+    /// Simulated seconds per run. Default per scenario: colocation 40 (10 s warm-up and
+    /// 30 s measured, as bench/colocation), m3-elastic 600,
+    /// scale 3600.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Step of the model, milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub step_ms: u64,
+    /// Seed of the model's random draws (the same seed gives the same report).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Colocation levels, % of the memory the LC service leaves to batch jobs.
+    #[arg(long, value_delimiter = ',', default_value = "0,100,125,150")]
+    pub levels: Vec<u32>,
+    /// m3-elastic: seconds between the starts of the three jobs.
+    #[arg(long, default_value_t = 30.0)]
+    pub stagger: f64,
+    /// LC latency SLO, milliseconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub slo_ms: f64,
+    /// JSON file overriding fields of the calibration (see `memcolo_sim::Calibration`).
+    #[arg(long)]
+    pub calibration: Option<PathBuf>,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write report.json and report.csv into this directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Parses `2G`, `512M`, `1T`, `4096` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M') => (&s[..s.len() - 1], 1 << 20),
+        Some('G') => (&s[..s.len() - 1], 1 << 30),
+        Some('T') => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("bad size `{s}`"))?;
+    if !v.is_finite() || v < 0.0 || v * mul as f64 > u64::MAX as f64 / 2.0 {
+        return Err(format!("size `{s}` out of range"));
+    }
+    Ok((v * mul as f64) as u64)
+}
+
+/// The whole report.
+#[derive(Serialize)]
+pub struct Report {
+    pub scenario: Scenario,
+    pub node_bytes: u64,
+    pub swap_bytes: u64,
+    pub duration_s: f64,
+    pub step_ms: u64,
+    pub seed: u64,
+    pub slo_ms: f64,
+    pub calibration: Calibration,
+    pub rows: Vec<serde_json::Value>,
+}
+
+/// Runs the scenario and returns its report.
+pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
+    let (mem, dur) = match a.scenario {
+        Scenario::Colocation => (2u64 << 30, 40.0),
+        Scenario::M3Elastic => (64 << 30, 600.0),
+        Scenario::Scale => (1 << 40, 3600.0),
+    };
+    let node_bytes = a.node_mem.unwrap_or(mem);
+    let duration_s = a.duration.unwrap_or(dur);
+    anyhow::ensure!(
+        duration_s.is_finite() && duration_s > 0.0,
+        "--duration must be positive"
+    );
+    anyhow::ensure!(a.step_ms > 0, "--step-ms must be positive");
+    let calib = match &a.calibration {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?
+        }
+        None => Calibration::default(),
+    };
+    let c = Common {
+        node_bytes,
+        swap_bytes: a.swap.unwrap_or(node_bytes / 2),
+        duration: Duration::from_secs_f64(duration_s),
+        step: Duration::from_millis(a.step_ms),
+        seed: a.seed,
+        calib,
+        slo_us: a.slo_ms * 1000.0,
+        warmup: match a.scenario {
+            Scenario::Colocation => {
+                Duration::from_secs(10).min(Duration::from_secs_f64(duration_s / 4.0))
+            }
+            _ => Duration::ZERO,
+        },
+    };
+    let rows: Vec<serde_json::Value> = match a.scenario {
+        Scenario::Colocation => to_values(scenario::colocation(&c, &a.levels)?)?,
+        Scenario::M3Elastic => {
+            anyhow::ensure!(
+                a.stagger.is_finite() && a.stagger >= 0.0,
+                "--stagger must be >= 0"
+            );
+            to_values(scenario::m3_elastic(&c, a.stagger)?)?
+        }
+        Scenario::Scale => to_values(scenario::scale(&c)?)?,
+    };
+    Ok(Report {
+        scenario: a.scenario,
+        node_bytes,
+        swap_bytes: c.swap_bytes,
+        duration_s,
+        step_ms: a.step_ms,
+        seed: a.seed,
+        slo_ms: a.slo_ms,
+        calibration: c.calib,
+        rows,
+    })
+}
+
+fn to_values<T: Serialize>(rows: Vec<T>) -> anyhow::Result<Vec<serde_json::Value>> {
+    rows.into_iter()
+        .map(|r| serde_json::to_value(r).map_err(Into::into))
+        .collect()
+}
+
+fn cell(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "-".into(),
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() => {
+                // `+ 0.0` turns the -0.0 of an empty sum into 0.
+                let f = f + 0.0;
+                if f.abs() >= 100.0 {
+                    format!("{f:.0}")
+                } else {
+                    format!("{f:.3}")
+                }
+            }
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+fn columns(rows: &[serde_json::Value]) -> Vec<String> {
+    rows.first()
+        .and_then(|r| r.as_object())
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The rows as CSV (header from the first row's fields).
+pub fn csv(rows: &[serde_json::Value]) -> String {
+    let cols = columns(rows);
+    let mut out = cols.join(",") + "\n";
+    for r in rows {
+        let line: Vec<String> = cols.iter().map(|c| cell(&r[c.as_str()])).collect();
+        out += &line.join(",");
+        out += "\n";
+    }
+    out
+}
+
+/// The rows as a Markdown table.
+pub fn table(rows: &[serde_json::Value]) -> String {
+    let cols = columns(rows);
+    let mut out = format!("| {} |\n", cols.join(" | "));
+    out += &format!("|{}\n", "---|".repeat(cols.len()));
+    for r in rows {
+        let line: Vec<String> = cols.iter().map(|c| cell(&r[c.as_str()])).collect();
+        out += &format!("| {} |\n", line.join(" | "));
+    }
+    out
+}
+
+/// `memcolo sim`: runs, prints, and writes the report if asked.
+pub fn run(a: &SimArgs) -> anyhow::Result<()> {
+    let r = report(a)?;
+    let json = serde_json::to_string_pretty(&r)?;
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(dir.join("report.json"), &json)?;
+        std::fs::write(dir.join("report.csv"), csv(&r.rows))?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        writeln!(stdout, "{json}")?;
+    } else {
+        writeln!(
+            stdout,
+            "memcolo sim {}: node {} MiB, swap {} MiB, {} s at {} ms steps, seed {}\n",
+            r.scenario
+                .to_possible_value()
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default(),
+            r.node_bytes >> 20,
+            r.swap_bytes >> 20,
+            r.duration_s,
+            r.step_ms,
+            r.seed
+        )?;
+        write!(stdout, "{}", table(&r.rows))?;
+    }
+    Ok(())
+}

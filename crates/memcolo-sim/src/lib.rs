@@ -1,0 +1,27 @@
+//! memcolo's node simulator: a discrete-time model of one node's memory (RAM, page
+//! cache, a swap or far tier, direct and asynchronous reclaim, fault latencies) on
+//! which the agent's own policy code runs — M3's [`memcolo_policy::m3::Monitor`],
+//! Hermes' [`memcolo_policy::hermes::plan_advice`] and Hermit's
+//! [`memcolo_policy::hermit::ReclaimScheduler`] — with elastic applications that
+//! answer through the Rust SDK's allow-rate gate ([`memcolo_sdk::gate`]), so that
+//! the policies are tried at sizes this machine cannot hold (a 1 TiB node, the
+//! papers' 64 GB experiments).
+//!
+//! Modules:
+//! - [`calib`]: [`Calibration`], the model's constants with their units and sources.
+//! - [`node`]: [`Node`], the model and the policy wiring.
+//! - [`scenario`]: the workloads of `memcolo sim SCENARIO`.
+//! - [`cli`]: `memcolo sim`'s arguments, table and report.
+//!
+//! A run is a deterministic function of its settings and seed: no clock is read by
+//! the model (the SDK's gate is given instants at a fixed base plus simulated time).
+//! Docs: `docs/sim.md`; measurements and validation: `bench/sim/RESULTS.md`.
+
+pub mod calib;
+pub mod cli;
+pub mod node;
+pub mod scenario;
+
+pub use calib::Calibration;
+pub use cli::{run, SimArgs};
+pub use node::{Mode, Node, NodeConfig, NodeStats, ProcSpec, Workload};
