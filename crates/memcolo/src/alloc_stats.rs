@@ -220,7 +220,7 @@ pub fn render(doc: &Value) -> Vec<String> {
             mib("skipped_incorrect_bytes")
         ),
         format!(
-            "reservation hits            {}   misses {}   ({} hits)   reservation {}, target {} MiB",
+            "reservation hits            {}   misses {}   ({} hits)   reservation {}, target {} MiB, reserved {} MiB",
             n("reserve_hits"),
             n("reserve_misses"),
             pct(doc["reserve_hit_share"].as_f64()),
@@ -229,7 +229,8 @@ pub fn render(doc: &Value) -> Vec<String> {
             } else {
                 "off"
             },
-            mib("reserve_target_bytes")
+            mib("reserve_target_bytes"),
+            mib("reserved_bytes")
         ),
         format!(
             "pool of large blocks        {} MiB   hits {}   misses {}",
@@ -308,7 +309,8 @@ mod tests {
              \"hugepage_coverage\":0.981000,\"hugepages_total\":10,\"hugepages_broken\":1,\
              \"realized_fragmentation_bytes\":1048576,\"skipped_subrelease_bytes\":4194304,\
              \"skipped_correct_bytes\":3145728,\"reserve_hits\":99,\"reserve_misses\":1,\
-             \"prefaulted_bytes\":8388608,\"released_total_bytes\":2097152,\"reservation_on\":1}}}}\n"
+             \"prefaulted_bytes\":8388608,\"released_total_bytes\":2097152,\"reservation_on\":1,\
+             \"reserved_bytes\":6291456}}}}\n"
         )
     }
 
@@ -350,6 +352,7 @@ mod tests {
             text.contains("reservation hits            99   misses 1"),
             "{text}"
         );
+        assert!(text.contains("reserved 6.0 MiB"), "{text}");
     }
 
     #[test]
