@@ -590,7 +590,10 @@ mod tests {
     #[test]
     fn handshake_and_register_anonymous_memory() {
         if let Err(why) = check_permission() {
-            eprintln!("skipped: {why}");
+            memcolo_testkit::cannot_run(
+                "handshake_and_register_anonymous_memory",
+                &why.to_string(),
+            );
             return;
         }
         let u = Uffd::open(features::PAGEFAULT_FLAG_WP).unwrap();
