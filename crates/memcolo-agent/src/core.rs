@@ -183,7 +183,7 @@ pub struct Core {
     dropped_notifications: u64,
     sense_error_logged: bool,
     /// The asynchronous reclaim service, when `[reclaim] enabled`.
-    reclaim: Option<crate::reclaim::ReclaimLink>,
+    reclaim: Option<crate::async_reclaim::AsyncReclaimLink>,
     /// The Hermes advice worker; without it no file is advised.
     advice: Option<AdviceLink>,
     /// CPUs the agent confined itself to (None: not confined).
@@ -1283,7 +1283,7 @@ impl Core {
 
     /// Connects the asynchronous reclaim service: every poll then hands it the
     /// registered targets, the LC process trees and the CPUs it may use.
-    pub fn attach_reclaim(&mut self, link: crate::reclaim::ReclaimLink) {
+    pub fn attach_reclaim(&mut self, link: crate::async_reclaim::AsyncReclaimLink) {
         self.reclaim = Some(link);
         let procs = self.read_procs_tracked();
         self.publish_reclaim_targets(&procs);
@@ -1306,7 +1306,7 @@ impl Core {
             // workers act through its pidfd after re-verifying it, so a pid reused
             // after this poll is never reached.
             if let Some(p) = self.proven.get(&e.pid) {
-                inputs.targets.push(crate::reclaim::ReclaimTarget {
+                inputs.targets.push(crate::async_reclaim::ReclaimTarget {
                     process: p.clone(),
                     class: e.class,
                 });

@@ -15,11 +15,11 @@ pub mod events;
 pub mod fake;
 pub mod filecache;
 pub mod identity;
+pub mod pageout;
 pub mod pidfd;
 pub mod probe;
 pub mod procfs;
 pub mod psi;
-pub mod reclaim;
 pub mod scope;
 pub mod swap;
 
