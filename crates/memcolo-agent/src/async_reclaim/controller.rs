@@ -16,7 +16,7 @@ use memcolo_linux::identity::ProvenProcess;
 use memcolo_linux::pageout::{PageoutCursor, VmaKind};
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::scope::Scope;
-use memcolo_policy::hermit::worker_placement;
+use memcolo_policy::hermit::{worker_placement, TargetRules};
 use memcolo_policy::hermit::{
     ReclaimDecision, ReclaimObservation, ReclaimScheduler, SampledTurnaround,
 };
@@ -288,14 +288,12 @@ impl Controller {
                 p.protected = Arc::new(protected);
             }
         }
-        // A group may be stepped when it is strictly inside the scope and holds no LC
-        // process (directly or in a child group).
-        let steppable = |path: &Path| -> bool {
-            let inside = scope_path
-                .as_ref()
-                .is_none_or(|s| path.starts_with(s) && path != s.as_path());
-            inside && (rc.allow_lc || !lc_groups.iter().any(|l| l.starts_with(path)))
+        let rules = TargetRules {
+            include_elastic: rc.include_elastic,
+            allow_lc: rc.allow_lc,
         };
+        let steppable =
+            |path: &Path| rules.may_reclaim_group(path, scope_path.as_deref(), &lc_groups);
         type Wanted = (
             Class,
             Option<(MemoryCgroup, Vec<Arc<ProvenProcess>>)>,
@@ -303,20 +301,10 @@ impl Controller {
         );
         let mut wanted: BTreeMap<String, Wanted> = BTreeMap::new();
         let mut order: Vec<ReclaimTarget> = self.snap.targets.clone();
-        // BE before elastic before LC.
-        order.sort_by_key(|t| match t.class {
-            Class::Be => 0,
-            Class::Elastic => 1,
-            Class::Lc => 2,
-        });
+        order.sort_by_key(|t| TargetRules::rank(t.class));
         for ReclaimTarget { process, class } in order {
             let pid = process.pid();
-            let allowed = match class {
-                Class::Be => true,
-                Class::Elastic => rc.include_elastic,
-                Class::Lc => rc.allow_lc,
-            };
-            if !allowed || (!rc.allow_lc && self.snap.lc_pids.contains(&pid)) {
+            if !rules.eligible(class, self.snap.lc_pids.contains(&pid)) {
                 continue;
             }
             let cg = if rc.mechanism != "process" {
