@@ -2038,25 +2038,30 @@ mod tests {
 
     #[test]
     fn targets_are_be_then_elastic_then_lc_as_the_settings_allow() {
-        let strict = TargetRules::default();
-        assert!(strict.eligible(Class::Be, false));
-        assert!(!strict.eligible(Class::Elastic, false));
-        assert!(!strict.eligible(Class::Lc, false));
-        // A BE process inside an LC process's tree is spared.
-        assert!(!strict.eligible(Class::Be, true));
-        let elastic = TargetRules {
-            include_elastic: true,
-            allow_lc: false,
+        let rules = |include_elastic, allow_lc| TargetRules {
+            include_elastic,
+            allow_lc,
         };
-        assert!(elastic.eligible(Class::Elastic, false));
-        assert!(!elastic.eligible(Class::Elastic, true));
-        assert!(!elastic.eligible(Class::Lc, false));
-        let all = TargetRules {
-            include_elastic: true,
-            allow_lc: true,
-        };
-        assert!(all.eligible(Class::Lc, true));
-        assert!(all.eligible(Class::Be, true));
+        // (include_elastic, allow_lc), class, in an LC process's tree → a target.
+        let table = [
+            ((false, false), Class::Be, false, true),
+            ((false, false), Class::Elastic, false, false),
+            ((false, false), Class::Lc, false, false),
+            // A BE process inside an LC process's tree is spared.
+            ((false, false), Class::Be, true, false),
+            ((true, false), Class::Elastic, false, true),
+            ((true, false), Class::Elastic, true, false),
+            ((true, false), Class::Lc, false, false),
+            ((true, true), Class::Lc, true, true),
+            ((true, true), Class::Be, true, true),
+        ];
+        for ((e, l), class, in_lc, want) in table {
+            assert_eq!(
+                rules(e, l).eligible(class, in_lc),
+                want,
+                "{class:?} in LC tree {in_lc}, include_elastic {e}, allow_lc {l}"
+            );
+        }
         let mut classes = vec![Class::Lc, Class::Be, Class::Elastic, Class::Be];
         classes.sort_by_key(|c| TargetRules::rank(*c));
         assert_eq!(classes, [Class::Be, Class::Be, Class::Elastic, Class::Lc]);
