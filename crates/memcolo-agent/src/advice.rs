@@ -12,13 +12,14 @@
 //! keeps answering clients and polling.
 //!
 //! A round:
-//! 1. proves each process's identity ([`ProvenProcess::open`]: pidfd, start time,
-//!    uids); a BE job's uid is its registered process's, and a descendant that runs
+//! 1. proves each process's identity
+//!    ([`memcolo_linux::identity::ProvenProcess::open`]: pidfd, start time, uids); a
+//!    BE job's uid is its registered process's, and a descendant that runs
 //!    as another uid is left out;
 //! 2. lists the identities of every file an LC process holds (never advised, rule H2)
 //!    and the regular files each BE process holds and owns
-//!    ([`ProvenProcess::owned_files`]: `pidfd_getfd(2)` and `/proc/PID/map_files`,
-//!    never a path walk), deduplicated by `(st_dev, st_ino)`;
+//!    ([`memcolo_linux::filecache::ProcessFiles::owned_files`]: `pidfd_getfd(2)` and
+//!    `/proc/PID/map_files`, never a path walk), deduplicated by `(st_dev, st_ino)`;
 //! 3. measures each BE file's clean page cache (what advice can drop) on the agent's
 //!    own descriptor;
 //! 4. plans with [`memcolo_policy::hermes::plan_advice`] (largest first until used

@@ -145,7 +145,9 @@ pub struct M3Section {
     pub sort_order: SortOrder,
     /// Seconds above top before BE processes are killed. Default 30.
     pub kill_after_s: u64,
-    /// Reports averaged into a process's expected reclamation. Default 5 (M3 §5.1).
+    /// `reclaimed` answers averaged into a process's expected reclamation, the bytes
+    /// it is expected to free itself when notified (M3 §5.1; not the agent's page-out).
+    /// Default 5.
     pub reclaim_history: usize,
     /// Seconds before a process with an unanswered notification is notified again
     /// at the same level. Default 5.
@@ -330,7 +332,7 @@ pub struct ReclaimSection {
 impl Default for ReclaimSection {
     fn default() -> Self {
         let p = memcolo_policy::hermit::ReclaimConfig::default();
-        let sampler = crate::reclaim::turnaround::TurnaroundConfig::default();
+        let sampler = crate::async_reclaim::turnaround::TurnaroundConfig::default();
         ReclaimSection {
             enabled: true,
             tick_ms: p.tick.as_millis() as u64,
@@ -739,7 +741,7 @@ mod tests {
             r.scheduler_config(1),
             memcolo_policy::hermit::ReclaimConfig::default()
         );
-        let t = crate::reclaim::turnaround::TurnaroundConfig::default();
+        let t = crate::async_reclaim::turnaround::TurnaroundConfig::default();
         assert_eq!(r.turnaround_samples, t.capacity);
         assert_eq!(Duration::from_millis(r.turnaround_poll_ms), t.poll);
         assert_eq!(Duration::from_secs(r.turnaround_horizon_s), t.horizon);

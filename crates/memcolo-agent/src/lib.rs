@@ -10,12 +10,12 @@
 //! watchers are tasks that send it messages.
 
 pub mod advice;
+pub mod async_reclaim;
 pub mod config;
 pub mod core;
 pub mod eventlog;
 pub mod mechanisms;
 pub mod metrics;
-pub mod reclaim;
 pub mod registry;
 pub mod server;
 pub mod snapshot;
@@ -275,7 +275,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     // Reclaim is on by default too: where it cannot start, the agent runs without it
     // and says why.
     let reclaim = if cfg.reclaim.enabled {
-        match reclaim::ReclaimService::start(&cfg, metrics.clone()) {
+        match async_reclaim::AsyncReclaimService::start(&cfg, metrics.clone()) {
             Ok(r) => Some(r),
             Err(e) => {
                 tracing::warn!(error = %e, "Hermit reclaim cannot start; running without it");

@@ -11,7 +11,7 @@
 //! (never a half-written one, and never blocks the poll). Readers: the reclaim
 //! controller (Hermit), every `reclaim.tick_ms`; see `docs/architecture.md`.
 
-use crate::reclaim::ReclaimTarget;
+use crate::async_reclaim::ReclaimTarget;
 use memcolo_linux::scope::ScopeSample;
 use memcolo_policy::Pid;
 use std::collections::{BTreeMap, BTreeSet};

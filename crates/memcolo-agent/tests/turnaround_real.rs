@@ -8,11 +8,11 @@
 
 mod support;
 
-use memcolo_agent::reclaim::turnaround::{
+use memcolo_agent::async_reclaim::turnaround::{
     EvictionWatch, PageSource, PageState, ProcPages, TurnaroundConfig, TurnaroundSampler,
 };
+use memcolo_linux::pageout::{PageoutCursor, VmaKind};
 use memcolo_linux::procfs::ProcFs;
-use memcolo_linux::reclaim::{PageoutCursor, VmaKind};
 use std::time::{Duration, Instant};
 use support::{Holder, Scratch, MIB};
 

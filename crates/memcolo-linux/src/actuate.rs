@@ -14,9 +14,9 @@
 use crate::error::{Error, Result};
 use crate::filecache::CachedFile;
 use crate::identity::ProvenProcess;
+use crate::pageout::{self, ReclaimAdvice, VmaKind};
 use crate::pidfd;
 use crate::procfs::ProcFs;
-use crate::reclaim::{self, ReclaimAdvice, VmaKind};
 use memcolo_policy::types::Pid;
 use std::path::PathBuf;
 
@@ -104,7 +104,7 @@ impl Actuator for LinuxActuator {
         advice: ReclaimAdvice,
         kind: VmaKind,
     ) -> Result<u64> {
-        let report = reclaim::reclaim_process(&ProcFs::root(), p, advice, kind)?;
+        let report = pageout::reclaim_process(&ProcFs::root(), p, advice, kind)?;
         tracing::debug!(pid = p.pid(), ?advice, ?kind, ?report, "process reclaim");
         Ok(report.advised_bytes)
     }

@@ -35,9 +35,9 @@
 
 use crate::error::{Error, Result};
 use crate::identity::{IdentityError, ProvenProcess};
+use crate::pageout::FileId;
 use crate::pidfd;
 use crate::procfs::ProcFs;
-use crate::reclaim::FileId;
 use memcolo_policy::types::Pid;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, SFlag};

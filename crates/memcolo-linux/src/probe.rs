@@ -18,8 +18,8 @@
 
 use crate::events::{psi_trigger, PSI_UNPRIVILEGED_WINDOW_US};
 use crate::identity::peer_pidfd;
+use crate::pageout::{process_madvise, ReclaimAdvice};
 use crate::pidfd::pidfd_open;
-use crate::reclaim::{process_madvise, ReclaimAdvice};
 use crate::Error;
 use memcolo_policy::types::Pid;
 use serde::Serialize;

@@ -540,11 +540,11 @@ fn process_madvise_pages_out_a_childs_file_mapping() {
     assert!(before.rss_file_bytes >= 30 * MIB, "{before:?}");
     let proven = memcolo_linux::identity::ProvenProcess::open(&procfs, pid, None).unwrap();
 
-    let report = memcolo_linux::reclaim::reclaim_process(
+    let report = memcolo_linux::pageout::reclaim_process(
         &procfs,
         &proven,
-        memcolo_linux::reclaim::ReclaimAdvice::Pageout,
-        memcolo_linux::reclaim::VmaKind::File,
+        memcolo_linux::pageout::ReclaimAdvice::Pageout,
+        memcolo_linux::pageout::VmaKind::File,
     )
     .unwrap();
     assert!(report.vmas > 0);
@@ -565,8 +565,8 @@ fn process_madvise_pages_out_a_childs_file_mapping() {
     let advised = LinuxActuator
         .reclaim_process(
             &proven,
-            memcolo_linux::reclaim::ReclaimAdvice::Cold,
-            memcolo_linux::reclaim::VmaKind::Anon,
+            memcolo_linux::pageout::ReclaimAdvice::Cold,
+            memcolo_linux::pageout::VmaKind::Anon,
         )
         .unwrap();
     assert!(advised >= 16 * MIB, "{advised}");
@@ -581,8 +581,8 @@ fn process_madvise_pages_out_a_childs_file_mapping() {
     assert!(LinuxActuator
         .reclaim_process(
             &proven,
-            memcolo_linux::reclaim::ReclaimAdvice::Cold,
-            memcolo_linux::reclaim::VmaKind::All
+            memcolo_linux::pageout::ReclaimAdvice::Cold,
+            memcolo_linux::pageout::VmaKind::All
         )
         .unwrap_err()
         .is_not_found());

@@ -85,8 +85,10 @@
 //! counters as deltas since its previous observation.
 
 use crate::error::PolicyError;
+use crate::types::Class;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Tunables of [`ReclaimScheduler`]. Defaults in [`ReclaimConfig::default`].
@@ -924,6 +926,55 @@ pub fn worker_placement(
     };
     let nice = configured_nice.unwrap_or(if cpus.is_some() || !lc_present { 0 } else { 10 });
     WorkerPlacement { cpus, nice }
+}
+
+/// Which registered processes and memory cgroups asynchronous reclaim may take memory
+/// from (memcolo's; Hermit reclaims for the node without classes). The settings are
+/// `reclaim.include_elastic` and `reclaim.allow_lc`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TargetRules {
+    /// Elastic processes are targets too (they also give memory back when notified).
+    pub include_elastic: bool,
+    /// LC processes, and groups holding one, may be reclaimed (tests and experiments).
+    pub allow_lc: bool,
+}
+
+impl TargetRules {
+    /// Whether a registered process of `class` is a reclaim target. `in_lc_tree`: it
+    /// is also a process of a registered LC process's tree (a BE job started under an
+    /// LC service), which is spared unless LC is allowed.
+    pub fn eligible(&self, class: Class, in_lc_tree: bool) -> bool {
+        let by_class = match class {
+            Class::Be => true,
+            Class::Elastic => self.include_elastic,
+            Class::Lc => self.allow_lc,
+        };
+        by_class && (self.allow_lc || !in_lc_tree)
+    }
+
+    /// The order targets are taken in, lowest first: BE, then elastic, then LC.
+    pub fn rank(class: Class) -> u8 {
+        match class {
+            Class::Be => 0,
+            Class::Elastic => 1,
+            Class::Lc => 2,
+        }
+    }
+
+    /// Whether the memory cgroup at `group` may be reclaimed as a whole (the kernel's
+    /// LRU of the group picks the pages: v2 `memory.reclaim`, v1 a limit step): it is
+    /// strictly inside the scope (`scope`: the scope's group, `None` for the host)
+    /// and, unless LC is allowed, no LC process's group (`lc_groups`) is it or below
+    /// it. Paths are compared by components, as the cgroup file system names them.
+    pub fn may_reclaim_group(
+        &self,
+        group: &Path,
+        scope: Option<&Path>,
+        lc_groups: &[PathBuf],
+    ) -> bool {
+        let inside = scope.is_none_or(|s| group.starts_with(s) && group != s);
+        inside && (self.allow_lc || !lc_groups.iter().any(|l| l.starts_with(group)))
+    }
 }
 
 #[cfg(test)]
@@ -1983,5 +2034,63 @@ mod tests {
                 nice: 0
             }
         );
+    }
+
+    #[test]
+    fn targets_are_be_then_elastic_then_lc_as_the_settings_allow() {
+        let rules = |include_elastic, allow_lc| TargetRules {
+            include_elastic,
+            allow_lc,
+        };
+        // (include_elastic, allow_lc), class, in an LC process's tree → a target.
+        let table = [
+            ((false, false), Class::Be, false, true),
+            ((false, false), Class::Elastic, false, false),
+            ((false, false), Class::Lc, false, false),
+            // A BE process inside an LC process's tree is spared.
+            ((false, false), Class::Be, true, false),
+            ((true, false), Class::Elastic, false, true),
+            ((true, false), Class::Elastic, true, false),
+            ((true, false), Class::Lc, false, false),
+            ((true, true), Class::Lc, true, true),
+            ((true, true), Class::Be, true, true),
+        ];
+        for ((e, l), class, in_lc, want) in table {
+            assert_eq!(
+                rules(e, l).eligible(class, in_lc),
+                want,
+                "{class:?} in LC tree {in_lc}, include_elastic {e}, allow_lc {l}"
+            );
+        }
+        let mut classes = vec![Class::Lc, Class::Be, Class::Elastic, Class::Be];
+        classes.sort_by_key(|c| TargetRules::rank(*c));
+        assert_eq!(classes, [Class::Be, Class::Be, Class::Elastic, Class::Lc]);
+    }
+
+    #[test]
+    fn a_group_is_reclaimed_whole_only_strictly_inside_the_scope_and_without_lc() {
+        let rules = TargetRules::default();
+        let scope = Path::new("/cg/node");
+        let lc = vec![PathBuf::from("/cg/node/svc/lc")];
+        // Inside the scope, no LC below: yes.
+        assert!(rules.may_reclaim_group(Path::new("/cg/node/be"), Some(scope), &lc));
+        // The scope itself, a group outside it, a sibling by name prefix only: no.
+        assert!(!rules.may_reclaim_group(scope, Some(scope), &lc));
+        assert!(!rules.may_reclaim_group(Path::new("/cg/other"), Some(scope), &lc));
+        assert!(!rules.may_reclaim_group(Path::new("/cg/node2/be"), Some(scope), &lc));
+        // A group holding an LC process, itself or in a child group: no.
+        assert!(!rules.may_reclaim_group(Path::new("/cg/node/svc"), Some(scope), &lc));
+        assert!(!rules.may_reclaim_group(Path::new("/cg/node/svc/lc"), Some(scope), &lc));
+        // A group beside the LC one whose name extends it: yes.
+        assert!(rules.may_reclaim_group(Path::new("/cg/node/svc/lc2"), Some(scope), &lc));
+        // The host scope: any group without LC.
+        assert!(rules.may_reclaim_group(Path::new("/cg/be"), None, &lc));
+        // LC allowed: the LC group too, but never the scope itself.
+        let all = TargetRules {
+            include_elastic: true,
+            allow_lc: true,
+        };
+        assert!(all.may_reclaim_group(Path::new("/cg/node/svc"), Some(scope), &lc));
+        assert!(!all.may_reclaim_group(scope, Some(scope), &lc));
     }
 }

@@ -242,7 +242,8 @@ pub struct M3Config {
     pub sort_order: SortOrder,
     /// Above top for this long: kill BE processes (R5). 30 s by default.
     pub kill_after: Duration,
-    /// Expected reclamation of a process = mean of its last this many reports (5).
+    /// Expected reclamation of a process (bytes it frees itself when notified) = mean
+    /// of its last this many `reclaimed` answers (5).
     pub reclaim_history: usize,
     /// A process with an unanswered signal of the same or a higher level younger than
     /// this is not signalled again (R7). 5 s by default.

@@ -67,8 +67,11 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pid: Option<Pid>,
     },
-    /// The answer to a [`Reply::Notify`]: bytes given back and the time it took.
-    /// `seq` names the notification answered; `ok: false` reports a failed handler.
+    /// The answer to a [`Reply::Notify`]: the bytes the process itself gave back to
+    /// the OS in its handler (M3's *reclamation* by the application, §4.2: freed
+    /// caches, a shrunk heap; not the agent's page-out of its memory) and the time it
+    /// took. `seq` names the notification answered; `ok: false` reports a failed
+    /// handler.
     Reclaimed {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pid: Option<Pid>,

@@ -9,11 +9,10 @@
 
 mod common;
 
-use common::wait_for;
+use common::agent::{Agent, AgentCommand};
 use memcolo_agent::config::AgentConfig;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const EXE: &str = env!("CARGO_BIN_EXE_memcolo");
@@ -120,33 +119,20 @@ fn agent_help_names_the_five_mechanisms_and_their_defaults() {
 }
 
 /// Starts an agent with `args` in `dir`; returns it once its socket answers.
-fn start_agent(dir: &Path, args: &[&str]) -> std::process::Child {
+fn start_agent(dir: &Path, args: &[&str]) -> Agent {
     start_agent_with(dir, Path::new("/dev/null"), args)
 }
 
-/// Starts an agent with the file `config` and `args` in `dir`.
-fn start_agent_with(dir: &Path, config: &Path, args: &[&str]) -> std::process::Child {
-    let sock = dir.join("agent.sock");
+/// Starts an agent with the file `config` and `args` in `dir`, its log in
+/// `dir/agent.log`.
+fn start_agent_with(dir: &Path, config: &Path, args: &[&str]) -> Agent {
     let log = std::fs::File::create(dir.join("agent.log")).unwrap();
-    let agent = Command::new(EXE)
-        .arg("agent")
-        .arg("--config")
-        .arg(config)
-        .arg("--socket")
-        .arg(&sock)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .args(["--metrics-addr", "off"])
+    AgentCommand::new(EXE, dir)
+        .config(config)
         .args(args)
-        .env("MEMCOLO_LOG", "info")
-        .stdout(Stdio::null())
+        .log("info")
         .stderr(log)
-        .spawn()
-        .unwrap();
-    wait_for("the agent's socket", Duration::from_secs(20), || {
-        UnixStream::connect(&sock).is_ok()
-    });
-    agent
+        .start()
 }
 
 #[test]
@@ -155,7 +141,7 @@ fn a_running_agent_names_its_mechanisms_in_its_log_and_status() {
     // Defaults: every mechanism on; tier.sock beside agent.sock.
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("agent.sock");
-    let mut agent = start_agent(dir.path(), &[]);
+    let agent = start_agent(dir.path(), &[]);
     let st = common::agent_status(EXE, &sock);
     let tier_sock = dir.path().join("tier.sock").exists();
     let text = Command::new(EXE)
@@ -163,8 +149,7 @@ fn a_running_agent_names_its_mechanisms_in_its_log_and_status() {
         .arg(&sock)
         .output()
         .unwrap();
-    let _ = agent.kill();
-    let _ = agent.wait();
+    drop(agent);
     assert_eq!(
         st["mechanisms"],
         serde_json::json!({"m3": true, "advice": true, "reclaim": true, "tier": true}),
@@ -197,11 +182,10 @@ fn a_running_agent_names_its_mechanisms_in_its_log_and_status() {
     // Switched off from the command line: no tier.sock, and status says why.
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("agent.sock");
-    let mut agent = start_agent(dir.path(), &["--no-tier", "--no-advice", "--no-reclaim"]);
+    let agent = start_agent(dir.path(), &["--no-tier", "--no-advice", "--no-reclaim"]);
     let st = common::agent_status(EXE, &sock);
     let tier_sock = dir.path().join("tier.sock").exists();
-    let _ = agent.kill();
-    let _ = agent.wait();
+    drop(agent);
     assert_eq!(
         st["mechanisms"],
         serde_json::json!({"m3": true, "advice": false, "reclaim": false, "tier": false})
@@ -255,13 +239,12 @@ fn thread_switches_now(pid: u32, comm: &str) -> Option<u64> {
 fn idle_tiering_sleeps_until_a_region_arrives() {
     common::require_root();
     let dir = tempfile::tempdir().unwrap();
-    let mut agent = start_agent(dir.path(), &["--tier"]);
-    let pid = agent.id();
+    let agent = start_agent(dir.path(), &["--tier"]);
+    let pid = agent.pid() as u32;
     let before = thread_switches(pid, "tier-policy");
     std::thread::sleep(Duration::from_secs(2));
     let after = thread_switches(pid, "tier-policy");
-    let _ = agent.kill();
-    let _ = agent.wait();
+    drop(agent);
     // It looks for a region every 200 ms: about 10 wake-ups in 2 s. Waking at every
     // 10 ms sampling slot with no region to sample would be about 200; a slower or
     // busier machine only wakes it less.
@@ -285,10 +268,9 @@ fn tiering_that_cannot_start_leaves_the_agent_running_and_says_why() {
         format!("[tier]\nsocket = \"{}/tier.sock\"\n", blocker.display()),
     )
     .unwrap();
-    let mut agent = start_agent_with(dir.path(), &cfg, &[]);
+    let agent = start_agent_with(dir.path(), &cfg, &[]);
     let st = common::agent_status(EXE, &dir.path().join("agent.sock"));
-    let _ = agent.kill();
-    let _ = agent.wait();
+    drop(agent);
     assert_eq!(st["mechanisms"]["tier"], false, "{st}");
     assert_eq!(st["mechanisms"]["m3"], true, "{st}");
     let why = st["mechanisms_off"]["tier"].as_str().unwrap_or_default();

@@ -12,6 +12,7 @@
 
 mod common;
 
+use common::agent::AgentCommand;
 use common::{agent_status, wait_for};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -141,36 +142,13 @@ fn agent_manages_real_processes_in_a_cgroup_scope() {
     }
     memcolo_linux::filecache::fadvise_dontneed(&data).unwrap();
 
-    let sock = tmp.path().join("agent.sock");
-    let ev = tmp.path().join("events.jsonl");
-    let agent = Command::new(exe)
-        .args([
-            "agent",
-            // What this test follows is Hermes' advice and M3's signals; Hermit
-            // reclaim (on by default) would drop the BE file's cache first, in a race.
-            "--no-reclaim",
-            "--metrics-addr",
-            "off",
-            "--poll-ms",
-            "200",
-            "--kill-after-s",
-            "3600",
-        ])
-        .arg("--scope")
-        .arg(format!("cgroup:{}", scope.display()))
-        .arg("--socket")
-        .arg(&sock)
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        .arg("--event-log")
-        .arg(&ev)
-        .env("MEMCOLO_LOG", "warn")
-        .spawn()
-        .unwrap();
-    guard.children.push(agent);
-    wait_for("the agent's socket", Duration::from_secs(30), || {
-        sock.exists()
-    });
+    // What this test follows is Hermes' advice and M3's signals; Hermit reclaim (on by
+    // default) would drop the BE file's cache first, in a race.
+    let agent = AgentCommand::new(exe, tmp.path())
+        .args(["--no-reclaim", "--poll-ms", "200", "--kill-after-s", "3600"])
+        .scope(&scope)
+        .start();
+    let (sock, ev) = (agent.socket.clone(), agent.event_log.clone());
 
     // LC: a real process that must come through untouched.
     let lc = Command::new(exe)
@@ -326,5 +304,6 @@ fn agent_manages_real_processes_in_a_cgroup_scope() {
         .unwrap()
         .iter()
         .any(|p| p["pid"] == lc_pid));
+    drop(agent);
     drop(guard);
 }

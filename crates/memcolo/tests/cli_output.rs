@@ -6,34 +6,21 @@
 
 mod common;
 
-use common::wait_for;
-use std::os::unix::net::UnixStream;
+use common::agent::AgentCommand;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 #[test]
 fn status_into_a_closed_pipe_ends_quietly_and_the_agent_log_has_no_colour_codes() {
     common::require_root();
     let exe = env!("CARGO_BIN_EXE_memcolo");
     let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("agent.sock");
     let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
-    let mut agent = Command::new(exe)
-        .arg("agent")
-        .arg("--socket")
-        .arg(&sock)
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .args(["--metrics-addr", "off"])
-        .env("MEMCOLO_LOG", "info")
-        .stdout(Stdio::null())
+    let agent = AgentCommand::new(exe, dir.path())
+        .log("info")
         .stderr(log)
-        .spawn()
-        .unwrap();
-    wait_for("the agent's socket", Duration::from_secs(20), || {
-        UnixStream::connect(&sock).is_ok()
-    });
+        .start();
+    let sock = agent.socket.clone();
     // A pipe whose read end is closed before `status` writes: every write fails.
     let (rd, wr) = nix::unistd::pipe().unwrap();
     drop(rd);
@@ -45,8 +32,7 @@ fn status_into_a_closed_pipe_ends_quietly_and_the_agent_log_has_no_colour_codes(
         .stderr(Stdio::piped())
         .output()
         .unwrap();
-    let _ = agent.kill();
-    let _ = agent.wait();
+    drop(agent);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "status panicked: {err}");
     assert!(

@@ -19,6 +19,8 @@
 
 mod common;
 
+use common::agent::{Agent, AgentCommand};
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -56,9 +58,9 @@ def ready():
 struct Rig {
     scope: PathBuf,
     work: PathBuf,
-    sock: PathBuf,
-    ev: PathBuf,
     metrics_addr: String,
+    agent: Option<Agent>,
+    /// The tenants.
     children: Vec<Child>,
     _tmp: tempfile::TempDir,
 }
@@ -91,12 +93,11 @@ impl Rig {
         let mut rig = Rig {
             scope: scope.clone(),
             work,
-            sock: tmp.path().join("agent.sock"),
-            ev: tmp.path().join("events.jsonl"),
             metrics_addr: {
                 let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
                 l.local_addr().unwrap().to_string()
             },
+            agent: None,
             children: vec![],
             _tmp: tmp,
         };
@@ -106,35 +107,21 @@ impl Rig {
         )
         .unwrap();
         // adv_thr = 5 % of 512 MiB = 25.6 MiB: every tenant's ballast is above it.
-        let agent = Command::new(exe)
-            // Hermes' advice alone: Hermit reclaim (on by default) drops BE page
-            // cache too, and would race the advice this test follows.
-            .args([
-                "agent",
-                "--no-reclaim",
-                "--poll-ms",
-                "200",
-                "--kill-after-s",
-                "3600",
-            ])
-            .args(["--adv-thr-ratio", "0.05", "--metrics-addr"])
-            .arg(&rig.metrics_addr)
-            .arg("--scope")
-            .arg(format!("cgroup:{}", scope.display()))
-            .arg("--socket")
-            .arg(&rig.sock)
-            .arg("--state-dir")
-            .arg(rig._tmp.path().join("state"))
-            .arg("--event-log")
-            .arg(&rig.ev)
-            .env("MEMCOLO_LOG", "warn")
-            .spawn()
-            .unwrap();
-        rig.children.push(agent);
-        common::wait_for("the agent's socket", Duration::from_secs(60), || {
-            rig.sock.exists()
-        });
+        // Hermes' advice alone: Hermit reclaim (on by default) drops BE page cache
+        // too, and would race the advice this test follows.
+        let agent = AgentCommand::new(exe, rig._tmp.path())
+            .args(["--no-reclaim", "--poll-ms", "200", "--kill-after-s", "3600"])
+            .args(["--adv-thr-ratio", "0.05"])
+            .metrics(&rig.metrics_addr)
+            .scope(&scope)
+            .start();
+        rig.agent = Some(agent);
         rig
+    }
+
+    /// The running agent.
+    fn agent(&self) -> &Agent {
+        self.agent.as_ref().expect("the rig's agent runs")
     }
 
     /// A directory of the work directory owned by `uid`.
@@ -185,7 +172,7 @@ impl Rig {
     /// One request line on a fresh connection; panics when no answer comes within
     /// [`ANSWER_LIMIT`] (the agent's main loop is stuck).
     fn request(&self, line: &str) -> Value {
-        let mut s = UnixStream::connect(&self.sock).unwrap();
+        let mut s = UnixStream::connect(&self.agent().socket).unwrap();
         s.set_read_timeout(Some(ANSWER_LIMIT)).unwrap();
         s.set_write_timeout(Some(ANSWER_LIMIT)).unwrap();
         s.write_all(format!("{line}\n").as_bytes()).unwrap();
@@ -238,7 +225,7 @@ impl Rig {
     }
 
     fn events(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.ev)
+        std::fs::read_to_string(&self.agent().event_log)
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
@@ -256,6 +243,7 @@ impl Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
+        drop(self.agent.take());
         for c in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();

@@ -25,6 +25,8 @@
 
 mod common;
 
+use common::agent::AgentCommand;
+
 use common::{agent_status, wait_for};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -198,32 +200,15 @@ fn sixty_seconds_in_yellow_give_at_most_one_low_per_poll_period() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
     };
-    let sock = tmp.path().join("agent.sock");
-    let ev = tmp.path().join("events.jsonl");
-    let agent = Command::new(exe)
-        .arg("agent")
-        // M3's notifications alone: Hermit reclaim (on by default) would take the
-        // filler's memory and move the node out of the yellow zone under the test.
-        .arg("--no-reclaim")
-        .arg("--config")
-        .arg(&config)
-        .args(["--metrics-addr", &metrics_addr])
-        .args(["--poll-ms", &POLL_MS.to_string()])
-        .arg("--scope")
-        .arg(format!("cgroup:{}", scope.display()))
-        .arg("--socket")
-        .arg(&sock)
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        .arg("--event-log")
-        .arg(&ev)
-        .env("MEMCOLO_LOG", "warn")
-        .spawn()
-        .unwrap();
-    guard.children.push(agent);
-    wait_for("the agent's socket", Duration::from_secs(30), || {
-        sock.exists()
-    });
+    // M3's notifications alone: Hermit reclaim (on by default) would take the filler's
+    // memory and move the node out of the yellow zone under the test.
+    let agent = AgentCommand::new(exe, tmp.path())
+        .args(["--no-reclaim", "--poll-ms", &POLL_MS.to_string()])
+        .config(&config)
+        .metrics(&metrics_addr)
+        .scope(&scope)
+        .start();
+    let (sock, ev) = (agent.socket.clone(), agent.event_log.clone());
     let status = || agent_status(exe, &sock);
     let th = status()["thresholds"].clone();
     let (low, high) = (
@@ -391,5 +376,6 @@ fn sixty_seconds_in_yellow_give_at_most_one_low_per_poll_period() {
         "{} lows in {periods} poll periods: {summary}",
         lows.len()
     );
+    drop(agent);
     drop(guard);
 }

@@ -24,31 +24,21 @@ mod support;
 
 mod common;
 
+use common::agent::{Agent, AgentCommand};
+
 use common::{agent_status, wait_for};
 use memcolo_linux::cgroup::Limit;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use support::{Holder, Scratch, MIB};
-
-/// The agent, killed on drop unless it was stopped.
-struct Agent(Option<Child>);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// Starts `memcolo agent` over the cgroup `scope` with the config file `cfg`, metrics on
 /// `metrics` (an `addr:port`), a 200 ms poll and `extra` arguments; its socket
 /// (`agent.sock`), state directory (`state`) and event log (`events.jsonl`) live in
-/// `dir`. Returns once the socket exists (at most 30 s), with the socket's path.
+/// `dir` ([`AgentCommand`]). Returns once the socket answers, with the socket's path.
 fn start_agent(
     exe: &str,
     dir: &Path,
@@ -57,29 +47,14 @@ fn start_agent(
     metrics: &str,
     extra: &[&str],
 ) -> (Agent, PathBuf) {
-    let sock = dir.join("agent.sock");
-    let agent = Agent(Some(
-        Command::new(exe)
-            .arg("agent")
-            .arg("--config")
-            .arg(cfg)
-            .args(["--metrics-addr", metrics, "--poll-ms", "200"])
-            .args(extra)
-            .arg("--scope")
-            .arg(format!("cgroup:{}", scope.display()))
-            .arg("--socket")
-            .arg(&sock)
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--event-log")
-            .arg(dir.join("events.jsonl"))
-            .env("MEMCOLO_LOG", "warn")
-            .spawn()
-            .unwrap(),
-    ));
-    wait_for("the agent's socket", Duration::from_secs(30), || {
-        sock.exists()
-    });
+    let agent = AgentCommand::new(exe, dir)
+        .config(cfg)
+        .metrics(metrics)
+        .args(["--poll-ms", "200"])
+        .args(extra)
+        .scope(scope)
+        .start();
+    let sock = agent.socket.clone();
     (agent, sock)
 }
 
@@ -337,20 +312,9 @@ fn reclaim_agent_pages_out_be_memory_and_never_lc() {
     wait_for("the workers busy again", Duration::from_secs(60), || {
         status()["reclaim"]["batches_total"].as_u64().unwrap() > batches
     });
-    let mut child = agent.0.take().unwrap();
-    // SAFETY: kill takes no pointers; the agent is this test's child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let t0 = Instant::now();
-    let exit = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t0.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("the agent did not stop within 60 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let exit = agent
+        .terminate(Duration::from_secs(60))
+        .expect("the agent did not stop within 60 s of SIGTERM");
     assert!(exit.success(), "agent exit: {exit}");
     be.expect("touched");
     assert_eq!(limit_of(&be_path), be_limit);

@@ -7,11 +7,10 @@
 
 mod common;
 
-use common::{agent_status, wait_for};
-use std::os::unix::net::UnixStream;
+use common::agent::AgentCommand;
+use common::agent_status;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 struct Cleanup {
     scope: std::path::PathBuf,
@@ -59,26 +58,11 @@ fn a_process_outside_a_cgroup_scope_is_marked() {
         children: vec![],
     };
     let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("agent.sock");
-    let events = dir.path().join("events.jsonl");
-    clean.children.push(
-        Command::new(exe)
-            .arg("agent")
-            .arg(format!("--scope=cgroup:{}", scope.display()))
-            .arg("--socket")
-            .arg(&sock)
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .args(["--metrics-addr", "off", "--event-log"])
-            .arg(&events)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_for("the agent's socket", Duration::from_secs(20), || {
-        UnixStream::connect(&sock).is_ok()
-    });
+    let agent = AgentCommand::new(exe, dir.path())
+        .scope(&scope)
+        .stderr(Stdio::null())
+        .start();
+    let (sock, events) = (agent.socket.clone(), agent.event_log.clone());
     let inside = Command::new("sleep").arg("600").spawn().unwrap();
     std::fs::write(scope.join("cgroup.procs"), inside.id().to_string()).unwrap();
     let outside = Command::new("sleep").arg("600").spawn().unwrap();
@@ -105,6 +89,7 @@ fn a_process_outside_a_cgroup_scope_is_marked() {
         .any(|e| e["event"] == "outside_scope" && e["pid"] == o);
     assert!(warned, "no outside_scope event for pid {o}");
     // The agent's stop kills nothing in the scope: the sleeps are removed by Cleanup.
+    drop(agent);
     for c in &mut clean.children {
         let _ = c.kill();
         let _ = c.wait();

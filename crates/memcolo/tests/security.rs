@@ -18,6 +18,8 @@
 
 mod common;
 
+use common::agent::AgentCommand;
+
 use common::wait_for;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -44,8 +46,8 @@ fn require_root() {
 
 /// A running agent in its own directory (socket, state, config), killed on drop.
 struct Agent {
+    running: common::agent::Agent,
     dir: tempfile::TempDir,
-    child: Child,
 }
 
 impl Agent {
@@ -55,29 +57,15 @@ impl Agent {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let cfg = dir.path().join("agent.toml");
         std::fs::write(&cfg, config).unwrap();
-        let child = Command::new(exe())
-            .arg("agent")
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--socket")
-            .arg(dir.path().join("agent.sock"))
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .args(["--metrics-addr", "off", "--event-log"])
-            .arg(dir.path().join("events.jsonl"))
-            .stdout(Stdio::null())
+        let running = AgentCommand::new(&exe(), dir.path())
+            .config(&cfg)
             .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let a = Agent { dir, child };
-        wait_for("the agent's socket", Duration::from_secs(20), || {
-            UnixStream::connect(a.socket()).is_ok()
-        });
-        a
+            .start();
+        Agent { running, dir }
     }
 
     fn socket(&self) -> PathBuf {
-        self.dir.path().join("agent.sock")
+        self.running.socket.clone()
     }
 
     /// `memcolo status --json` as root.
@@ -93,18 +81,11 @@ impl Agent {
     }
 
     fn events(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.path().join("events.jsonl"))
+        std::fs::read_to_string(&self.running.event_log)
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod agent;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,12 @@
-//! Proactive reclaim of another process's memory with `process_madvise(2)` (Linux
-//! 5.10+): `MADV_COLD` moves its pages to the inactive LRU (reclaimed first under
-//! pressure), `MADV_PAGEOUT` reclaims them now (anonymous pages go to swap, clean file
-//! pages are dropped, dirty ones written back).
+//! Page-out mechanisms: the ways memcolo makes the kernel reclaim a chosen process's
+//! or cgroup's pages now, rather than under pressure (see "Terms" in
+//! `docs/architecture.md` for reclaim vs page-out vs release).
+//!
+//! A process's memory is paged out with `process_madvise(2)` (Linux 5.10+):
+//! `MADV_COLD` moves its pages to the inactive LRU (reclaimed first under pressure),
+//! `MADV_PAGEOUT` reclaims them now (anonymous pages go to swap, clean file pages are
+//! dropped, dirty ones written back). A cgroup's memory is paged out by
+//! [`reclaim_cgroup`] (v2 `memory.reclaim`, v1 a limit step).
 //!
 //! This is the actuator behind memcolo's asynchronous, feedback-directed reclaim
 //! (Hermit, NSDI'23: reclaim off the application's critical path) and M3's

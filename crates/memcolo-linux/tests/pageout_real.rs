@@ -17,11 +17,11 @@ mod common;
 use memcolo_linux::cgroup::{Limit, MemoryCgroup};
 use memcolo_linux::filecache::{ExpectedProcess, ProcessFiles};
 use memcolo_linux::identity::ProvenProcess;
-use memcolo_linux::procfs::ProcFs;
-use memcolo_linux::reclaim::{
+use memcolo_linux::pageout::{
     drop_file_cache, group_processes, reclaim_cgroup, reclaim_cgroup_file_first, PageoutCursor,
     VmaKind,
 };
+use memcolo_linux::procfs::ProcFs;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -538,7 +538,7 @@ impl Target {
         mut self,
         procfs: &ProcFs,
         bytes: u64,
-    ) -> memcolo_linux::Result<memcolo_linux::reclaim::BatchOutcome> {
+    ) -> memcolo_linux::Result<memcolo_linux::pageout::BatchOutcome> {
         self.0.pageout(procfs, bytes)
     }
 }
@@ -645,7 +645,7 @@ impl JobFiles {
     fn of(pid: i32) -> JobFiles {
         JobFiles(files_of(pid))
     }
-    fn drop(&self, bytes: u64) -> memcolo_linux::Result<memcolo_linux::reclaim::FileDropReport> {
+    fn drop(&self, bytes: u64) -> memcolo_linux::Result<memcolo_linux::pageout::FileDropReport> {
         drop_file_cache(std::slice::from_ref(&self.0), bytes, &HashSet::new())
     }
 }

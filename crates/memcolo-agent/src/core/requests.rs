@@ -1,0 +1,474 @@
+//! Requests from clients, and the identity of the processes they name: register
+//! (with a proof of the process: pidfd, start time, credentials), unregister,
+//! `reclaimed` answers to notifications, cgroup creation, status; and the end of a
+//! registration when its process exits or can no longer be proved.
+
+use super::{err, notify_signals, unix_now_s, Core, Peer};
+use crate::registry::{self, Entry};
+use memcolo_linux::identity::{IdentityError, ProvenProcess};
+use memcolo_linux::scope::Scope;
+use memcolo_policy::{Class, Pid};
+use memcolo_proto::{ErrorCode, NotifyMode, Reply, Request};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Core {
+    /// Answers one client request.
+    pub fn handle(&mut self, conn: u64, peer: &Peer, req: Request, now: Duration) -> Reply {
+        match req {
+            Request::Ping => Reply::Pong {
+                agent_version: env!("CARGO_PKG_VERSION").into(),
+            },
+            Request::Status { offset } => Reply::Status {
+                status: self.status_page(offset),
+            },
+            Request::Register {
+                pid,
+                class,
+                name,
+                expected_reclaim_bytes,
+                notify,
+            } => self.register(conn, peer, pid, class, name, expected_reclaim_bytes, notify),
+            Request::Unregister { pid } => {
+                let target = match self.target_pid(peer, pid) {
+                    Ok(p) => p,
+                    Err(r) => return r,
+                };
+                match self.registry.remove(target) {
+                    Some(e) => {
+                        self.forget(target);
+                        self.events
+                            .record("unregistered", json!({"pid": target, "name": e.name}));
+                        self.persist();
+                        self.update_registry_metrics();
+                        Reply::Ok
+                    }
+                    None => err(
+                        ErrorCode::NotRegistered,
+                        format!("pid {target} is not registered"),
+                    ),
+                }
+            }
+            Request::Reclaimed {
+                pid,
+                seq,
+                bytes,
+                duration_ms,
+                ok,
+            } => {
+                let answered = seq.and_then(|s| self.outstanding.get(&s).copied());
+                let from_seq = answered.map(|o| o.pid);
+                let target = match (from_seq, pid) {
+                    (Some(p), _)
+                        if peer.uid == 0
+                            || self.registry.get(p).and_then(|e| e.conn) == Some(conn)
+                            || (Some(p) == peer.pid && self.self_pid(peer).is_ok()) =>
+                    {
+                        p
+                    }
+                    (Some(p), _) => {
+                        return err(
+                            ErrorCode::PermissionDenied,
+                            format!(
+                                "notification {} went to pid {p}, not to this peer",
+                                seq.unwrap_or(0)
+                            ),
+                        )
+                    }
+                    (None, p) => match self.target_pid(peer, p) {
+                        Ok(p) => p,
+                        Err(r) => return r,
+                    },
+                };
+                let Some(e) = self.registry.get_mut(target) else {
+                    return err(
+                        ErrorCode::NotRegistered,
+                        format!("pid {target} is not registered"),
+                    );
+                };
+                e.reclaimed_bytes += bytes;
+                e.reclaim_reports += 1;
+                if !ok {
+                    e.failed_reclaims += 1;
+                }
+                let class = e.class;
+                self.ledgers.entry(target).or_default().reported(now, bytes);
+                self.metrics
+                    .reclaim_reports
+                    .with_label_values(&[class.as_str()])
+                    .inc();
+                if let Some(s) = seq {
+                    self.outstanding.remove(&s);
+                }
+                self.monitor.record_reclaim(
+                    target,
+                    answered.map(|o| o.level),
+                    if ok { bytes } else { 0 },
+                    now,
+                );
+                self.metrics
+                    .reclaimed_bytes
+                    .with_label_values(&[class.as_str()])
+                    .inc_by(bytes);
+                self.events.record(
+                    "reclaimed",
+                    json!({"pid": target, "seq": seq, "bytes": bytes, "duration_ms": duration_ms, "ok": ok}),
+                );
+                Reply::Ok
+            }
+            Request::Cgroup { name } => self.cgroup(peer, &name),
+        }
+    }
+
+    /// `memcolo run --cgroup NAME`: a child cgroup of the scope for root, and for
+    /// another user one below its own group `memcolo-uid-<uid>` (at most
+    /// `limits.cgroups_per_uid` of them), whose `cgroup.procs` (and v1 `tasks`) it
+    /// may write so that its process can move itself in. Names are 1-64 characters of
+    /// `A-Z a-z 0-9 _ . -`, not starting with a dot.
+    pub(super) fn cgroup(&mut self, peer: &Peer, name: &str) -> Reply {
+        let Scope::Cgroup(cg) = &self.scope else {
+            return err(
+                ErrorCode::BadRequest,
+                "the agent's scope is the host; --cgroup needs --scope cgroup:PATH".to_string(),
+            );
+        };
+        let valid = (1..=64).contains(&name.len())
+            && !name.starts_with('.')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !valid {
+            return err(
+                ErrorCode::BadRequest,
+                "a cgroup name is 1-64 characters of A-Z a-z 0-9 _ . - and does not start with a dot".into(),
+            );
+        }
+        let made = if peer.uid == 0 {
+            cg.create_child(name)
+        } else {
+            let limit = self.cfg.limits.cgroups_per_uid;
+            let parent = match cg.create_child(&format!("memcolo-uid-{}", peer.uid)) {
+                Ok(p) => p,
+                Err(e) => {
+                    return err(
+                        ErrorCode::Internal,
+                        format!("cannot create cgroup for user {}: {e}", peer.uid),
+                    )
+                }
+            };
+            let exists = parent.path().join(name).is_dir();
+            let held = parent.children().map(|c| c.len()).unwrap_or(usize::MAX);
+            if !exists && held >= limit {
+                return err(
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "user {} has {held} cgroups (limits.cgroups_per_uid = {limit})",
+                        peer.uid
+                    ),
+                );
+            }
+            parent.create_child(name).and_then(|child| {
+                for f in ["cgroup.procs", "tasks"] {
+                    let path = child.path().join(f);
+                    if path.exists() {
+                        std::os::unix::fs::chown(&path, Some(peer.uid), None)
+                            .map_err(|e| memcolo_linux::Error::io(&path, e))?;
+                    }
+                }
+                Ok(child)
+            })
+        };
+        match made {
+            Ok(child) => Reply::Cgroup {
+                path: child.path().display().to_string(),
+            },
+            Err(e) => err(
+                ErrorCode::Internal,
+                format!("cannot create cgroup `{name}`: {e}"),
+            ),
+        }
+    }
+
+    /// The pid a request acts on: the peer itself, or any pid for a root peer.
+    pub(super) fn target_pid(&self, peer: &Peer, pid: Option<Pid>) -> Result<Pid, Reply> {
+        match pid {
+            Some(p) if p <= 0 => Err(err(ErrorCode::BadRequest, format!("invalid pid {p}"))),
+            Some(p) if peer.uid == 0 && Some(p) != peer.pid => Ok(p),
+            Some(p) if Some(p) != peer.pid => Err(err(
+                ErrorCode::PermissionDenied,
+                format!("only root may act on another process (pid {p})"),
+            )),
+            _ => self.self_pid(peer).map(|p| p.pid()),
+        }
+    }
+
+    /// The connecting process itself, proved again now: a peer that exited since it
+    /// connected (leaving, say, a forked child on the socket while its pid goes to
+    /// another process) or that changed credentials (a set-user-ID exec) is refused.
+    pub(super) fn self_pid(&self, peer: &Peer) -> Result<Arc<ProvenProcess>, Reply> {
+        let Some(p) = &peer.process else {
+            return Err(err(
+                ErrorCode::PermissionDenied,
+                "the connecting process could not be identified (it exited or changed credentials before the agent looked); connect again from the process itself".into(),
+            ));
+        };
+        match self.prover.verify(p) {
+            Ok(()) => Ok(p.clone()),
+            Err(e) => Err(err(
+                ErrorCode::PermissionDenied,
+                format!("the process that connected is no longer the same ({e}); connect again from the process itself"),
+            )),
+        }
+    }
+
+    /// Keeps `p`'s pidfd for actions and watches it for exit.
+    pub(super) fn track(&mut self, p: ProvenProcess) -> std::io::Result<()> {
+        self.track_arc(Arc::new(p))
+    }
+
+    pub(super) fn track_arc(&mut self, p: Arc<ProvenProcess>) -> std::io::Result<()> {
+        let fd = p.dup_pidfd().map_err(std::io::Error::other)?;
+        self.watcher.watch(p.pid(), fd)?;
+        self.proven.insert(p.pid(), p);
+        Ok(())
+    }
+
+    /// The registered process `pid`, verified now; a process that exited or changed
+    /// credentials loses its registration here (an exec of a set-user-ID program by
+    /// a registered BE process must not make the agent kill that program).
+    pub(super) fn verified(&mut self, pid: Pid) -> Option<Arc<ProvenProcess>> {
+        let p = self.proven.get(&pid)?.clone();
+        match self.prover.verify(&p) {
+            Ok(()) => Some(p),
+            Err(e) => {
+                self.end_registration(pid, &e);
+                None
+            }
+        }
+    }
+
+    /// Ends the registration of a process that is no longer the one registered.
+    pub(super) fn end_registration(&mut self, pid: Pid, why: &IdentityError) {
+        if let Some(e) = self.registry.remove(pid) {
+            self.forget(pid);
+            if !why.is_gone() {
+                self.metrics
+                    .errors
+                    .with_label_values(&["identity_changed"])
+                    .inc();
+                tracing::warn!(pid, name = %e.name, error = %why, "registration ended: the process is no longer the one registered");
+            }
+            self.events.record(
+                "registration_ended",
+                json!({"pid": pid, "name": e.name, "class": e.class, "reason": why.to_string()}),
+            );
+            self.persist();
+            self.update_registry_metrics();
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn register(
+        &mut self,
+        conn: u64,
+        peer: &Peer,
+        pid: Option<Pid>,
+        class: Class,
+        name: Option<String>,
+        expected_reclaim_bytes: Option<u64>,
+        notify: NotifyMode,
+    ) -> Reply {
+        if let Some(n) = &name {
+            if n.len() > registry::MAX_NAME_BYTES || n.chars().any(|c| c.is_control()) {
+                return err(
+                    ErrorCode::BadRequest,
+                    "name must be at most 256 printable characters".into(),
+                );
+            }
+        }
+        // The process, proved: the peer itself, or (root only) any pid.
+        let proc_ = match pid {
+            Some(p) if p > 0 && peer.uid == 0 && Some(p) != peer.pid => {
+                match self.prover.open(p, None) {
+                    Ok(x) => Arc::new(x),
+                    Err(e) if e.is_gone() => {
+                        return err(ErrorCode::NoSuchProcess, format!("no process {p}"))
+                    }
+                    Err(e) => {
+                        return err(ErrorCode::Internal, format!("cannot read process {p}: {e}"))
+                    }
+                }
+            }
+            _ => match self.target_pid(peer, pid).and_then(|_| self.self_pid(peer)) {
+                Ok(x) => x,
+                Err(r) => return r,
+            },
+        };
+        let target = proc_.pid();
+        let creds = *proc_.credentials();
+        let fresh = self
+            .registry
+            .get(target)
+            .map(|e| e.starttime_ticks != proc_.starttime_ticks() || e.creds != Some(creds))
+            .unwrap_or(true);
+        if fresh && peer.uid != 0 {
+            let limit = self.cfg.limits.registrations_per_uid;
+            let held = self
+                .registry
+                .iter()
+                .filter(|e| e.creds.is_some_and(|c| c.ruid() == peer.uid))
+                .count();
+            if held >= limit {
+                self.metrics
+                    .errors
+                    .with_label_values(&["registration_limit"])
+                    .inc();
+                return err(
+                    ErrorCode::LimitExceeded,
+                    format!("user {} already has {held} registered processes (limits.registrations_per_uid = {limit})", peer.uid),
+                );
+            }
+        }
+        if notify == NotifyMode::Signal {
+            // Without a handler, the first real-time signal's default action would
+            // kill the process.
+            let sigs = notify_signals();
+            match self.procfs.read_pid_status(target) {
+                Ok(st) => {
+                    let handled = st.sig_cgt | st.sig_ign;
+                    let missing: Vec<i32> = sigs
+                        .iter()
+                        .copied()
+                        .filter(|s| handled & (1u64 << (s - 1)) == 0)
+                        .collect();
+                    if !missing.is_empty() {
+                        return err(
+                            ErrorCode::BadRequest,
+                            format!(
+                                "process {target} has no handler for signal(s) {missing:?} (SIGRTMIN+1..3 carry low, high and top): the first notification would kill it; install handlers first or register with notify socket"
+                            ),
+                        );
+                    }
+                }
+                Err(e) => {
+                    return err(
+                        ErrorCode::NoSuchProcess,
+                        format!("cannot read process {target}: {e}"),
+                    )
+                }
+            }
+        }
+        let comm = match self.procfs.read_pid_stat(target) {
+            Ok(s) => s.comm,
+            Err(_) => String::new(),
+        };
+        if fresh {
+            if let Some(old) = self.registry.remove(target) {
+                // Another process (or the same one under other credentials) held
+                // this pid's registration: it is gone.
+                self.forget(old.pid);
+            }
+            if let Err(e) = self.track_arc(proc_.clone()) {
+                return err(
+                    ErrorCode::NoSuchProcess,
+                    format!("cannot watch process {target}: {e}"),
+                );
+            }
+            self.monitor.forget(target);
+        }
+        let prev = self.registry.get(target).cloned().filter(|_| !fresh);
+        let entry = Entry {
+            pid: target,
+            class,
+            name: name.unwrap_or(comm),
+            starttime_ticks: proc_.starttime_ticks(),
+            expected_reclaim_bytes,
+            notify,
+            registered_unix_s: prev
+                .as_ref()
+                .map(|p| p.registered_unix_s)
+                .unwrap_or_else(unix_now_s),
+            notifications_sent: prev.as_ref().map(|p| p.notifications_sent).unwrap_or(0),
+            notified: prev.as_ref().map(|p| p.notified).unwrap_or_default(),
+            reclaimed_bytes: prev.as_ref().map(|p| p.reclaimed_bytes).unwrap_or(0),
+            reclaim_reports: prev.as_ref().map(|p| p.reclaim_reports).unwrap_or(0),
+            failed_reclaims: prev.as_ref().map(|p| p.failed_reclaims).unwrap_or(0),
+            creds: Some(creds),
+            conn: (notify == NotifyMode::Socket).then_some(conn),
+        };
+        self.events.record(
+            "registered",
+            json!({"pid": target, "class": class, "name": entry.name, "notify": notify,
+                   "by_pid": peer.pid, "by_uid": peer.uid, "again": prev.is_some()}),
+        );
+        self.note_scope(target, &entry.name.clone());
+        self.registry.insert(entry);
+        self.persist();
+        self.update_registry_metrics();
+        if class == Class::Lc {
+            self.apply_cpu_affinity();
+        }
+        // Reclaim learns of a new target (or a new LC process to protect) now, not at
+        // the next poll: a batch job starts allocating as soon as it is registered.
+        if self.reclaim.is_some() {
+            // Only the registered trees: a burst of registrations must not read the
+            // whole process table once each.
+            let procs = self.read_procs_tracked();
+            self.publish_reclaim_targets(&procs);
+        }
+        Reply::Registered { pid: target, class }
+    }
+
+    /// A registered process exited (its pidfd became readable).
+    pub fn process_exited(&mut self, pid: Pid) {
+        if let Some(e) = self.registry.remove(pid) {
+            self.forget(pid);
+            self.events.record(
+                "exited",
+                json!({"pid": pid, "name": e.name, "class": e.class}),
+            );
+            self.persist();
+            self.update_registry_metrics();
+        }
+    }
+
+    /// Whether `pid` lives in the scope: always on a host scope; on a cgroup scope,
+    /// when its memory cgroup is the scope's or below it. Unknown (gone, unreadable)
+    /// counts as inside: nothing is claimed without evidence.
+    pub(super) fn in_scope(&self, pid: Pid) -> bool {
+        let Scope::Cgroup(cg) = &self.scope else {
+            return true;
+        };
+        match memcolo_linux::cgroup::memory_cgroup_path(&self.procfs, &pid.to_string()) {
+            Ok(p) => p.starts_with(cg.path()),
+            Err(_) => true,
+        }
+    }
+
+    /// Records whether a newly (re)registered process is in the scope, warning once
+    /// when it is not.
+    pub(super) fn note_scope(&mut self, pid: Pid, name: &str) {
+        if self.in_scope(pid) {
+            self.out_of_scope.remove(&pid);
+        } else if self.out_of_scope.insert(pid) {
+            tracing::warn!(pid, name, scope = %self.scope.describe(),
+                "registered process is outside the agent's scope: its memory is not the scope's, and M3's thresholds do not see it");
+            self.events.record(
+                "outside_scope",
+                json!({"pid": pid, "name": name, "scope": self.scope.describe()}),
+            );
+        }
+    }
+
+    pub(super) fn forget(&mut self, pid: Pid) {
+        self.out_of_scope.remove(&pid);
+        if self.proven.remove(&pid).is_some() {
+            self.watcher.unwatch(pid);
+        }
+        self.monitor.forget(pid);
+        self.seen.remove(&pid);
+        self.ledgers.remove(&pid);
+        self.outstanding.retain(|_, o| o.pid != pid);
+    }
+}
