@@ -289,9 +289,11 @@ pub struct ProcStatus {
     pub infeasible: bool,
     /// Fast memory allotted, pages.
     pub alloc_pages: u64,
-    /// Pages in the fast tier.
+    /// Pages in the fast tier, as placed by the policy.
     pub fast_pages: u64,
-    /// Pages in the slow tier.
+    /// Pages in the slow tier, as placed by the policy: a demoted page counts here at
+    /// once, while its move is left to whoever executes the placement (the tier
+    /// manager's eviction workers, whose stored pages may lag far behind).
     pub slow_pages: u64,
     /// Change of `alloc_pages` by the last epoch's reallocation, pages.
     pub alloc_change_pages: i64,
