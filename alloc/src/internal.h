@@ -240,6 +240,7 @@ void *mc_os_meta_alloc(size_t bytes); /* zeroed internal memory, never freed */
 void mc_os_thp_init(void);            /* reads the THP settings (MEMCOLO_THP, sysfs) */
 bool mc_os_thp_background(void);      /* huge pages come from background MADV_COLLAPSE */
 bool mc_os_thp_at_fault(void);        /* huge pages come at first touch (MADV_HUGEPAGE) */
+extern uint64_t mc_os_collapse_calls; /* MADV_COLLAPSE attempts (tests) */
 bool mc_os_collapse(void *p);         /* MADV_COLLAPSE of the huge page at p */
 unsigned mc_os_resident_pages(void *p); /* mincore count of the huge page at p */
 void mc_os_warn_once(int *flag, const char *msg, long err);
@@ -337,9 +338,10 @@ bool mc_heap_prefault_one_hugepage(void);          /* reservation: one more back
 /* the management thread, no lock held: maps the next chunk of address space for huge
  * pages ahead, so that allocations never wait in mmap (locks) */
 void mc_heap_va_prepare(void);
-/* background THP: collapses dense, resident huge pages for at most budget_us; returns
+/* background THP: collapses dense, resident huge pages (in_use: of the filler, holding
+ * allocations; with_cache: free pre-faulted ones of the cache) for at most budget_us; returns
  * the number collapsed (takes and drops the lock around each MADV_COLLAPSE) */
-unsigned mc_heap_collapse_pass(uint64_t budget_us, bool with_cache);
+unsigned mc_heap_collapse_pass(uint64_t budget_us, bool in_use, bool with_cache);
 void mc_heap_stats_locked(memcolo_stats_t *st);
 bool mc_heap_check_locked(void);                   /* invariant checker */
 

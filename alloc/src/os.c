@@ -198,8 +198,11 @@ bool mc_os_thp_at_fault(void) { return mc_thp_fault_time; }
 
 /* Makes the huge page at p (2 MiB-aligned) a THP; the range is populated as a whole.
  * Blocks for the kernel's huge page allocation: call it from the management thread. */
+uint64_t mc_os_collapse_calls;
+
 bool mc_os_collapse(void *p) {
   if (!mc_thp_collapse) return false;
+  __atomic_fetch_add(&mc_os_collapse_calls, 1, __ATOMIC_RELAXED);
   if (mc_thp_flip) madvise(p, MC_HUGE_SIZE, MADV_HUGEPAGE);
   int rc = madvise(p, MC_HUGE_SIZE, MADV_COLLAPSE);
   int err = rc != 0 ? errno : 0;

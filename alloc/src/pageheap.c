@@ -831,11 +831,12 @@ bool mc_heap_prefault_one_hugepage(void) {
 }
 
 /* ------------------------------------------------------------ background THP */
-/* A candidate: intact, not yet a THP, at least half used, seen dense by the previous
- * pass too (so short-lived spikes are not collapsed); with with_cache, also a fully
- * backed free huge page of the cache (the reservation's pre-faulted pages). */
-static mc_hugepage_t *collapse_candidate(bool with_cache) {
-  for (unsigned b = 0; b <= MC_HP_PAGES; b++) {
+/* A candidate: with in_use, an intact huge page of the filler, not yet a THP, at least
+ * half used, seen dense by the previous pass too (so short-lived spikes are not
+ * collapsed); with with_cache, also a fully backed free huge page of the cache (the
+ * reservation's pre-faulted pages). */
+static mc_hugepage_t *collapse_candidate(bool in_use, bool with_cache) {
+  for (unsigned b = 0; in_use && b <= MC_HP_PAGES; b++) {
     for (mc_hugepage_t *hp = mc_heap.filler[b].head; hp; hp = hp->next) {
       if (hp->thp || hp->collapsing || hp->used_pages < MC_HP_PAGES / 2) continue;
       if (!hp->dense_seen) { hp->dense_seen = 1; continue; }
@@ -850,13 +851,13 @@ static mc_hugepage_t *collapse_candidate(bool with_cache) {
   return NULL;
 }
 
-unsigned mc_heap_collapse_pass(uint64_t budget_us, bool with_cache) {
+unsigned mc_heap_collapse_pass(uint64_t budget_us, bool in_use, bool with_cache) {
   if (!mc_os_thp_background()) return 0;
   uint64_t t0 = mc_now_us();
   unsigned done = 0, tries = 0;
   while (tries++ < 64 && mc_now_us() - t0 < budget_us) {
     pthread_mutex_lock(&mc_heap.lock);
-    mc_hugepage_t *hp = collapse_candidate(with_cache);
+    mc_hugepage_t *hp = collapse_candidate(in_use, with_cache);
     if (hp) hp->collapsing = 1;
     pthread_mutex_unlock(&mc_heap.lock);
     if (hp == NULL) break;

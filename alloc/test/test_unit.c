@@ -609,6 +609,41 @@ TEST(test_collapse_einval_after_a_success_keeps_collapse_on) {
   mc_os_unmap(p, 2 * MC_HUGE_SIZE);
 }
 
+/* Background THP leaves huge pages that hold live allocations alone when asked to
+ * (class lc: the application's accesses to a page being collapsed wait for the copy):
+ * with a dense, intact huge page in use in the filler, such a pass makes no
+ * MADV_COLLAPSE call and changes no huge page, while a pass that may collapse pages in
+ * use does try it. */
+TEST(test_collapse_pass_spares_pages_in_use_when_asked) {
+  CHECK(mc_os_thp_background());
+  if (!mc_os_thp_background()) return;
+  /* spans of 7/16 of a huge page (the filler serves spans up to 1 MiB) until two share
+   * an intact huge page: earlier tests left broken ones, which are filled first */
+  enum { N = 64 };
+  mc_span_t *sp[N];
+  int n = 0, x = -1, y = -1;
+  for (; n < N && x < 0; n++) {
+    sp[n] = mc_heap_alloc(MC_HP_PAGES * 7 / 16, MC_SPAN_LARGE, false);
+    if (sp[n] == NULL) break;
+    for (int j = 0; j < n; j++)
+      if (sp[j]->hp == sp[n]->hp && !sp[n]->hp->broken) { x = j; y = n; break; }
+  }
+  CHECK(x >= 0);
+  if (x >= 0) {
+    memset((void *)sp[x]->start, 7, (MC_HP_PAGES * 7 / 16) << MC_PAGE_SHIFT);
+    memset((void *)sp[y]->start, 7, (MC_HP_PAGES * 7 / 16) << MC_PAGE_SHIFT);
+    uint64_t thp0 = mc_heap.hugepages_thp, calls0 = mc_os_collapse_calls;
+    for (int i = 0; i < 3; i++) CHECK(mc_heap_collapse_pass(1000000, false, false) == 0);
+    CHECK(mc_heap.hugepages_thp == thp0);
+    CHECK(mc_os_collapse_calls == calls0);
+    /* the first pass that looks marks it dense, the next tries it */
+    for (int i = 0; i < 2; i++) mc_heap_collapse_pass(1000000, true, false);
+    CHECK(mc_os_collapse_calls > calls0);
+    CHECK(((unsigned char *)sp[x]->start)[4096] == 7 && ((unsigned char *)sp[y]->start)[4096] == 7);
+  }
+  for (int i = 0; i < n; i++) if (sp[i]) mc_heap_free(sp[i]);
+}
+
 /* A size as README writes it: 5m, 1g, 4k, or bytes. */
 static void print_size(long v) {
   if (v != 0 && v % (1L << 30) == 0) printf("%ldg", v >> 30);
@@ -703,5 +738,6 @@ int main(int argc, char **argv) {
   RUN(test_realized_fragmentation);
   RUN(test_realized_fragmentation_worked);
   RUN(test_collapse_einval_after_a_success_keeps_collapse_on);
+  RUN(test_collapse_pass_spares_pages_in_use_when_asked);
   TEST_END();
 }
