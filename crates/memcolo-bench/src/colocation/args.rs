@@ -377,6 +377,11 @@ pub struct ColocationArgs {
     /// the memcolo binary, else alloc/build/libmemcolo.so].
     #[arg(long, value_name = "PATH")]
     pub libmemcolo: Option<PathBuf>,
+    /// Extra `KEY=VALUE` environment of the LC service in the modes that run it under
+    /// libmemcolo (alloc, full), e.g. `--lc-env MEMCOLO_THP=0` (repeat for several;
+    /// libmemcolo's options are in alloc/README.md).
+    #[arg(long = "lc-env", value_parser = parse_env_pair, value_name = "KEY=VALUE")]
+    pub lc_env: Vec<(String, String)>,
     /// The elastic cache job (`gocache` of bench/m3) [default: memcolo-gocache next to
     /// the memcolo binary].
     #[arg(long, value_name = "PATH")]
@@ -419,6 +424,17 @@ pub struct ColocationArgs {
     /// Run the solo baselines of the sweep's levels and nothing else.
     #[arg(long)]
     pub solo_only: bool,
+}
+
+/// Parses `KEY=VALUE` (a non-empty key of letters, digits and `_`).
+fn parse_env_pair(s: &str) -> std::result::Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))?;
+    if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("{k:?} is not an environment variable name"));
+    }
+    Ok((k.to_string(), v.to_string()))
 }
 
 /// The colocation sweep's default modes.

@@ -564,6 +564,13 @@ pub(crate) mod tests {
         assert!(Cli::try_parse_from(["x", "--node-mem", "lots"]).is_err());
         assert!(Cli::try_parse_from(["x", "--be-split", "0:0"]).is_err());
         assert!(Cli::try_parse_from(["x", "--modes", "magic"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--lc-env", "NOEQUALS"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--lc-env", "A B=1"]).is_err());
+        let a = parse(&["--lc-env", "MEMCOLO_THP=0", "--lc-env", "X="]);
+        assert_eq!(
+            a.lc_env,
+            vec![("MEMCOLO_THP".into(), "0".into()), ("X".into(), "".into())]
+        );
     }
 
     fn outcome(foreign: f64, status: &str) -> RunOutcome {

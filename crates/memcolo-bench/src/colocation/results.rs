@@ -265,6 +265,18 @@ fn parameters(sw: &Sweep<'_>) -> Vec<[String; 2]> {
                 .as_ref()
                 .map_or("-".into(), |l| l.display().to_string()),
         ),
+        p(
+            "LC environment (alloc, full)",
+            if args.lc_env.is_empty() {
+                "libmemcolo's defaults".into()
+            } else {
+                args.lc_env
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            },
+        ),
     ]
 }
 

@@ -246,7 +246,7 @@ impl Sweep<'_> {
                 .map(|p| p.display().to_string())
                 .unwrap_or_default()
         };
-        match (mode, agent_socket) {
+        let mut launch = match (mode, agent_socket) {
             (Mode::Full, Some(sock)) => LcLaunch {
                 wrapper: vec![
                     self.exe.into(),
@@ -271,7 +271,11 @@ impl Sweep<'_> {
                 ],
             },
             _ => LcLaunch::default(),
+        };
+        if mode.lc_under_libmemcolo() {
+            launch.env.extend(self.args.lc_env.iter().cloned());
         }
+        launch
     }
 
     /// One attempt of `slot`.
