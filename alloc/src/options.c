@@ -43,7 +43,7 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
   [MC_OPT_TCACHE_BYTES] = {"TCACHE", MC_OT_BYTES, 2L << 20, 0, LONG_MAX, NULL,
     "per-thread cache budget"},
   [MC_OPT_THP] = {"THP", MC_OT_INT, 1, 0, 2, NULL,
-    "1: huge pages made THPs by the management thread (MADV_COLLAPSE of dense, resident huge pages; never a THP fault on the allocation path); 2: MADV_HUGEPAGE at mmap (THP faults, with their stalls, on the allocation path); 0: none"},
+    "1: huge pages made THPs by the management thread (MADV_COLLAPSE of dense, resident huge pages; with the LC reservation only free pre-faulted ones, never pages in use, whose accesses would wait for the copy; never a THP fault on the allocation path); 2: MADV_HUGEPAGE at mmap (THP faults, with their stalls, on the allocation path); 0: none"},
   [MC_OPT_STATS] = {"STATS", MC_OT_BOOL, 0, 0, 1, NULL,
     "1: the telemetry report on stderr at exit"},
   [MC_OPT_VERBOSE] = {"VERBOSE", MC_OT_BOOL, 0, 0, 1, NULL,
