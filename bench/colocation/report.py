@@ -246,7 +246,11 @@ class Stat:
 
 
 def be_references(data):
-    """{level: {column: median kernel-alone work}} for jobs with positive work."""
+    """{level: {column: median kernel-alone work}} for the jobs whose kernel-alone work
+    at that level is a usable reference: positive, and at least REF_FLOOR of the
+    largest median any mode reached for that job there (a job the kernel alone starved
+    to almost nothing would make every other mode's ratio explode; it is left out of
+    the level's BE progress, and the report says so)."""
     refs = {}
     for level in data.levels:
         kruns = data.cell_runs(level, "kernel")
@@ -254,10 +258,22 @@ def be_references(data):
         for col, _ in BE_JOBS:
             vals = [fnum(r.get(col)) for r in kruns]
             vals = [v for v in vals if v is not None]
-            if vals and statistics.median(vals) > 0:
+            if not vals or statistics.median(vals) <= 0:
+                continue
+            best = 0.0
+            for mode in data.modes:
+                mv = [fnum(r.get(col)) for r in data.cell_runs(level, mode)]
+                mv = [v for v in mv if v is not None]
+                if mv:
+                    best = max(best, statistics.median(mv))
+            if statistics.median(vals) >= REF_FLOOR * best:
                 ref[col] = statistics.median(vals)
         refs[level] = ref
     return refs
+
+
+# A kernel-alone median below this share of the best mode's is no reference.
+REF_FLOOR = 0.01
 
 
 def be_progress(run, ref):

@@ -274,6 +274,21 @@ class Statistics(Base):
         self.assertEqual(table_row(report_md(self.d), "BE progress (% of kernel alone)", 0)[0], "n/a")
 
 
+    def test_a_job_the_kernel_starved_is_no_reference(self):
+        # The kernel alone read almost nothing at 100 %: the streamer is left out of
+        # that level's progress instead of every other mode reading 10^6 %.
+        def tweak(r):
+            if r["level_pct"] == 100:
+                r["be_file_mib_per_min"] = 0.001 if r["mode"] == "kernel" else 600
+            return r
+
+        make_out(self.d, tweak=tweak)
+        run_main(self.d)
+        s = summary(self.d)
+        self.assertAlmostEqual(float(s[(100, "kernel", "be_progress_pct")]["median"]), 100)
+        self.assertLess(float(s[(100, "full", "be_progress_pct")]["median"]), 1000)
+
+
 class Targets(Base):
     def test_all_targets_pass(self):
         make_out(self.d)
