@@ -66,19 +66,7 @@ use turnaround::{EvictionWatch, TurnaroundSummary};
 
 pub use journal::recover_journal;
 
-/// A registered process whose memory may be reclaimed: its proof (the pidfd, start
-/// time and credentials the core registered) and class.
-#[derive(Clone, Debug)]
-pub struct ReclaimTarget {
-    pub process: Arc<ProvenProcess>,
-    pub class: Class,
-}
-
-impl ReclaimTarget {
-    pub fn pid(&self) -> Pid {
-        self.process.pid()
-    }
-}
+pub use crate::snapshot::ReclaimTarget;
 
 /// One target of the worker pool.
 #[derive(Debug)]

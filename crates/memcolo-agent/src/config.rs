@@ -332,7 +332,7 @@ pub struct ReclaimSection {
 impl Default for ReclaimSection {
     fn default() -> Self {
         let p = memcolo_policy::hermit::ReclaimConfig::default();
-        let sampler = crate::async_reclaim::turnaround::TurnaroundConfig::default();
+        let sampler = TurnaroundConfig::default();
         ReclaimSection {
             enabled: true,
             tick_ms: p.tick.as_millis() as u64,
@@ -581,6 +581,37 @@ impl AgentConfig {
     }
 }
 
+/// The settings of asynchronous reclaim's turnaround sampler
+/// ([`crate::async_reclaim::turnaround`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurnaroundConfig {
+    /// Evicted pages followed at once, at most; more are turned away.
+    pub capacity: usize,
+    /// How often the followed pages' pagemap entries are read.
+    pub poll: Duration,
+    /// A page still out after this long is censored (at most 1 h).
+    pub horizon: Duration,
+    /// Quantiles cover the refaults and censorings of the last one to two windows.
+    pub window: Duration,
+    /// [`TurnaroundSampler::recent`] covers the pages evicted this long ago or less.
+    pub recent: Duration,
+    /// The quantile (0..1) that [`TurnaroundSampler::recent`] estimates.
+    pub recent_quantile: f64,
+}
+
+impl Default for TurnaroundConfig {
+    fn default() -> Self {
+        TurnaroundConfig {
+            capacity: 512,
+            poll: Duration::from_millis(500),
+            horizon: Duration::from_secs(120),
+            window: Duration::from_secs(60),
+            recent: Duration::from_secs(10),
+            recent_quantile: 0.5,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -741,7 +772,7 @@ mod tests {
             r.scheduler_config(1),
             memcolo_policy::hermit::ReclaimConfig::default()
         );
-        let t = crate::async_reclaim::turnaround::TurnaroundConfig::default();
+        let t = TurnaroundConfig::default();
         assert_eq!(r.turnaround_samples, t.capacity);
         assert_eq!(Duration::from_millis(r.turnaround_poll_ms), t.poll);
         assert_eq!(Duration::from_secs(r.turnaround_horizon_s), t.horizon);

@@ -36,7 +36,7 @@ use crate::eventlog::EventLog;
 use crate::metrics::Metrics;
 use crate::registry::{self, Registry};
 use memcolo_linux::actuate::Actuator;
-use memcolo_linux::identity::{Credentials, IdentityError, ProvenProcess, Prover};
+use memcolo_linux::identity::{IdentityError, ProvenProcess, Prover};
 use memcolo_linux::procfs::ProcFs;
 use memcolo_linux::scope::{Scope, ScopeSample};
 use memcolo_policy::ledger::Ledger;
@@ -368,16 +368,7 @@ fn notify_signals() -> [i32; 3] {
     [base + 1, base + 2, base + 3]
 }
 
-/// Whether a process runs as the same user as a registered job: the same real and
-/// effective uid and gid, and no capability the job did not have.
-pub(crate) fn same_user(c: &Credentials, job: &Credentials) -> bool {
-    c.ruid() == job.ruid()
-        && c.euid() == job.euid()
-        && c.gids[0] == job.gids[0]
-        && c.egid() == job.egid()
-        && c.cap_eff & !job.cap_eff == 0
-        && c.cap_prm & !job.cap_prm == 0
-}
+pub(crate) use crate::registry::same_user;
 
 fn err(code: ErrorCode, message: String) -> Reply {
     Reply::Error { code, message }

@@ -700,6 +700,20 @@ pub fn lock_state_dir(dir: &Path) -> Result<StateDirLock, StateDirError> {
     Ok(StateDirLock { _file: file })
 }
 
+/// Whether a process runs as the same user as a registered job: the same real and
+/// effective uid and gid, and no capability the job did not have.
+pub(crate) fn same_user(
+    c: &memcolo_linux::identity::Credentials,
+    job: &memcolo_linux::identity::Credentials,
+) -> bool {
+    c.ruid() == job.ruid()
+        && c.euid() == job.euid()
+        && c.gids[0] == job.gids[0]
+        && c.egid() == job.egid()
+        && c.cap_eff & !job.cap_eff == 0
+        && c.cap_prm & !job.cap_prm == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,12 +11,27 @@
 //! (never a half-written one, and never blocks the poll). Readers: the reclaim
 //! controller (Hermit), every `reclaim.tick_ms`; see `docs/architecture.md`.
 
-use crate::async_reclaim::ReclaimTarget;
+use memcolo_linux::identity::ProvenProcess;
 use memcolo_linux::scope::ScopeSample;
+use memcolo_policy::Class;
 use memcolo_policy::Pid;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::watch;
+
+/// A registered process whose memory may be reclaimed: its proof (the pidfd, start
+/// time and credentials the core registered) and class.
+#[derive(Clone, Debug)]
+pub struct ReclaimTarget {
+    pub process: Arc<ProvenProcess>,
+    pub class: Class,
+}
+
+impl ReclaimTarget {
+    pub fn pid(&self) -> Pid {
+        self.process.pid()
+    }
+}
 
 /// One poll's view of the node. Immutable once published.
 #[derive(Clone, Debug, Default)]

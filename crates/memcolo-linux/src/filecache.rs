@@ -35,7 +35,6 @@
 
 use crate::error::{Error, Result};
 use crate::identity::{IdentityError, ProvenProcess};
-use crate::pageout::FileId;
 use crate::pidfd;
 use crate::procfs::ProcFs;
 use memcolo_policy::types::Pid;
@@ -48,6 +47,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// A file's identity: `(st_dev, st_ino)`.
+pub type FileId = (u64, u64);
 
 /// `cachestat(2)`'s syscall number; the same on every architecture (asm-generic table).
 const SYS_CACHESTAT: libc::c_long = 451;

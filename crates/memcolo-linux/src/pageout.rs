@@ -331,8 +331,8 @@ fn taken_pages(cg: &MemoryCgroup) -> Option<u64> {
 
 const PAGE: u64 = 4096;
 
-/// A file's identity: `(st_dev, st_ino)`.
-pub type FileId = (u64, u64);
+/// A file's identity: `(st_dev, st_ino)` (defined with the open-file readers).
+pub use crate::filecache::FileId;
 
 /// What [`drop_file_cache`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

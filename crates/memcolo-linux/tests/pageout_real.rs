@@ -34,54 +34,7 @@ const MIB: u64 = 1 << 20;
 
 use common::Scratch;
 
-/// A zram swap device of our own, swapped off, reset and removed on drop.
-struct TestSwap {
-    id: u32,
-}
-
-impl TestSwap {
-    fn add(bytes: u64) -> Result<TestSwap, String> {
-        let id: u32 = std::fs::read_to_string("/sys/class/zram-control/hot_add")
-            .map_err(|e| format!("zram hot_add: {e}"))?
-            .trim()
-            .parse()
-            .map_err(|e| format!("zram hot_add: {e}"))?;
-        let swap = TestSwap { id };
-        let sys = format!("/sys/block/zram{id}");
-        std::fs::write(format!("{sys}/disksize"), bytes.to_string())
-            .map_err(|e| format!("{sys}/disksize: {e}"))?;
-        let dev = format!("/dev/zram{id}");
-        for (cmd, args) in [
-            ("mkswap", vec![dev.as_str()]),
-            ("swapon", vec![dev.as_str()]),
-        ] {
-            let ok = Command::new(cmd)
-                .args(&args)
-                .stdout(Stdio::null())
-                .status()
-                .map_err(|e| format!("{cmd}: {e}"))?
-                .success();
-            if !ok {
-                return Err(format!("{cmd} {dev} failed"));
-            }
-        }
-        Ok(swap)
-    }
-}
-
-impl Drop for TestSwap {
-    fn drop(&mut self) {
-        let dev = format!("/dev/zram{}", self.id);
-        // Retried while the test's scratch cgroup releases its charges (ENOMEM); a
-        // device still on is reported, not reset (it would fail, EBUSY).
-        if let Err(e) = memcolo_linux::swap::swapoff_retrying(Path::new(&dev), 20) {
-            eprintln!("warning: {e}; {dev} left as swap");
-            return;
-        }
-        let _ = std::fs::write(format!("/sys/block/zram{}/reset", self.id), "1");
-        let _ = std::fs::write("/sys/class/zram-control/hot_remove", self.id.to_string());
-    }
-}
+use memcolo_testkit::TestSwap;
 
 /// A python3 child that allocates `MIB` MiB of anonymous memory filled with a
 /// pattern, says `ready`, and on any input line checks every byte and says `ok` or

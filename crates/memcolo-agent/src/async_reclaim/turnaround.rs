@@ -405,35 +405,7 @@ fn states_of(
     out
 }
 
-/// The sampler's settings.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TurnaroundConfig {
-    /// Evicted pages followed at once, at most; more are turned away.
-    pub capacity: usize,
-    /// How often the followed pages' pagemap entries are read.
-    pub poll: Duration,
-    /// A page still out after this long is censored (at most 1 h).
-    pub horizon: Duration,
-    /// Quantiles cover the refaults and censorings of the last one to two windows.
-    pub window: Duration,
-    /// [`TurnaroundSampler::recent`] covers the pages evicted this long ago or less.
-    pub recent: Duration,
-    /// The quantile (0..1) that [`TurnaroundSampler::recent`] estimates.
-    pub recent_quantile: f64,
-}
-
-impl Default for TurnaroundConfig {
-    fn default() -> Self {
-        TurnaroundConfig {
-            capacity: 512,
-            poll: Duration::from_millis(500),
-            horizon: Duration::from_secs(120),
-            window: Duration::from_secs(60),
-            recent: Duration::from_secs(10),
-            recent_quantile: 0.5,
-        }
-    }
-}
+pub use crate::config::TurnaroundConfig;
 
 /// One quantile of the turnaround of recent evictions, see
 /// [`TurnaroundSampler::recent`].

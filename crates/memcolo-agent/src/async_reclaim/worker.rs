@@ -254,7 +254,7 @@ fn run_batch(
 
 /// The processes of `cg` whose own files a batch may drop: with `jobs` (the
 /// registered processes the group is reclaimed for), those running as one of their
-/// users ([`crate::core::same_user`], the rule for killing a job's descendants);
+/// users ([`crate::registry::same_user`], the rule for killing a job's descendants);
 /// without (a group the configuration names), every process of the group.
 fn group_members(
     cg: &MemoryCgroup,
@@ -265,7 +265,7 @@ fn group_members(
     if !jobs.is_empty() {
         members.retain(|m| {
             jobs.iter()
-                .any(|j| crate::core::same_user(m.process().credentials(), j.credentials()))
+                .any(|j| crate::registry::same_user(m.process().credentials(), j.credentials()))
         });
     }
     Ok(members)
