@@ -19,7 +19,6 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 /// The shared secret of the memory servers and clients of these tests.
 pub(crate) fn test_auth() -> Auth {
     Auth::Secret(Arc::new(Secret::from_bytes(vec![0x5a; 32]).unwrap()))
@@ -201,14 +200,24 @@ pub(crate) fn instance(h: &MemServerHandle) -> u64 {
 }
 
 /// Manager A: the region handed to an agent with its shadow.
-pub(crate) fn shadowed(p: &Process, u: Uffd, tier: Arc<dyn SlowTier>, cfg: TierConfig) -> TierManager {
+pub(crate) fn shadowed(
+    p: &Process,
+    u: Uffd,
+    tier: Arc<dyn SlowTier>,
+    cfg: TierConfig,
+) -> TierManager {
     let (mem, shadow) = p.handed();
     TierManager::start_shadowed(u, mem, tier, Box::new(NoPlacement), cfg, shadow).unwrap()
 }
 
 /// Manager B: the region taken over by a new agent (`uffd`: the process's
 /// userfaultfd, as it hands it over) with its own client of the same server.
-pub(crate) fn recover_b(p: &Process, uffd: Uffd, h: &MemServerHandle, cfg: TierConfig) -> TierManager {
+pub(crate) fn recover_b(
+    p: &Process,
+    uffd: Uffd,
+    h: &MemServerHandle,
+    cfg: TierConfig,
+) -> TierManager {
     let (mem, shadow) = p.handed();
     TierManager::recover(
         uffd,
