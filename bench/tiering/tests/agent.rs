@@ -286,6 +286,9 @@ impl Rig {
             .env("MEMCOLO_TIER", "1")
             .env("MEMCOLO_TIER_THRESHOLD", "16m")
             .env("MEMCOLO_T_MISS", "0.2")
+            // libmemcolo says what it refused and recovered on stderr only when asked;
+            // these tests read it there.
+            .env("MEMCOLO_VERBOSE", "1")
             .env("LD_PRELOAD", &self.lib);
         c
     }
