@@ -36,33 +36,24 @@ pub struct ChildGuard {
     name: String,
 }
 
+/// `<group>/cgroup.procs` opened for writing, for a child to join `group` before exec.
+fn open_procs(group: Option<&Path>) -> Result<Option<File>> {
+    group
+        .map(|g| {
+            let p = g.join("cgroup.procs");
+            OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .map_err(|e| BenchError::io(&p, e))
+        })
+        .transpose()
+}
+
 /// Starts `cmd` as described by `place`. `name` is used in messages.
 pub fn spawn(cmd: &mut Command, name: &str, place: &ChildPlacement<'_>) -> Result<ChildGuard> {
-    let procs: Option<File> = match place.cgroup {
-        Some(g) => {
-            let p = g.join("cgroup.procs");
-            Some(
-                OpenOptions::new()
-                    .write(true)
-                    .open(&p)
-                    .map_err(|e| BenchError::io(&p, e))?,
-            )
-        }
-        None => None,
-    };
+    let procs = open_procs(place.cgroup)?;
     let procs_fd = procs.as_ref().map(|f| f.as_raw_fd());
-    let psi_procs: Option<File> = match place.psi_cgroup {
-        Some(g) => {
-            let p = g.join("cgroup.procs");
-            Some(
-                OpenOptions::new()
-                    .write(true)
-                    .open(&p)
-                    .map_err(|e| BenchError::io(&p, e))?,
-            )
-        }
-        None => None,
-    };
+    let psi_procs = open_procs(place.psi_cgroup)?;
     let psi_fd = psi_procs.as_ref().map(|f| f.as_raw_fd());
     let mut cpuset: Option<libc::cpu_set_t> = None;
     if let Some(cpus) = place.cpus {
