@@ -31,20 +31,27 @@ HOGLOOP=""
 TOGGLE=""
 ZRAM_MINE=0
 cleanup() {
-  # the loop first, with SIGKILL (a shell defers SIGTERM until its child ends, and
-  # would start a new hog meanwhile), then whatever is left in the group
-  [ -n "$HOGLOOP" ] && kill -9 "$HOGLOOP" 2>/dev/null
+  trap - EXIT INT TERM
+  # the loop first, as a whole process group with SIGKILL (a shell defers SIGTERM until
+  # its child ends and would start a new hog meanwhile; a hog forked just before the
+  # kill would still enter the group), then whatever is in the group
+  [ -n "$HOGLOOP" ] && { kill -9 "-$HOGLOOP" 2>/dev/null; kill -9 "$HOGLOOP" 2>/dev/null; }
   [ -n "$TOGGLE" ] && kill -9 "$TOGGLE" 2>/dev/null
-  # killed processes with pages in swap can take seconds to go: bounded at 60 s (cgroup
-  # files have size 0: read, not tested with -s)
+  # kill and remove together until the group is gone: a task can join between a read
+  # of cgroup.procs and the rmdir, and killed processes with pages in swap can take
+  # seconds to go (bounded at 120 s; cgroup files have size 0: read, not tested with -s)
   i=0
-  while [ -d "$SCOPE" ] && [ -n "$(cat "$SCOPE/cgroup.procs" 2>/dev/null)" ] && [ $i -lt 600 ]; do
-    for p in $(cat "$SCOPE/cgroup.procs"); do kill -9 "$p" 2>/dev/null; done
+  while [ -d "$SCOPE" ] && ! rmdir "$SCOPE" 2>/dev/null && [ $i -lt 1200 ]; do
+    for p in $(cat "$SCOPE/cgroup.procs" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
     sleep 0.1; i=$((i + 1))
   done
-  i=0 # an emptied group is busy until its last task is reaped
-  while [ -d "$SCOPE" ] && ! rmdir "$SCOPE" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-  [ -d "$SCOPE" ] && echo "FAIL pressure cleanup: $SCOPE left"
+  if [ -d "$SCOPE" ]; then
+    echo "FAIL pressure cleanup: $SCOPE left"
+    for p in $(cat "$SCOPE/cgroup.procs" 2>/dev/null); do
+      echo "  task $p: $(cut -d' ' -f2-3 "/proc/$p/stat" 2>/dev/null) wchan $(cat "/proc/$p/wchan" 2>/dev/null)"
+      head -5 "/proc/$p/stack" 2>/dev/null | sed 's/^/    /'
+    done
+  fi
   if [ "$ZRAM_MINE" = 1 ]; then
     i=0
     while grep -q "^$ZDEV " /proc/swaps && [ $i -lt 10 ]; do
@@ -73,17 +80,18 @@ echo $((384 << 20)) >"$SCOPE/memory.limit_in_bytes"
 
 # the hog: 320 MiB touched over and over, which with the programs' 60-120 MiB keeps the
 # group at its limit (reclaim, swap-out with zram on, now and then the OOM killer with
-# it off); only the hog itself enters the group
-(
+# it off); only the hog itself enters the group. The loop is a session of its own
+# (setsid execs in place: $! is its pid and process group) so cleanup kills it whole.
+setsid sh -c '
   while :; do
-    sh -c 'echo $$ >"$1/cgroup.procs" && echo 1000 >/proc/self/oom_score_adj && exec "$2" -c "
+    sh -c "echo \$\$ >\"\$1/cgroup.procs\" && echo 1000 >/proc/self/oom_score_adj && exec \"\$2\" -c \"\$3\"" \
+      sh "$1" "$2" "$3" >/dev/null 2>&1 </dev/null
+    sleep 0.2
+  done' sh "$SCOPE" "$PY" "
 b = bytearray(320 << 20)
 while True:
     for i in range(0, len(b), 4096): b[i] = (b[i] + 1) & 255
-"' sh "$SCOPE" "$PY" >/dev/null 2>&1 </dev/null
-    sleep 0.2
-  done
-) >/dev/null 2>&1 &
+" >/dev/null 2>&1 </dev/null &
 HOGLOOP=$!
 
 # swap on and off every 2 s, for about 24 s
