@@ -71,6 +71,6 @@ if [ -f alloc/Makefile ]; then make -C alloc; fi
 # The elastic cache of `memcolo bench colocation` (M3's Go-Cache job on sdk/go/cache),
 # next to the memcolo binary where the bench looks for it.
 if command -v go >/dev/null; then
-  (cd bench/m3/jobs/gocache && GOFLAGS=-mod=mod go build -o ../../../../target/release/memcolo-gocache .)
+  (cd sdk/go && go build -o ../../target/release/memcolo-gocache ./examples/gocache)
 fi
 echo "setup: done. The memcolo binary is target/release/memcolo"

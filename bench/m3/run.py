@@ -607,8 +607,8 @@ class Ctx:
 
 def build(args):
     os.makedirs(os.path.join(BUILD, "java"), exist_ok=True)
-    subprocess.run(["go", "build", "-o", os.path.join(BUILD, "gocache"), "."],
-                   cwd=os.path.join(HERE, "jobs", "gocache"), check=True)
+    subprocess.run(["go", "build", "-o", os.path.join(BUILD, "gocache"), "./examples/gocache"],
+                   cwd=os.path.join(ROOT, "sdk", "go"), check=True)
     if not os.path.exists(SDK_JAR):
         subprocess.run(["mvn", "-B", "-q", "-f", os.path.join(ROOT, "sdk", "java"), "package", "-DskipTests"],
                        check=True)
