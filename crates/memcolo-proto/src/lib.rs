@@ -152,6 +152,19 @@ pub enum ErrorCode {
     LimitExceeded,
 }
 
+impl ErrorCode {
+    /// Every code, in declaration order (the shared test vectors hold one reply each).
+    pub const ALL: [ErrorCode; 7] = [
+        ErrorCode::BadRequest,
+        ErrorCode::UnsupportedVersion,
+        ErrorCode::PermissionDenied,
+        ErrorCode::NoSuchProcess,
+        ErrorCode::NotRegistered,
+        ErrorCode::Internal,
+        ErrorCode::LimitExceeded,
+    ];
+}
+
 /// A message with its version, as it travels.
 #[derive(Serialize)]
 struct Envelope<'a, T> {
@@ -283,6 +296,23 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn all_error_codes_are_listed_once() {
+        // the match has no wildcard: a new code does not compile until it has a place
+        let place = |c: ErrorCode| match c {
+            ErrorCode::BadRequest => 0,
+            ErrorCode::UnsupportedVersion => 1,
+            ErrorCode::PermissionDenied => 2,
+            ErrorCode::NoSuchProcess => 3,
+            ErrorCode::NotRegistered => 4,
+            ErrorCode::Internal => 5,
+            ErrorCode::LimitExceeded => 6,
+        };
+        for (i, c) in ErrorCode::ALL.iter().enumerate() {
+            assert_eq!(place(*c), i, "{c:?}");
+        }
     }
 
     #[test]

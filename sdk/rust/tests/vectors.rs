@@ -366,14 +366,7 @@ fn replies() -> Value {
             },
         ),
     ];
-    for code in [
-        BadRequest,
-        UnsupportedVersion,
-        PermissionDenied,
-        NoSuchProcess,
-        NotRegistered,
-        Internal,
-    ] {
+    for code in ErrorCode::ALL {
         valid.push(canonical(
             &format!("error_{}", code_str(code)),
             &Reply::Error {
