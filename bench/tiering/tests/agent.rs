@@ -12,6 +12,7 @@
 //! the agent dies holding its pages. Needs root (userfaultfd for kernel-mode faults), cc, and the `memcolo`
 //! binary built next to `gups` (as `cargo test --workspace` does).
 
+use memcolo_testkit::{child_stderr, memserver_address};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
@@ -116,14 +117,7 @@ impl Program {
         let mut rest = String::new();
         self.out.read_to_string(&mut rest).unwrap();
         let st = self.child.0.wait().unwrap();
-        let mut err = String::new();
-        self.child
-            .0
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
+        let err = child_stderr(&mut self.child.0);
         assert!(st.success() && rest.contains("OK"), "{rest} {err}");
         err
     }
@@ -149,14 +143,7 @@ impl Kill {
             assert!(start.elapsed() < limit, "the child kept running");
             std::thread::sleep(Duration::from_millis(20));
         };
-        let mut err = String::new();
-        self.0
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        (st, err)
+        (st, child_stderr(&mut self.0))
     }
 }
 
@@ -483,15 +470,7 @@ fn memserver(memcolo: &Path, listen: &str) -> (Kill, String) {
             .spawn()
             .unwrap(),
     );
-    let mut line = String::new();
-    BufReader::new(child.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("memserver said {line:?}"))
-        .to_string();
+    let addr = memserver_address(&mut child.0);
     (child, addr)
 }
 

@@ -515,6 +515,30 @@ fn aside_path(path: &Path, n: u32) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// The copies of the registry at `path` that were set aside as unparsable or
+/// partly bad (`<name>.bad-<unix time>[-n]` beside it), sorted by name (oldest
+/// first within a second). An operator keeps or deletes them; the agent never does.
+///
+/// Errors: the directory of `path` cannot be read.
+pub fn set_aside_copies(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut prefix = path.file_name().unwrap_or_default().to_os_string();
+    prefix.push(".bad-");
+    let prefix = prefix.to_string_lossy().into_owned();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            v.push(e.path());
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
 /// Moves an unparsable registry aside (never over an existing file).
 fn set_aside(path: &Path, reason: String) -> Result<Loaded, RegistryError> {
     let mut n = 0;
@@ -749,19 +773,7 @@ mod tests {
 
     /// The files beside the registry whose names start with `registry.json.bad-`.
     fn aside(dir: &Path) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("registry.json.bad-")
-            })
-            .collect();
-        v.sort();
-        v
+        set_aside_copies(&registry_path(dir)).unwrap()
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //!   tests that lay out their groups by hand;
 //! - [`TestSwap`]: a zram swap device of the test's own (never `/dev/zram0`);
 //! - [`wait_for`]: a bounded wait for a condition (a liveness bound, not a timing
-//!   assertion).
+//!   assertion);
+//! - [`child_stderr`], [`memserver_address`]: reading what a child process said.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -219,6 +220,33 @@ pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
         assert!(Instant::now() < end, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// What is left of a child's piped stderr, read to its end (for a failure message);
+/// empty where stderr was not piped or was taken already. Blocks until the child
+/// closes its stderr, i.e. call it once the child has exited or been killed.
+pub fn child_stderr(child: &mut std::process::Child) -> String {
+    use std::io::Read;
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    err
+}
+
+/// The address that a just-started `memcolo memserver` announces as the first line of
+/// its piped stdout (`listening on ADDR`). Panics with the line it read otherwise.
+pub fn memserver_address(child: &mut std::process::Child) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut line = String::new();
+    let out = child.stdout.take().expect("memserver's stdout is piped");
+    BufReader::new(out)
+        .read_line(&mut line)
+        .expect("memserver's first line");
+    line.trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("memserver said {line:?}"))
+        .to_string()
 }
 
 #[cfg(test)]

@@ -598,19 +598,8 @@ mod tests {
         }
         let u = Uffd::open(features::PAGEFAULT_FLAG_WP).unwrap();
         assert!(u.features() & features::PAGEFAULT_FLAG_WP != 0);
-        let len = 16 * 4096;
-        // SAFETY: a fresh private anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
+        let region = crate::region::AnonRegion::new(16).unwrap();
+        let (p, len) = (region.as_ptr(), region.len());
         let ioc = u
             .register(p as u64, len as u64, mode::MISSING | mode::WP)
             .unwrap();
@@ -634,7 +623,5 @@ mod tests {
         u.writeprotect(p as u64, 4096, false, false).unwrap();
         assert!(u.read_events().unwrap().is_empty());
         u.unregister(p as u64, len as u64).unwrap();
-        // SAFETY: unmapping our own mapping.
-        unsafe { libc::munmap(p, len) };
     }
 }

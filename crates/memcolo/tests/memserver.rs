@@ -11,6 +11,7 @@
 
 mod common;
 
+use memcolo_testkit::{child_stderr, memserver_address};
 use memcolo_tier::channel::Auth;
 use memcolo_tier::manager::{NoPlacement, TierConfig, TierManager};
 use memcolo_tier::region::{AnonRegion, PAGE};
@@ -158,15 +159,7 @@ fn memserver() -> (Killed, String) {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(c.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("memserver said {line:?}"))
-        .to_string();
+    let addr = memserver_address(&mut c);
     (Killed(c), addr)
 }
 
@@ -206,8 +199,7 @@ fn managed_child(addr: &str) -> ChildRun {
             Ok(_) => {}
             Err(e) => {
                 let _ = child.kill();
-                let mut err = String::new();
-                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                let err = child_stderr(&mut child);
                 panic!(
                     "child never got ready ({e:?}, {:?}): {err}",
                     start.elapsed()
@@ -234,8 +226,7 @@ fn touch_and_wait(mut run: ChildRun, limit: Duration) -> (Option<i32>, String, b
         std::thread::sleep(Duration::from_millis(10));
     };
     let took = start.elapsed();
-    let mut err = String::new();
-    let _ = run.child.stderr.take().unwrap().read_to_string(&mut err);
+    let err = child_stderr(&mut run.child);
     let returned = run.lines.try_iter().any(|l| l.contains("RETURNED"));
     (status.code(), err, returned, took)
 }

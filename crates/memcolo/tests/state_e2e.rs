@@ -12,8 +12,9 @@
 mod common;
 
 use common::{agent_status, wait_for};
+use memcolo_testkit::child_stderr;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -122,14 +123,7 @@ impl Agent {
         let t0 = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
-                let mut err = String::new();
-                self.child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                return Start::Exited(st, err);
+                return Start::Exited(st, child_stderr(&mut self.child));
             }
             if self.answers() {
                 return Start::Ready;
@@ -243,17 +237,8 @@ impl Drop for Sleepers {
 
 /// Files in the state directory whose names start with `registry.json.bad-`.
 fn set_aside(dir: &Dir) -> Vec<PathBuf> {
-    std::fs::read_dir(dir.state())
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("registry.json.bad-")
-        })
-        .collect()
+    use memcolo_agent::registry::{registry_path, set_aside_copies};
+    set_aside_copies(&registry_path(&dir.state())).unwrap()
 }
 
 #[test]
