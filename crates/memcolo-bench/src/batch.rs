@@ -426,16 +426,8 @@ impl Batch<'_> {
             std::thread::sleep(Duration::from_millis(250));
         };
         let hits = group.0.limit_hits()?.saturating_sub(hits0);
-        let (steal_pct, cpu_busy_pct) = match (cpu0, process::read_cpu_times()) {
-            (Some(a), Some(b)) if b.total > a.total => {
-                let d = (b.total - a.total) as f64;
-                (
-                    (b.steal - a.steal) as f64 / d * 100.0,
-                    (1.0 - (b.idle - a.idle) as f64 / d) * 100.0,
-                )
-            }
-            _ => (0.0, 0.0),
-        };
+        let (steal_pct, cpu_busy_pct) =
+            process::steal_and_busy_pct(cpu0, process::read_cpu_times());
         let reclaim = agent
             .as_ref()
             .and_then(|a| crate::agent::status(a.socket()).ok())

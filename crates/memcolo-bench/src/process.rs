@@ -354,6 +354,22 @@ pub fn parse_cpu_times(proc_stat: &str) -> Option<CpuTimes> {
     })
 }
 
+/// Host steal and busy (not idle or iowait) shares of the machine's CPU time between
+/// two readings, in percent: `(steal_pct, busy_pct)`; `(0, 0)` when a reading is
+/// missing or no time passed between them.
+pub fn steal_and_busy_pct(before: Option<CpuTimes>, after: Option<CpuTimes>) -> (f64, f64) {
+    match (before, after) {
+        (Some(a), Some(b)) if b.total > a.total => {
+            let d = (b.total - a.total) as f64;
+            (
+                b.steal.saturating_sub(a.steal) as f64 / d * 100.0,
+                (1.0 - b.idle.saturating_sub(a.idle) as f64 / d) * 100.0,
+            )
+        }
+        _ => (0.0, 0.0),
+    }
+}
+
 /// Reads `/proc/stat`.
 pub fn read_cpu_times() -> Option<CpuTimes> {
     parse_cpu_times(&fs::read_to_string("/proc/stat").ok()?)
@@ -459,5 +475,22 @@ mod tests {
         assert_eq!(t.steal, 22);
         assert_eq!(t.idle, 820);
         assert_eq!(parse_cpu_times("cpu0 1 2 3\n"), None);
+    }
+
+    #[test]
+    fn steal_and_busy_between_two_readings() {
+        let a = CpuTimes {
+            total: 1000,
+            steal: 10,
+            idle: 500,
+        };
+        let b = CpuTimes {
+            total: 2000,
+            steal: 60,
+            idle: 800,
+        };
+        assert_eq!(steal_and_busy_pct(Some(a), Some(b)), (5.0, 70.0));
+        assert_eq!(steal_and_busy_pct(Some(b), Some(a)), (0.0, 0.0));
+        assert_eq!(steal_and_busy_pct(None, Some(b)), (0.0, 0.0));
     }
 }

@@ -646,16 +646,8 @@ impl Sweep<'_> {
                 .zip(be_psi0)
                 .map(|(a, b)| a.saturating_sub(b) as f64 / 1e3),
         );
-        let (steal_pct, cpu_busy_pct) = match (cpu_before, process::read_cpu_times()) {
-            (Some(a), Some(b)) if b.total > a.total => {
-                let d = (b.total - a.total) as f64;
-                (
-                    (b.steal - a.steal) as f64 / d * 100.0,
-                    (1.0 - (b.idle - a.idle) as f64 / d) * 100.0,
-                )
-            }
-            _ => (0.0, 0.0),
-        };
+        let (steal_pct, cpu_busy_pct) =
+            process::steal_and_busy_pct(cpu_before, process::read_cpu_times());
         let lc_rss = process::read_status_mem(lc_pid)
             .map(|m| m.rss_kib * 1024)
             .unwrap_or(0);
