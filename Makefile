@@ -114,6 +114,6 @@ test-service:
 # python3, which has python3-matplotlib (scripts/setup.sh), so the plots are tested too.
 BENCH_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 test-bench-report:
-	$(BENCH_PYTHON) -m unittest bench/colocation/test_report.py
+	$(BENCH_PYTHON) -m unittest bench/colocation/test_report.py bench/test_benchlib.py
 
 test: lint test-rust test-alloc test-sdk fuzz-smoke test-install test-service test-bench-report

@@ -230,6 +230,26 @@ class Budget:
         return time.monotonic() - self.start > self.seconds
 
 
+
+def pending(configs, reps, log, budget):
+    """The runs of ``configs`` x ``reps`` (in ``interleaved`` order) that ``log`` (a
+    ``RunLog``) does not hold yet, as ``(config, rep, run_id)`` with run_id
+    ``"<config>-r<rep>"``, while ``budget`` is not spent. Returns ``(runs, left)``:
+    ``runs`` a generator, ``left()`` the number of runs not started for the budget."""
+    skipped = [0]
+
+    def runs():
+        for c, rep in interleaved(configs, reps):
+            rid = "%s-r%d" % (c, rep)
+            if rid in log:
+                continue
+            if budget.spent():
+                skipped[0] += 1
+                continue
+            yield c, rep, rid
+
+    return runs(), lambda: skipped[0]
+
 # ---------------------------------------------------------------------------
 # Output folders and committed summaries
 #

@@ -778,15 +778,9 @@ def main():
     for c in configs:
         if c not in CONFIGS:
             ap.error("unknown configuration %r" % c)
-    left = 0
+    runs, left = benchlib.pending(configs, args.reps, log, budget)
     try:
-        for c, rep in benchlib.interleaved(configs, args.reps):
-            rid = "%s-r%d" % (c, rep)
-            if rid in log:
-                continue
-            if budget.spent():
-                left += 1
-                continue
+        for c, rep, rid in runs:
             os.makedirs(cg, exist_ok=True)
             benchlib.cg_write(cg, "memory.limit_in_bytes", args.cg_limit_mib << 20)
             print("run", rid, flush=True)
@@ -806,8 +800,8 @@ def main():
         benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
     report(out)
-    if left:
-        print("%d runs left: run again" % left)
+    if left():
+        print("%d runs left: run again" % left())
         return 3
     print("all runs done")
     return 0

@@ -791,15 +791,9 @@ def main():
     budget = benchlib.Budget(args.budget_s)
     configs = [c for c in args.configs.split(",") if c]
     configs += ["static-%d" % int(m) for m in args.static_sweep.split(",") if m]
-    left = 0
+    runs, left = benchlib.pending(configs, args.reps, log, budget)
     try:
-        for c, rep in benchlib.interleaved(configs, args.reps):
-            rid = "%s-r%d" % (c, rep)
-            if rid in log:
-                continue
-            if budget.spent():
-                left += 1
-                continue
+        for c, rep, rid in runs:
             os.makedirs(cg, exist_ok=True)
             print("run", rid, flush=True)
             rec = one(c, rep, args, bins, cg)
@@ -811,8 +805,8 @@ def main():
         benchlib.cg_remove(cg)
         shutil.rmtree(tmp, ignore_errors=True)
     report(out, args.overhead)
-    if left:
-        print("%d runs left: run again" % left)
+    if left():
+        print("%d runs left: run again" % left())
         sys.exit(3)
     print("all runs done")
 
