@@ -7,28 +7,7 @@
 
 #include "../src/internal.h"
 #include "check.h"
-
-#ifndef VECTORS_DIR
-#define VECTORS_DIR "../testvectors"
-#endif
-
-static mj *load(const char *name) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s", VECTORS_DIR, name);
-  FILE *f = fopen(path, "r");
-  REQUIRE(f, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n);
-  REQUIRE(fread(buf, 1, (size_t)n, f) == (size_t)n, "short read of %s", path);
-  fclose(f);
-  char err[128];
-  mj *v = mj_parse(buf, (size_t)n, err, sizeof err);
-  free(buf);
-  REQUIRE(v, "%s: %s", path, err);
-  return v;
-}
+#include "vectors.h"
 
 static uint64_t u64(const mj *v, const char *key) {
   uint64_t x = 0;
@@ -79,7 +58,7 @@ static void replay(const mj *c) {
 }
 
 static void gate_vectors(void) {
-  mj *file = load("gate.json");
+  mj *file = load_vectors("gate.json");
   const mj *cases = mj_get(file, "cases");
   REQUIRE(cases && cases->type == MJ_ARR && cases->n > 0, "gate.json has no cases");
   for (size_t k = 0; k < cases->n; k++) replay(&cases->items[k]);

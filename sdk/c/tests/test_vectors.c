@@ -4,31 +4,10 @@
 
 #include "../src/internal.h"
 #include "check.h"
-
-#ifndef VECTORS_DIR
-#define VECTORS_DIR "../testvectors"
-#endif
-
-static mj *load(const char *name) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s", VECTORS_DIR, name);
-  FILE *f = fopen(path, "r");
-  REQUIRE(f, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n);
-  REQUIRE(fread(buf, 1, (size_t)n, f) == (size_t)n, "short read of %s", path);
-  fclose(f);
-  char err[128];
-  mj *v = mj_parse(buf, (size_t)n, err, sizeof err);
-  free(buf);
-  REQUIRE(v, "%s: %s", path, err);
-  return v;
-}
+#include "vectors.h"
 
 static void check_file(const char *name, memcolo_direction dir) {
-  mj *file = load(name);
+  mj *file = load_vectors(name);
   uint64_t version, max;
   REQUIRE(!mj_as_u64(mj_get(file, "protocol_version"), &version) && version == MEMCOLO_PROTOCOL_VERSION, "version");
   REQUIRE(!mj_as_u64(mj_get(file, "max_line_bytes"), &max) && max == MEMCOLO_MAX_LINE_BYTES, "max line");
