@@ -18,30 +18,10 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
-
-/// Kills everything in the scratch group, removes it and the data file, on every exit path.
-struct Cleanup {
-    scope: PathBuf,
-    children: Vec<Child>,
-    files: Vec<PathBuf>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        common::empty_and_remove_cgroup(&self.scope, &["lc", "be", "elastic"]);
-        for f in &self.files {
-            let _ = std::fs::remove_file(f);
-        }
-    }
-}
 
 fn events(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -119,11 +99,8 @@ fn agent_manages_real_processes_in_a_cgroup_scope() {
     let scope = own.join(format!("memcolo-e2e-{}", std::process::id()));
     std::fs::create_dir(&scope).unwrap();
     let data = PathBuf::from(format!("/var/tmp/memcolo-e2e-{}.dat", std::process::id()));
-    let mut guard = Cleanup {
-        scope: scope.clone(),
-        children: vec![],
-        files: vec![data.clone()],
-    };
+    let mut guard = common::Cleanup::new(&scope, &["lc", "be", "elastic"]);
+    guard.files.push(data.clone());
     std::fs::write(
         scope.join("memory.limit_in_bytes"),
         format!("{}", 512 * MIB),

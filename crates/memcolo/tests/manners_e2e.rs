@@ -37,22 +37,6 @@ use std::time::{Duration, Instant};
 const MIB: u64 = 1 << 20;
 const POLL_MS: u64 = 1000;
 
-/// Kills everything in the scratch group and removes it, on every exit path.
-struct Cleanup {
-    scope: PathBuf,
-    children: Vec<Child>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        common::empty_and_remove_cgroup(&self.scope, &[]);
-    }
-}
-
 /// Holds as many MiB as the file `argv[1]` says, re-read every 100 ms, and writes
 /// how many it holds to `argv[1].held` once it holds them.
 const FILLER: &str = r#"
@@ -180,10 +164,7 @@ fn sixty_seconds_in_yellow_give_at_most_one_low_per_poll_period() {
     let tmp = tempfile::tempdir().unwrap();
     let scope = own.join(format!("memcolo-manners-{}", std::process::id()));
     std::fs::create_dir(&scope).unwrap();
-    let mut guard = Cleanup {
-        scope: scope.clone(),
-        children: vec![],
-    };
+    let mut guard = common::Cleanup::new(&scope, &[]);
     std::fs::write(
         scope.join("memory.limit_in_bytes"),
         format!("{}", 512 * MIB),

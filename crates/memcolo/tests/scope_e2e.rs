@@ -10,22 +10,7 @@ mod common;
 use common::agent::AgentCommand;
 use common::agent_status;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-
-struct Cleanup {
-    scope: std::path::PathBuf,
-    children: Vec<Child>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir(&self.scope);
-    }
-}
+use std::process::{Command, Stdio};
 
 fn register(exe: &str, sock: &Path, pid: u32) {
     let o = Command::new(exe)
@@ -53,10 +38,7 @@ fn a_process_outside_a_cgroup_scope_is_marked() {
         (256u64 << 20).to_string(),
     )
     .unwrap();
-    let mut clean = Cleanup {
-        scope: scope.clone(),
-        children: vec![],
-    };
+    let mut clean = common::Cleanup::new(&scope, &[]);
     let dir = tempfile::tempdir().unwrap();
     let agent = AgentCommand::new(exe, dir.path())
         .scope(&scope)

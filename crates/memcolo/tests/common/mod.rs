@@ -5,8 +5,42 @@
 pub mod agent;
 
 use serde_json::Value;
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+/// On every exit path of a test: kills `children`, then empties and removes the
+/// scratch group `scope` with its sub-groups `subs`, and deletes `files`.
+pub struct Cleanup {
+    pub scope: PathBuf,
+    pub subs: &'static [&'static str],
+    pub children: Vec<Child>,
+    pub files: Vec<PathBuf>,
+}
+
+impl Cleanup {
+    /// A guard for `scope` (and its sub-groups `subs`), with nothing else yet.
+    pub fn new(scope: &Path, subs: &'static [&'static str]) -> Cleanup {
+        Cleanup {
+            scope: scope.to_path_buf(),
+            subs,
+            children: vec![],
+            files: vec![],
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        empty_and_remove_cgroup(&self.scope, self.subs);
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
 
 /// `memcolo status --json` of the agent at `sock`, parsed; panics if the command fails.
 #[allow(dead_code)]
