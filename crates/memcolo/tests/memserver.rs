@@ -85,7 +85,17 @@ fn tier_child() {
     let u = Uffd::open(features::PAGEFAULT_FLAG_WP).unwrap();
     u.register(base as u64, region.len() as u64, mode::MISSING | mode::WP)
         .unwrap();
-    let tier = Arc::new(RemoteTier::connect(quick(&addr)).unwrap());
+    let cfg = match std::env::var("MEMCOLO_TIER_CHILD_TIMEOUTS").as_deref() {
+        // every attempt must get as far as the server's answer, however loaded the
+        // machine: a timed-out greeting would hide the reason under test
+        Ok("patient") => RemoteConfig {
+            connect_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(10),
+            ..quick(&addr)
+        },
+        _ => quick(&addr),
+    };
+    let tier = Arc::new(RemoteTier::connect(cfg).unwrap());
     let m = Arc::new(
         TierManager::start(
             u,
@@ -168,7 +178,10 @@ struct ChildRun {
     lines: mpsc::Receiver<String>,
 }
 
-fn managed_child(addr: &str) -> ChildRun {
+/// Starts `tier_child` against `addr` and waits for its `READY`. `timeouts`: `quick`
+/// (short ones, for the test that times the give-up) or `patient` (long ones, so that
+/// no attempt fails for a slow machine).
+fn managed_child(addr: &str, timeouts: &str) -> ChildRun {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -178,6 +191,7 @@ fn managed_child(addr: &str) -> ChildRun {
             "1",
         ])
         .env("MEMCOLO_TIER_CHILD", addr)
+        .env("MEMCOLO_TIER_CHILD_TIMEOUTS", timeouts)
         .env("MEMCOLO_TIER_SECRET", secret_file())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -247,7 +261,7 @@ fn killed_memserver_stops_the_process_with_a_reason_never_zeros() {
         return;
     }
     let (mut server, addr) = memserver();
-    let run = managed_child(&addr);
+    let run = managed_child(&addr, "quick");
     server.0.kill().unwrap();
     server.0.wait().unwrap();
     let bound = quick(&addr).retry_bound();
@@ -320,9 +334,9 @@ fn pages_damaged_in_transit_stop_the_process_with_a_reason() {
     let (server, addr) = memserver();
     let damage = Arc::new(AtomicBool::new(false));
     let proxy = damaging_proxy(addr, damage.clone());
-    let run = managed_child(&proxy);
+    let run = managed_child(&proxy, "patient");
     damage.store(true, Ordering::Relaxed);
-    let (code, err, returned, _) = touch_and_wait(run, Duration::from_secs(30));
+    let (code, err, returned, _) = touch_and_wait(run, Duration::from_secs(120));
     drop(server);
     assert!(!returned, "the access returned: {err}");
     assert_eq!(code, Some(70), "{err}");
