@@ -527,6 +527,29 @@ fn create_child_validates_names() {
 }
 
 #[test]
+fn create_child_on_v2_delegates_memory_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = fake_v2_group(tmp.path(), "scope", &[], vec![]);
+    let cg = MemoryCgroup::open(&path).unwrap();
+    let subtree = path.join("cgroup.subtree_control");
+    // A child that is a memory cgroup only once its parent enables the controller
+    // for its children (here prepared by hand: mkdir makes no files in a fake tree).
+    fake_v2_group(&path, "lc", &[], vec![]);
+    let child = cg.create_child("lc").unwrap();
+    assert_eq!(child.version(), CgroupVersion::V2);
+    assert_eq!(std::fs::read_to_string(&subtree).unwrap(), "+memory");
+    // Already delegated: nothing is written again.
+    std::fs::write(&subtree, "cpu memory\n").unwrap();
+    cg.create_child("lc").unwrap();
+    assert_eq!(std::fs::read_to_string(&subtree).unwrap(), "cpu memory\n");
+    // No cgroup.subtree_control: an error naming it, and no child made.
+    std::fs::remove_file(&subtree).unwrap();
+    let e = cg.create_child("be").unwrap_err();
+    assert!(e.to_string().contains("cgroup.subtree_control"), "{e}");
+    assert!(!path.join("be").exists());
+}
+
+#[test]
 fn mounts_and_own_cgroup() {
     let (tmp, procfs) = setup();
     // The real mounts text of this machine.

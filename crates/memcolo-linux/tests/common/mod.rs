@@ -119,6 +119,8 @@ pub fn fake_v2_group(
         file("memory.events", fixture("v2/memory.events")),
         file("memory.peak", fixture("v2/memory.peak")),
         file("memory.high", fixture("v2/memory.high")),
+        file("cgroup.controllers", fixture("v2/cgroup.controllers")),
+        file("cgroup.subtree_control", ""),
         file(
             "cgroup.procs",
             procs.iter().map(|p| format!("{p}\n")).collect::<String>(),
