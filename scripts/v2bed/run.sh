@@ -217,7 +217,7 @@ grep '^V2BED:FACT' "$LOG" | sed 's/^V2BED:FACT /v2bed: guest /' || true
 grep '^V2BED:END' "$LOG" | awk '{sub(".*/", "", $2); print "v2bed:", ($4 == "rc=0" ? "ok  " : "FAIL"), $2, $3, $5}' || true
 passed=$(grep -c '^V2BED:END .* rc=0 ' "$LOG" || true)
 failed=$(grep '^V2BED:END' "$LOG" | grep -vc ' rc=0 ' || true)
-expected=$(awk '{n += NF - 1} END {print n + 0}' "$OUT/tests.resolved")
+expected=$(awk 'NF {n += NF - 1} END {print n + 0}' "$OUT/tests.resolved")
 grep -q '/memcolo$' "$OUT/bins" && expected=$((expected + 1))  # the doctor check
 echo "v2bed: guest step $(printf %.1f "$wall") s wall (boot, tests, power-off); console log $LOG"
 status=0
