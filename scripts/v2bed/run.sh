@@ -222,7 +222,8 @@ grep -q '/memcolo$' "$OUT/bins" && expected=$((expected + 1))  # the doctor chec
 echo "v2bed: guest step $(printf %.1f "$wall") s wall (boot, tests, power-off); console log $LOG"
 status=0
 if [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ]; then
-  echo "v2bed: the guest did not finish within $TIMEOUT s" >&2
+  echo "v2bed: the guest did not finish within $TIMEOUT s; the end of $LOG:" >&2
+  tail -n 30 "$LOG" >&2
   status=1
 elif ! grep -q '^V2BED:DONE' "$LOG"; then
   echo "v2bed: the guest stopped before its end marker (qemu exit $qrc); see $LOG" >&2
@@ -247,6 +248,8 @@ if [ "$failed" -gt 0 ]; then
        /^V2BED:END/ {on = 0; if ($4 != "rc=0") printf "%s", buf}' "$LOG" | tail -n 200 >&2
   status=1
 fi
+# A test that never reported (the guest stopped or ran out of time) counts as failed.
+[ $((expected - passed)) -gt "$failed" ] && failed=$((expected - passed))
 echo "v2bed: $passed passed, $failed failed"
 exit $status
 }
