@@ -15,7 +15,8 @@
 #    MEMCOLO_V2BED_TIMEOUT seconds (default 1500); /init runs the tests and powers off.
 #    It also checks that `memcolo doctor` lists the v2 memory files there.
 # 4. Reads the markers /init prints on the serial console, keeps the console log in
-#    target/v2bed/console.log, prints the guest step's wall time and exits non-zero on
+#    target/v2bed/console.log and the kernel's text of a v2 group's files in
+#    target/v2bed/fixtures/, prints the guest step's wall time and exits non-zero on
 #    any failed test, a missing result, or the time bound.
 #
 # When the bed cannot run here (not root; qemu, the kernel or busybox missing and no
@@ -230,6 +231,10 @@ elif ! grep -q '^V2BED:DONE' "$LOG"; then
   tail -n 30 "$LOG" >&2
   status=1
 fi
+# The v2 files the guest printed, for crates/memcolo-linux/tests/fixtures/v2-guest/.
+rm -rf "$OUT/fixtures" && mkdir -p "$OUT/fixtures"
+awk -v dir="$OUT/fixtures" '/^V2BED:FILE-BEGIN / {f = dir "/" $2; printf "" >f; next}
+  /^V2BED:FILE-END/ {close(f); f = ""; next} f != "" {print >>f}' "$LOG"
 if [ -n "${MEMCOLO_V2BED_RUN:-}" ]; then
   grep '^V2BED:MEASURE ' "$LOG" | sed 's/^V2BED:MEASURE //' >"$OUT/measure.jsonl" || true
   echo "v2bed: $(wc -l <"$OUT/measure.jsonl") measurements in $OUT/measure.jsonl"
