@@ -18,6 +18,7 @@ PKGS=(
   systemd  # systemd-analyze: `make test-install` verifies the unit (PID 1 need not be systemd)
   python3 python3-matplotlib python3-numpy python3-pip python3-venv
   systemd-container debootstrap
+  qemu-system-x86 linux-image-cloud-amd64 busybox-static  # scripts/v2bed: the cgroup v2 guest
 )
 missing=()
 for p in "${PKGS[@]}"; do

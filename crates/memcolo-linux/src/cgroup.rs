@@ -431,6 +431,10 @@ impl MemoryCgroup {
 
     /// Creates (mkdir) the child group `name`, or opens it if it exists. `name` must be
     /// one path component: not empty, no `/`, not `.` or `..`, no NUL.
+    ///
+    /// On v2 a child group has the memory controller only when its parent enables it
+    /// for its children: this writes `+memory` to this group's `cgroup.subtree_control`
+    /// first when it is not there yet ([`MemoryCgroup::delegate_memory`]).
     pub fn create_child(&self, name: &str) -> Result<MemoryCgroup> {
         if name.is_empty()
             || name == "."
@@ -442,6 +446,9 @@ impl MemoryCgroup {
                 what: format!("cgroup name `{name}` (must be one non-empty path component)"),
             });
         }
+        if self.version == CgroupVersion::V2 {
+            self.delegate_memory()?;
+        }
         let path = self.path.join(name);
         match std::fs::create_dir(&path) {
             Ok(()) => {}
@@ -449,6 +456,23 @@ impl MemoryCgroup {
             Err(e) => return Err(Error::io(&path, e)),
         }
         MemoryCgroup::open(path)
+    }
+
+    /// v2: enables the memory controller for this group's children, writing `+memory`
+    /// to its `cgroup.subtree_control` unless `memory` is listed there already
+    /// (Documentation/admin-guide/cgroup-v2.rst, "Enabling and Disabling"). v1: nothing
+    /// to do. Errors: the kernel refuses with `EBUSY` a non-root group that has
+    /// processes of its own (the "no internal process" rule): [`Error::Io`]; and with
+    /// `ENOENT` when this group's parent does not delegate memory to it.
+    pub fn delegate_memory(&self) -> Result<()> {
+        if self.version == CgroupVersion::V1 {
+            return Ok(());
+        }
+        let enabled = self.read_file("cgroup.subtree_control")?;
+        if enabled.split_whitespace().any(|c| c == "memory") {
+            return Ok(());
+        }
+        self.write_file("cgroup.subtree_control", "+memory")
     }
 
     /// The direct child groups, sorted by path.

@@ -247,6 +247,45 @@ pub fn wait_for_event(fd: BorrowedFd<'_>, timeout_ms: i32) -> Result<bool> {
     }
 }
 
+/// Waits up to `timeout_ms` (negative: forever) for a PSI trigger ([`psi_trigger`]) to
+/// fire: `POLLPRI` only, because a pressure file always polls readable (the kernel's
+/// `psi_trigger_poll` returns its default mask, `POLLIN` included, with or without an
+/// event), so [`wait_for_event`] would return at once. `Ok(true)` when it fired,
+/// `Ok(false)` on timeout. Errors: `POLLERR`, which the kernel reports (with `POLLPRI`)
+/// once the trigger's cgroup is removed (kernfs, a deactivated file). Interrupted waits
+/// are retried.
+pub fn wait_for_psi_event(fd: BorrowedFd<'_>, timeout_ms: i32) -> Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLPRI,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::Syscall {
+                call: "poll".into(),
+                source: e,
+            });
+        }
+        if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            return Err(Error::Syscall {
+                call: "poll".into(),
+                source: io::Error::other(format!(
+                    "PSI trigger failed, its cgroup removed? (revents {:#x})",
+                    pfd.revents
+                )),
+            });
+        }
+        return Ok(n > 0 && pfd.revents & libc::POLLPRI != 0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,10 +1,11 @@
 //! The asynchronous-reclaim mechanisms on the real kernel: a real process in a
-//! scratch memory cgroup whose pages are reclaimed — by stepping the v1 limit, by
-//! batched `process_madvise(MADV_PAGEOUT)` and by dropping the page cache of the
-//! files it holds, lowest offset first — and counted, with its data intact
-//! afterwards. Anonymous pages need swap: the tests add a small zram swap device of
-//! their own (`/sys/class/zram-control/hot_add`) and remove it afterwards. They skip,
-//! saying why, without root or a cgroup v1 memory controller.
+//! scratch memory cgroup whose pages are reclaimed — through the group (stepping the
+//! v1 limit; v2 `memory.reclaim`, in the guest of `scripts/v2bed/`), by batched
+//! `process_madvise(MADV_PAGEOUT)` and by dropping the page cache of the files it
+//! holds, lowest offset first — and counted, with its data intact afterwards.
+//! Anonymous pages need swap: the tests add a small zram swap device of their own
+//! (`/sys/class/zram-control/hot_add`) and remove it afterwards. They fail, saying
+//! why, without root or a memory cgroup (unless MEMCOLO_TEST_ALLOW_SKIP=1).
 //!
 //! The attacks at the end run a BE tenant as uid 61500-61502 and fail (not skip)
 //! without root: a target's pid reused by a root process (forced with
@@ -106,14 +107,14 @@ fn swap_of(cg: &MemoryCgroup) -> u64 {
 
 /// A scratch group and a zram swap of the test's own; fields drop in order, so the
 /// group's processes are gone before the swap is turned off. `None` (with the reason
-/// printed) without root, cgroup v1 or zram.
+/// printed) without root, a memory cgroup (v1 or v2) or zram.
 struct Rig {
     scratch: Scratch,
     _swap: TestSwap,
 }
 
 fn rig(test: &str, tag: &str) -> Option<Rig> {
-    if !common::real_cgroup_v1_available(test) {
+    if !memcolo_testkit::real_memory_cgroup_available(test) {
         return None;
     }
     let swap = match TestSwap::add(256 * MIB) {
@@ -129,9 +130,10 @@ fn rig(test: &str, tag: &str) -> Option<Rig> {
     })
 }
 
+/// [`reclaim_cgroup`]: a v1 limit step, or v2 `memory.reclaim`.
 #[test]
-fn v1_limit_step_reclaims_a_real_process_and_restores_the_limit() {
-    let test = "v1_limit_step_reclaims_a_real_process_and_restores_the_limit";
+fn group_reclaim_takes_a_real_process_and_keeps_the_limit() {
+    let test = "group_reclaim_takes_a_real_process_and_keeps_the_limit";
     let Some(rig) = rig(test, "limitstep") else {
         return;
     };
@@ -151,7 +153,8 @@ fn v1_limit_step_reclaims_a_real_process_and_restores_the_limit() {
     assert!(swap_of(cg) >= 32 * MIB, "swap {}", swap_of(cg));
     // The limit is back where it was.
     assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(512 * MIB));
-    // Asking for more than the group holds: EBUSY inside, reported as what was done.
+    // Asking for more than the group holds: EBUSY (v1) or EAGAIN (v2) inside,
+    // reported as what was done.
     let out = reclaim_cgroup(cg, 4 << 30).unwrap();
     assert_eq!(out.requested_bytes, 4 << 30);
     assert_eq!(cg.read_limit().unwrap(), Limit::Bytes(512 * MIB));
@@ -347,7 +350,7 @@ fn file_cache_is_dropped_lowest_offset_first_and_protected_files_are_kept() {
 #[test]
 fn file_first_reclaim_takes_a_groups_page_cache_before_its_limit() {
     let test = "file_first_reclaim_takes_a_groups_page_cache_before_its_limit";
-    if !common::real_cgroup_v1_available(test) {
+    if !memcolo_testkit::real_memory_cgroup_available(test) {
         return;
     }
     let dir = disk_tempdir();

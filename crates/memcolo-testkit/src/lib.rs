@@ -4,10 +4,13 @@
 //! - [`cannot_run`]: a test that cannot run here fails saying why, unless the run asks
 //!   on purpose to skip such tests (`MEMCOLO_TEST_ALLOW_SKIP=1`), so a run without root
 //!   can never be mistaken for a full pass;
-//! - [`require_root`], [`real_cgroup_v1_available`]: the usual preconditions;
-//! - [`Scratch`]: a scratch memory cgroup below the test's own group, emptied and
-//!   removed on drop; [`own_v1_memory_cgroup`] and [`empty_and_remove_cgroup`] for
-//!   tests that lay out their groups by hand;
+//! - [`require_root`], [`real_cgroup_v1_available`], [`real_memory_cgroup_available`]:
+//!   the usual preconditions (the last for tests that run on a v1 memory controller
+//!   and on a v2 one alike, as in the cgroup v2 guest of `scripts/v2bed/`);
+//! - [`Scratch`]: a scratch memory cgroup below the test's own group (v1, or v2 with
+//!   the memory controller delegated to it), emptied and removed on drop;
+//!   [`own_memory_cgroup`], [`own_v1_memory_cgroup`] and [`empty_and_remove_cgroup`]
+//!   for tests that lay out their groups by hand;
 //! - [`TestSwap`]: a zram swap device of the test's own (never `/dev/zram0`);
 //! - [`wait_for`]: a bounded wait for a condition (a liveness bound, not a timing
 //!   assertion);
@@ -66,6 +69,33 @@ pub fn real_cgroup_v1_available(test: &str) -> bool {
     }
 }
 
+/// Whether real-kernel tests that work on either cgroup version can run here: root
+/// and a memory cgroup of this process, v1 or v2. When they cannot, [`cannot_run`]
+/// says why (and fails the test unless skipping is asked for).
+pub fn real_memory_cgroup_available(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        cannot_run(test, "needs root");
+        return false;
+    }
+    match memcolo_linux::cgroup::own_memory_cgroup(&ProcFs::root()) {
+        Ok(_) => true,
+        Err(e) => {
+            cannot_run(test, &format!("no memory cgroup: {e}"));
+            false
+        }
+    }
+}
+
+/// This process's own memory cgroup, v1 or v2 (with the memory controller), below
+/// which the tests make their scratch groups with [`MemoryCgroup::create_child`]
+/// (which on v2 delegates the controller to the children first); panics saying why
+/// when there is none.
+pub fn own_memory_cgroup() -> MemoryCgroup {
+    memcolo_linux::cgroup::own_memory_cgroup(&ProcFs::root())
+        .unwrap_or_else(|e| panic!("this test needs a memory cgroup (v1 or v2): {e}"))
+}
+
 /// This process's own cgroup v1 memory directory, below which the tests make their
 /// scratch groups; panics saying why when there is none (such a test cannot run).
 pub fn own_v1_memory_cgroup() -> PathBuf {
@@ -81,7 +111,10 @@ pub fn own_v1_memory_cgroup() -> PathBuf {
 
 /// A scratch memory cgroup below this process's own group, named
 /// `memcolo-test-<pid>-<tag>`; on drop every process in it and in its children is
-/// killed by pid, and the groups are removed, deepest first.
+/// killed by pid, and the groups are removed, deepest first. On v2 the own group must
+/// be able to delegate the memory controller: the root group, or one without
+/// processes of its own (the kernel's "no internal process" rule; the v2 guest runs
+/// its tests in the root group).
 pub struct Scratch {
     pub cg: MemoryCgroup,
 }

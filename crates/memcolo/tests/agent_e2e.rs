@@ -1,5 +1,5 @@
 //! End to end on the real kernel: `memcolo agent` manages a 512 MiB memory cgroup
-//! scope (v1) holding a real BE job that keeps a file's page cache, a real elastic
+//! scope (v1, or v2 as in the guest of `scripts/v2bed/`) holding a real BE job that keeps a file's page cache, a real elastic
 //! process that gives memory back when told, and a real LC process.
 //!
 //! Asserts that (1) the BE file's page cache is dropped by Hermes' advice once the
@@ -7,8 +7,8 @@
 //! its growth takes the working set into the red zone, (3) its reclaimed amount is
 //! recorded by the agent, and (4) the LC process is untouched.
 //!
-//! Needs root and the cgroup v1 memory controller; elsewhere it fails saying which is
-//! missing. Every wait is bounded; nothing depends on the machine's speed.
+//! Needs root and a memory cgroup (v1, or v2 with the controller delegatable: see
+//! `memcolo_testkit::Scratch`); elsewhere it fails saying which is missing. Every wait is bounded; nothing depends on the machine's speed.
 
 mod common;
 
@@ -83,7 +83,7 @@ while True:
 #[test]
 fn agent_manages_real_processes_in_a_cgroup_scope() {
     common::require_root();
-    let own = common::own_v1_memory_cgroup();
+    let own = memcolo_testkit::own_memory_cgroup();
     let python = ["python3", "/usr/bin/python3"]
         .into_iter()
         .find(|p| {
@@ -96,16 +96,16 @@ fn agent_manages_real_processes_in_a_cgroup_scope() {
         .expect("python3 is needed for the elastic test process");
     let exe = env!("CARGO_BIN_EXE_memcolo");
     let tmp = tempfile::tempdir().unwrap();
-    let scope = own.join(format!("memcolo-e2e-{}", std::process::id()));
-    std::fs::create_dir(&scope).unwrap();
+    let scope_cg = own
+        .create_child(&format!("memcolo-e2e-{}", std::process::id()))
+        .unwrap();
+    let scope = scope_cg.path().to_path_buf();
     let data = PathBuf::from(format!("/var/tmp/memcolo-e2e-{}.dat", std::process::id()));
     let mut guard = common::Cleanup::new(&scope, &["lc", "be", "elastic"]);
     guard.files.push(data.clone());
-    std::fs::write(
-        scope.join("memory.limit_in_bytes"),
-        format!("{}", 512 * MIB),
-    )
-    .unwrap();
+    scope_cg
+        .write_limit(memcolo_linux::cgroup::Limit::Bytes(512 * MIB))
+        .unwrap();
 
     // 300 MiB BE data file, written back and dropped from the cache so the BE job's
     // reads charge its page cache to the scope.
@@ -149,7 +149,7 @@ fn agent_manages_real_processes_in_a_cgroup_scope() {
     guard.children.push(be);
 
     // Elastic: joins its cgroup before exec, then registers itself.
-    std::fs::create_dir_all(scope.join("elastic")).unwrap();
+    scope_cg.create_child("elastic").unwrap();
     let go = tmp.path().join("go");
     let mut elastic = Command::new("sh")
         .arg("-c")

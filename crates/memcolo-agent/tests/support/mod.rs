@@ -79,6 +79,25 @@ pub fn python_and_swap(test: &str, swap_bytes: u64) -> Option<(&'static str, Tes
     }
 }
 
+/// [`python_and_swap`] for a test that runs on a v1 memory controller and on a v2
+/// one alike: root, a memory cgroup of either version, python3 and the zram swap.
+pub fn python_and_swap_v1_or_v2(test: &str, swap_bytes: u64) -> Option<(&'static str, TestSwap)> {
+    if !memcolo_testkit::real_memory_cgroup_available(test) {
+        return None;
+    }
+    let Some(python) = python() else {
+        cannot_run(test, "no python3");
+        return None;
+    };
+    match TestSwap::add(swap_bytes) {
+        Ok(swap) => Some((python, swap)),
+        Err(e) => {
+            cannot_run(test, &format!("no zram swap of its own: {e}"));
+            None
+        }
+    }
+}
+
 /// How long any answer of a holder may take before the test fails (a bound, not a
 /// timing assumption: a 320 MiB holder answers in seconds).
 pub const ANSWER_LIMIT: Duration = Duration::from_secs(180);

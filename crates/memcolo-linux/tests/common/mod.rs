@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: fixtures (real kernel text copied from a
-//! Linux 6.18 machine, and hand-written cgroup v2 files following the kernel docs) and
-//! fake procfs/cgroupfs trees built from them.
+//! Linux 6.18 machine; hand-written cgroup v2 files following the kernel docs in `v2/`,
+//! with values chosen for the assertions; and in `v2-guest/` a v2 group's files as
+//! Linux 6.1 printed them in the guest of `scripts/v2bed/`) and fake procfs/cgroupfs
+//! trees built from them.
 
 #![allow(dead_code)]
 
@@ -119,6 +121,8 @@ pub fn fake_v2_group(
         file("memory.events", fixture("v2/memory.events")),
         file("memory.peak", fixture("v2/memory.peak")),
         file("memory.high", fixture("v2/memory.high")),
+        file("cgroup.controllers", fixture("v2/cgroup.controllers")),
+        file("cgroup.subtree_control", ""),
         file(
             "cgroup.procs",
             procs.iter().map(|p| format!("{p}\n")).collect::<String>(),
