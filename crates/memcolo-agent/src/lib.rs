@@ -14,6 +14,7 @@ pub mod async_reclaim;
 pub mod config;
 pub mod core;
 pub mod eventlog;
+pub mod kubernetes;
 pub mod mechanisms;
 pub mod metrics;
 pub mod registry;
@@ -246,8 +247,21 @@ async fn serve_metrics(addr: String, metrics: Arc<Metrics>) -> anyhow::Result<Jo
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
-pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
+pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
     cfg.validate()?;
+    // Kubernetes mode: the node is the kubelet's kubepods group.
+    if cfg.kubernetes.enabled {
+        let procfs = ProcFs::new(cfg.procfs.clone());
+        cfg.scope = cfg
+            .kubernetes
+            .scope(|s| Scope::parse(s, procfs.clone()).is_ok())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "kubernetes: no kubepods cgroup (kubepods or kubepods.slice) below the \
+                     memory cgroup mounts; set kubernetes.kubepods_cgroup"
+                )
+            })?;
+    }
     // First of all: nothing (a stale socket, the reclaim journals, the registry) is
     // touched while another agent owns the state directory. Held until we return.
     let _state_lock = registry::lock_state_dir(&cfg.state_dir)?;
@@ -301,6 +315,34 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         None
     };
     let core_hermes_enabled = cfg.hermes.enabled;
+    let kube = if cfg.kubernetes.enabled {
+        let Scope::Cgroup(cg) = &scope else {
+            anyhow::bail!("kubernetes: the scope is not a cgroup");
+        };
+        let k = &cfg.kubernetes;
+        let node = k.node_name.clone().ok_or_else(|| {
+            anyhow::anyhow!("kubernetes: no node name (--node-name or NODE_NAME)")
+        })?;
+        // No API client is built into this agent yet: every call is "unreachable",
+        // so only the SIGKILL fallback above top acts on pods.
+        tracing::warn!(node = %node, kubepods = %cg.path().display(),
+            "Kubernetes mode without an API client: pods are classed by QoS class and killed above top");
+        Some(kubernetes::KubeNode::new(
+            kubernetes::KubeNodeConfig {
+                node,
+                kubepods: cg.path().to_path_buf(),
+                burstable_class: k.burstable_class,
+                eviction_grace_period_s: k.eviction_grace_period_s,
+                kill_after: Duration::from_secs(cfg.m3.kill_after_s),
+                publish_interval: Duration::from_secs(k.publish_interval_s),
+            },
+            procfs.clone(),
+            Box::new(LinuxActuator),
+            kubernetes::ApiWorker::spawn(kubernetes::api::NoApi),
+        ))
+    } else {
+        None
+    };
     let mut core = Core::new(
         cfg,
         scope,
@@ -321,6 +363,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         core.attach_reclaim(link);
         service
     });
+    if let Some(k) = kube {
+        core.attach_kubernetes(k);
+    }
     tracing::info!("mechanisms: {}", mechanisms.summary());
     core.set_mechanisms(mechanisms);
     tracing::info!(status = %core.status_json(), "memcolo agent started");

@@ -60,6 +60,18 @@ impl Core {
         if self.cfg.hermes.enabled {
             self.advise(&sample, &procs);
         }
+        if let Some(kube) = self.kube.as_mut() {
+            let stamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            if let Err(e) = kube.poll(
+                now,
+                sample.working_set_bytes,
+                self.monitor.thresholds(),
+                &stamp,
+            ) {
+                self.metrics.errors.with_label_values(&["kubernetes"]).inc();
+                tracing::warn!(error = %e, "cannot read the node's pods");
+            }
+        }
         self.update_poll_metrics(&sample);
         self.last_sample = Some(sample);
         self.publish_reclaim_targets(&procs);
