@@ -246,6 +246,34 @@ async fn serve_metrics(addr: String, metrics: Arc<Metrics>) -> anyhow::Result<Jo
     }))
 }
 
+/// The API side of Kubernetes mode: a worker on the kube-rs client and the pod
+/// watch's feed; without a client (none configured, or built without the
+/// `kube-client` feature), a worker whose every call is unreachable, so that pods are
+/// classed from their cgroup path and only the SIGKILL fallback above top acts.
+async fn kube_api(
+    node: &str,
+) -> (
+    kubernetes::ApiWorker,
+    Option<tokio::sync::watch::Receiver<Arc<Vec<kubernetes::PodMeta>>>>,
+) {
+    #[cfg(feature = "kube-client")]
+    match kubernetes::client::KubeRsApi::from_env().await {
+        Ok(api) => {
+            let feed = kubernetes::client::spawn_pod_watch(api.client(), node);
+            return (kubernetes::ApiWorker::spawn(api), Some(feed));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "Kubernetes mode without an API client: pods are classed by QoS class and killed above top");
+        }
+    }
+    #[cfg(not(feature = "kube-client"))]
+    tracing::warn!(
+        node,
+        "built without the kube-client feature: pods are classed by QoS class and killed above top"
+    );
+    (kubernetes::ApiWorker::spawn(kubernetes::api::NoApi), None)
+}
+
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
     cfg.validate()?;
@@ -323,13 +351,10 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
         let node = k.node_name.clone().ok_or_else(|| {
             anyhow::anyhow!("kubernetes: no node name (--node-name or NODE_NAME)")
         })?;
-        // No API client is built into this agent yet: every call is "unreachable",
-        // so only the SIGKILL fallback above top acts on pods.
-        tracing::warn!(node = %node, kubepods = %cg.path().display(),
-            "Kubernetes mode without an API client: pods are classed by QoS class and killed above top");
-        Some(kubernetes::KubeNode::new(
+        let (api, feed) = kube_api(&node).await;
+        let mut kn = kubernetes::KubeNode::new(
             kubernetes::KubeNodeConfig {
-                node,
+                node: node.clone(),
                 kubepods: cg.path().to_path_buf(),
                 burstable_class: k.burstable_class,
                 eviction_grace_period_s: k.eviction_grace_period_s,
@@ -338,8 +363,13 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
             },
             procfs.clone(),
             Box::new(LinuxActuator),
-            kubernetes::ApiWorker::spawn(kubernetes::api::NoApi),
-        ))
+            api,
+        );
+        if let Some(feed) = feed {
+            kn.attach_pod_feed(feed);
+        }
+        tracing::info!(node = %node, kubepods = %cg.path().display(), "Kubernetes mode");
+        Some(kn)
     } else {
         None
     };

@@ -26,6 +26,8 @@
 //! the memory below top that LC and elastic pods do not hold.
 
 pub mod api;
+#[cfg(feature = "kube-client")]
+pub mod client;
 
 pub use api::{ApiError, ApiOutcome, ApiRequest, ApiWorker, KubeApi, PodCache, PodMeta};
 
@@ -101,6 +103,8 @@ pub struct KubeNode {
     pub evictions: u64,
     /// Pods whose processes were killed because the API server was unreachable.
     pub fallback_kills: u64,
+    /// The pod watch's latest snapshot of this node's pods.
+    feed: Option<tokio::sync::watch::Receiver<std::sync::Arc<Vec<PodMeta>>>>,
 }
 
 impl KubeNode {
@@ -124,7 +128,17 @@ impl KubeNode {
             last_publish: None,
             evictions: 0,
             fallback_kills: 0,
+            feed: None,
         }
+    }
+
+    /// Pod metadata from now on comes from `feed` (the pod watch's snapshots), read
+    /// at each poll when it has changed.
+    pub fn attach_pod_feed(
+        &mut self,
+        feed: tokio::sync::watch::Receiver<std::sync::Arc<Vec<PodMeta>>>,
+    ) {
+        self.feed = Some(feed);
     }
 
     /// Whether the API server's last answer was none.
@@ -197,6 +211,12 @@ impl KubeNode {
         now_rfc3339: &str,
     ) -> memcolo_linux::Result<PollReport> {
         self.read_outcomes();
+        if let Some(feed) = self.feed.as_mut() {
+            if feed.has_changed().unwrap_or(false) {
+                let pods = feed.borrow_and_update().clone();
+                self.cache.replace(pods.as_ref().clone());
+            }
+        }
         let pods = self.pods(now)?;
         let mut report = PollReport {
             pods: pods
