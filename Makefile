@@ -1,6 +1,7 @@
 # memcolo's top-level targets. `make test` is the README's test command and what CI runs.
 .PHONY: test test-rust lint test-alloc test-sdk build fuzz-smoke fuzz fuzz-soak \
-        install uninstall test-install test-service release-bin test-bench-report test-v2
+        install uninstall test-install test-service release-bin test-bench-report test-v2 \
+        test-chart
 
 build:
 	cargo build --release --workspace
@@ -123,4 +124,10 @@ BENCH_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || ech
 test-bench-report:
 	$(BENCH_PYTHON) -m unittest bench/colocation/test_report.py bench/test_benchlib.py
 
-test: lint test-rust test-v2 test-alloc test-sdk fuzz-smoke test-install test-service test-bench-report
+# The Helm chart (deploy/helm/memcolo): `helm template` output validated against the
+# Kubernetes schemas (kubernetes-validate, strict), its agent.toml read by the agent;
+# helm and the validator come from scripts/setup.sh, no network at test time.
+test-chart:
+	scripts/test-chart.sh
+
+test: lint test-rust test-v2 test-alloc test-sdk fuzz-smoke test-install test-service test-bench-report test-chart

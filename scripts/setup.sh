@@ -67,6 +67,24 @@ if [ ! -x "$NSPAWN_BASE/lib/systemd/systemd" ]; then
   $SUDO mv "$NSPAWN_BASE.partial" "$NSPAWN_BASE"
 fi
 
+# The Helm chart's test (`make test-chart`, scripts/test-chart.sh), offline at test
+# time: helm built from its Go module through the Go module proxy, and
+# kubernetes-validate from PyPI, which bundles the Kubernetes JSON schemas, in a venv
+# of its own; both pinned. Kept in $MEMCOLO_TOOLS across runs.
+TOOLS=${MEMCOLO_TOOLS:-/var/lib/memcolo-test/tools}
+HELM_VERSION=v3.19.0
+KUBERNETES_VALIDATE_VERSION=1.37.0
+$SUDO mkdir -p "$TOOLS/bin"
+if ! go version -m "$TOOLS/bin/helm" 2>/dev/null | grep -Eq "^\s+mod\s+helm.sh/helm/v3\s+$HELM_VERSION\s"; then
+  echo "setup: building helm $HELM_VERSION into $TOOLS/bin"
+  $SUDO env GOBIN="$TOOLS/bin" PATH="$PATH" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+if ! "$TOOLS/venv/bin/kubernetes-validate" --version 2>/dev/null | grep -qx "$KUBERNETES_VALIDATE_VERSION"; then
+  echo "setup: kubernetes-validate $KUBERNETES_VALIDATE_VERSION into $TOOLS/venv"
+  $SUDO python3 -m venv "$TOOLS/venv"
+  $SUDO "$TOOLS/venv/bin/pip" install -q "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+fi
+
 cargo build --release --workspace --locked
 if [ -f alloc/Makefile ]; then make -C alloc; fi
 # The elastic cache of `memcolo bench colocation` (M3's Go-Cache job on sdk/go/cache),

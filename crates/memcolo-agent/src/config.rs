@@ -65,6 +65,7 @@ pub struct AgentConfig {
     pub reclaim: ReclaimSection,
     pub tier: crate::tier::TierSection,
     pub limits: LimitsSection,
+    pub kubernetes: KubernetesSection,
 }
 
 impl Default for AgentConfig {
@@ -84,6 +85,65 @@ impl Default for AgentConfig {
             reclaim: ReclaimSection::default(),
             tier: crate::tier::TierSection::default(),
             limits: LimitsSection::default(),
+            kubernetes: KubernetesSection::default(),
+        }
+    }
+}
+
+/// `[kubernetes]`: the agent on a Kubernetes node (`--kubernetes`). Its scope is then
+/// the kubelet's `kubepods` cgroup, its processes are the node's pods, found in that
+/// cgroup tree and classed by their `memcolo.io/class` annotation or their QoS class
+/// ([`memcolo_policy::kubernetes`]), and a BE pod picked by M3's kill rule is evicted
+/// through the API server's Eviction API (`policy/v1`) rather than killed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubernetesSection {
+    /// Kubernetes mode. Default false (`--kubernetes` sets it).
+    pub enabled: bool,
+    /// This node's name (`metadata.name` of its Node; the pod watch's
+    /// `spec.nodeName`). Unset by default: `--node-name`, else the `NODE_NAME`
+    /// environment variable (the DaemonSet sets it from `spec.nodeName`).
+    pub node_name: Option<String>,
+    /// The kubelet's `kubepods` group, relative to the cgroup v1 memory mount, else to
+    /// the cgroup2 mount: `kubepods` (cgroupfs driver) or `kubepods.slice` (systemd
+    /// driver). Unset by default: the first of those two that exists.
+    pub kubepods_cgroup: Option<String>,
+    /// The class of a Burstable pod without a `memcolo.io/class` annotation: `lc` or
+    /// `be`. Default `lc` (why: [`memcolo_policy::kubernetes`]).
+    pub burstable_class: memcolo_policy::Class,
+    /// Grace period of an eviction, seconds. Unset by default: each pod's own
+    /// `terminationGracePeriodSeconds`.
+    pub eviction_grace_period_s: Option<u64>,
+    /// The node's memory signals (the `memcolo.io/memory` annotation, the
+    /// `kubernetes.io/batch-memory` extended resource) are published at most this
+    /// often, seconds. Default 10.
+    pub publish_interval_s: u64,
+}
+
+impl Default for KubernetesSection {
+    fn default() -> Self {
+        KubernetesSection {
+            enabled: false,
+            node_name: None,
+            kubepods_cgroup: None,
+            burstable_class: memcolo_policy::Class::Lc,
+            eviction_grace_period_s: None,
+            publish_interval_s: 10,
+        }
+    }
+}
+
+impl KubernetesSection {
+    /// The scope of Kubernetes mode: `cgroup:<kubepods_cgroup>`, or, unset, the first
+    /// of `kubepods` and `kubepods.slice` for which `exists` (given the scope spec)
+    /// holds. `None` when neither exists.
+    pub fn scope(&self, exists: impl Fn(&str) -> bool) -> Option<String> {
+        match &self.kubepods_cgroup {
+            Some(c) => Some(format!("cgroup:{c}")),
+            None => ["kubepods", "kubepods.slice"]
+                .iter()
+                .map(|c| format!("cgroup:{c}"))
+                .find(|s| exists(s)),
         }
     }
 }
@@ -387,6 +447,19 @@ impl ReclaimSection {
     }
 }
 
+/// Whether `s` is a Kubernetes object name of the DNS subdomain kind (RFC 1123: at
+/// most 253 characters, lowercase alphanumerics, `-` and `.`, alphanumeric at both
+/// ends), as Node names are.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 253
+        && b.iter().all(|c| alnum(c) || *c == b'-' || *c == b'.')
+        && alnum(&b[0])
+        && alnum(&b[b.len() - 1])
+}
+
 impl AgentConfig {
     /// Loads `path`, or the default file when `path` is `None` (a missing default
     /// file means defaults).
@@ -413,6 +486,33 @@ impl AgentConfig {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.poll_ms == 0 {
             return bad("poll_ms must be at least 1".into());
+        }
+        let k = &self.kubernetes;
+        if k.enabled {
+            if self.scope != "host" {
+                return bad(format!(
+                    "scope `{}` and kubernetes.enabled: in Kubernetes mode the scope is the \
+                     kubepods cgroup (set kubernetes.kubepods_cgroup instead)",
+                    self.scope
+                ));
+            }
+            if !matches!(
+                k.burstable_class,
+                memcolo_policy::Class::Lc | memcolo_policy::Class::Be
+            ) {
+                return bad("kubernetes.burstable_class must be lc or be".into());
+            }
+            if k.publish_interval_s == 0 {
+                return bad("kubernetes.publish_interval_s must be at least 1".into());
+            }
+            match &k.node_name {
+                Some(n) if !is_dns_subdomain(n) => {
+                    return bad(format!(
+                        "kubernetes.node_name `{n}` is not a DNS subdomain (RFC 1123)"
+                    ))
+                }
+                _ => {}
+            }
         }
         let l = &self.limits;
         if l.root_reserved_connections == 0 || l.root_reserved_connections >= l.connections {
@@ -623,6 +723,47 @@ mod tests {
         let p = dir.path().join("none.toml");
         let err = AgentConfig::load(Some(&p)).unwrap_err();
         assert!(err.to_string().contains("none.toml"), "{err}");
+    }
+
+    #[test]
+    fn kubernetes_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.toml");
+        std::fs::write(
+            &p,
+            "[kubernetes]\nenabled = true\nnode_name = \"worker-1\"\nburstable_class = \"be\"\n",
+        )
+        .unwrap();
+        let c = AgentConfig::load(Some(&p)).unwrap();
+        assert!(c.kubernetes.enabled);
+        assert_eq!(c.kubernetes.burstable_class, memcolo_policy::Class::Be);
+        assert_eq!(c.kubernetes.publish_interval_s, 10);
+        // The scope: the named group, else the first kubepods group that exists.
+        assert_eq!(
+            c.kubernetes.scope(|s| s == "cgroup:kubepods.slice"),
+            Some("cgroup:kubepods.slice".into())
+        );
+        assert_eq!(c.kubernetes.scope(|_| false), None);
+        let named = KubernetesSection {
+            kubepods_cgroup: Some("kubelet.slice/kubelet-kubepods.slice".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            named.scope(|_| false),
+            Some("cgroup:kubelet.slice/kubelet-kubepods.slice".into())
+        );
+        for bad in [
+            "scope = \"cgroup:x\"\n[kubernetes]\nenabled = true\n",
+            "[kubernetes]\nenabled = true\nburstable_class = \"elastic\"\n",
+            "[kubernetes]\nenabled = true\nnode_name = \"Worker_1\"\n",
+            "[kubernetes]\nenabled = true\npublish_interval_s = 0\n",
+            "[kubernetes]\nenabeld = true\n",
+        ] {
+            std::fs::write(&p, bad).unwrap();
+            assert!(AgentConfig::load(Some(&p)).is_err(), "{bad}");
+        }
+        assert!(is_dns_subdomain("ip-10-0-0-11.ec2.internal"));
+        assert!(!is_dns_subdomain("-a") && !is_dns_subdomain("") && !is_dns_subdomain("a b"));
     }
 
     #[test]

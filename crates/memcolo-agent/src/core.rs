@@ -206,6 +206,8 @@ pub struct Core {
     state_write_failing: bool,
     /// Which mechanisms run (status `mechanisms`, `mechanisms_off`).
     mechanisms: crate::mechanisms::Mechanisms,
+    /// The node's pods, in Kubernetes mode ([`crate::kubernetes`]).
+    kube: Option<crate::kubernetes::KubeNode>,
 }
 
 impl Core {
@@ -283,6 +285,7 @@ impl Core {
             state_dirty: false,
             state_write_failing: false,
             mechanisms: crate::mechanisms::Mechanisms::from_config(&cfg),
+            kube: None,
             cfg,
         };
         let mut kept = 0;
@@ -359,6 +362,12 @@ impl Core {
     /// Records which mechanisms run (what started of what the configuration asked).
     pub fn set_mechanisms(&mut self, m: crate::mechanisms::Mechanisms) {
         self.mechanisms = m;
+    }
+
+    /// Kubernetes mode: `node` is polled after M3 at every poll, with the scope's
+    /// working set and M3's thresholds.
+    pub fn attach_kubernetes(&mut self, node: crate::kubernetes::KubeNode) {
+        self.kube = Some(node);
     }
 }
 

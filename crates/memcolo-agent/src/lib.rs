@@ -14,6 +14,7 @@ pub mod async_reclaim;
 pub mod config;
 pub mod core;
 pub mod eventlog;
+pub mod kubernetes;
 pub mod mechanisms;
 pub mod metrics;
 pub mod registry;
@@ -245,9 +246,50 @@ async fn serve_metrics(addr: String, metrics: Arc<Metrics>) -> anyhow::Result<Jo
     }))
 }
 
+/// The API side of Kubernetes mode: a worker on the kube-rs client and the pod
+/// watch's feed; without a client (none configured, or built without the
+/// `kube-client` feature), a worker whose every call is unreachable, so that pods are
+/// classed from their cgroup path and only the SIGKILL fallback above top acts.
+async fn kube_api(
+    node: &str,
+) -> (
+    kubernetes::ApiWorker,
+    Option<tokio::sync::watch::Receiver<Arc<Vec<kubernetes::PodMeta>>>>,
+) {
+    #[cfg(feature = "kube-client")]
+    match kubernetes::client::KubeRsApi::from_env().await {
+        Ok(api) => {
+            let feed = kubernetes::client::spawn_pod_watch(api.client(), node);
+            return (kubernetes::ApiWorker::spawn(api), Some(feed));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "Kubernetes mode without an API client: pods are classed by QoS class and killed above top");
+        }
+    }
+    #[cfg(not(feature = "kube-client"))]
+    tracing::warn!(
+        node,
+        "built without the kube-client feature: pods are classed by QoS class and killed above top"
+    );
+    (kubernetes::ApiWorker::spawn(kubernetes::api::NoApi), None)
+}
+
 /// Runs the agent until SIGTERM or SIGINT.
-pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
+pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
     cfg.validate()?;
+    // Kubernetes mode: the node is the kubelet's kubepods group.
+    if cfg.kubernetes.enabled {
+        let procfs = ProcFs::new(cfg.procfs.clone());
+        cfg.scope = cfg
+            .kubernetes
+            .scope(|s| Scope::parse(s, procfs.clone()).is_ok())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "kubernetes: no kubepods cgroup (kubepods or kubepods.slice) below the \
+                     memory cgroup mounts; set kubernetes.kubepods_cgroup"
+                )
+            })?;
+    }
     // First of all: nothing (a stale socket, the reclaim journals, the registry) is
     // touched while another agent owns the state directory. Held until we return.
     let _state_lock = registry::lock_state_dir(&cfg.state_dir)?;
@@ -301,6 +343,36 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         None
     };
     let core_hermes_enabled = cfg.hermes.enabled;
+    let kube = if cfg.kubernetes.enabled {
+        let Scope::Cgroup(cg) = &scope else {
+            anyhow::bail!("kubernetes: the scope is not a cgroup");
+        };
+        let k = &cfg.kubernetes;
+        let node = k.node_name.clone().ok_or_else(|| {
+            anyhow::anyhow!("kubernetes: no node name (--node-name or NODE_NAME)")
+        })?;
+        let (api, feed) = kube_api(&node).await;
+        let mut kn = kubernetes::KubeNode::new(
+            kubernetes::KubeNodeConfig {
+                node: node.clone(),
+                kubepods: cg.path().to_path_buf(),
+                burstable_class: k.burstable_class,
+                eviction_grace_period_s: k.eviction_grace_period_s,
+                kill_after: Duration::from_secs(cfg.m3.kill_after_s),
+                publish_interval: Duration::from_secs(k.publish_interval_s),
+            },
+            procfs.clone(),
+            Box::new(LinuxActuator),
+            api,
+        );
+        if let Some(feed) = feed {
+            kn.attach_pod_feed(feed);
+        }
+        tracing::info!(node = %node, kubepods = %cg.path().display(), "Kubernetes mode");
+        Some(kn)
+    } else {
+        None
+    };
     let mut core = Core::new(
         cfg,
         scope,
@@ -321,6 +393,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         core.attach_reclaim(link);
         service
     });
+    if let Some(k) = kube {
+        core.attach_kubernetes(k);
+    }
     tracing::info!("mechanisms: {}", mechanisms.summary());
     core.set_mechanisms(mechanisms);
     tracing::info!(status = %core.status_json(), "memcolo agent started");

@@ -15,6 +15,7 @@ pub mod events;
 pub mod fake;
 pub mod filecache;
 pub mod identity;
+pub mod kubepods;
 pub mod pageout;
 pub mod pidfd;
 pub mod probe;

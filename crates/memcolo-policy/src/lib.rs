@@ -13,6 +13,8 @@
 //! - [`m3`]: the M3 node monitor (M3, EuroSys'21 §5): adaptive low/high thresholds
 //!   below a *top* of memory, selective high signalling (Algorithm 1), kill as a last
 //!   resort (BE processes only).
+//! - [`kubernetes`]: pods as classes (annotation, then QoS class) and M3's kill rule
+//!   on pods (BE pods, lowest priority first).
 //! - [`ledger`]: a registered process's notifications, reported reclamation and RSS
 //!   falls over a sliding minute: its rates, and the unmatched-reclaim rule (M3's
 //!   R10).
@@ -31,6 +33,7 @@
 pub mod error;
 pub mod hermes;
 pub mod hermit;
+pub mod kubernetes;
 pub mod ledger;
 pub mod m3;
 pub mod maxmem;

@@ -207,6 +207,13 @@ struct AgentArgs {
     /// Do not run MaxMem tiering (no tier.sock).
     #[arg(long, overrides_with = "tier")]
     no_tier: bool,
+    /// Kubernetes mode (`[kubernetes] enabled`): the scope is the kubelet's kubepods
+    /// cgroup and the node's pods are managed (README, "memcolo on Kubernetes").
+    #[arg(long)]
+    kubernetes: bool,
+    /// This node's name in Kubernetes mode (`[kubernetes] node_name`).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     print_config: bool,
@@ -225,6 +232,14 @@ fn agent(a: AgentArgs) -> Result<()> {
     let mut cfg = AgentConfig::load(a.config.as_deref())?;
     if let Some(v) = a.scope {
         cfg.scope = v;
+    }
+    if a.kubernetes {
+        cfg.kubernetes.enabled = true;
+    }
+    if cfg.kubernetes.enabled {
+        if let Some(v) = a.node_name {
+            cfg.kubernetes.node_name = Some(v);
+        }
     }
     if let Some(v) = a.socket {
         cfg.socket = v;

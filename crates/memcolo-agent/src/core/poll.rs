@@ -60,6 +60,36 @@ impl Core {
         if self.cfg.hermes.enabled {
             self.advise(&sample, &procs);
         }
+        if let Some(kube) = self.kube.as_mut() {
+            let stamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            match kube.poll(
+                now,
+                sample.working_set_bytes,
+                self.monitor.thresholds(),
+                &stamp,
+            ) {
+                Ok(r) => {
+                    // The event log says which pods were asked to go, and how.
+                    for (uid, via) in r
+                        .evictions_requested
+                        .iter()
+                        .map(|u| (u, "eviction_api"))
+                        .chain(r.killed.iter().map(|u| (u, "sigkill")))
+                    {
+                        let memory_bytes = r.pods.get(uid).map(|p| p.1).unwrap_or(0);
+                        self.events.record(
+                            "pod_evict",
+                            serde_json::json!({"pod_uid": uid, "via": via, "memory_bytes": memory_bytes,
+                                               "used_bytes": sample.working_set_bytes}),
+                        );
+                    }
+                }
+                Err(e) => {
+                    self.metrics.errors.with_label_values(&["kubernetes"]).inc();
+                    tracing::warn!(error = %e, "cannot read the node's pods");
+                }
+            }
+        }
         self.update_poll_metrics(&sample);
         self.last_sample = Some(sample);
         self.publish_reclaim_targets(&procs);
