@@ -1,6 +1,8 @@
 //! `memcolo sim SCENARIO`: the command line, the summary table on stdout and the
 //! report written with `--out DIR` (`report.json`: settings and rows; `report.csv`:
-//! the rows).
+//! the rows); `memcolo sim --validate`: the comparison with a recorded bench run
+//! ([`crate::validate`]), written with `--out DIR` as `validation.json` and the
+//! reference it used as `reference.json`.
 
 use crate::calib::Calibration;
 use crate::scenario::{self, Common};
@@ -28,9 +30,24 @@ pub enum Scenario {
 /// Arguments of `memcolo sim`.
 #[derive(Args, Debug, Clone)]
 pub struct SimArgs {
-    /// The scenario to run.
-    #[arg(value_enum)]
-    pub scenario: Scenario,
+    /// The scenario to run (none with --validate).
+    #[arg(value_enum, required_unless_present = "validate")]
+    pub scenario: Option<Scenario>,
+    /// Run the colocation scenario at the settings of a recorded `memcolo bench
+    /// colocation` sweep and compare: error per metric, exit status 1 when a metric's
+    /// mean error is above --bound.
+    #[arg(long, conflicts_with = "scenario")]
+    pub validate: bool,
+    /// --validate: the recorded sweep, a bench run directory (summary.csv, meta.json,
+    /// runs.csv) or a reference.json; default the Redis quick sweep of 2026-11-28.
+    #[arg(long)]
+    pub reference: Option<PathBuf>,
+    /// --validate: the bound on each metric's mean |error|, %.
+    #[arg(long, default_value_t = crate::validate::DEFAULT_BOUND_PCT)]
+    pub bound: f64,
+    /// --validate: seeds 1..=N are run; the simulated figure is their median.
+    #[arg(long, default_value_t = 3)]
+    pub seeds: u64,
     /// Node memory (bytes, or with a K/M/G/T suffix, powers of 1024). Default per
     /// scenario: colocation 2G, m3-elastic 64G, scale 1T.
     #[arg(long, value_parser = parse_size)]
@@ -50,7 +67,7 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Colocation levels, % of the memory the LC service leaves to batch jobs.
-    #[arg(long, value_delimiter = ',', default_value = "0,100,125,150")]
+    #[arg(long, value_delimiter = ',', default_value = "0,50,100,125,150")]
     pub levels: Vec<u32>,
     /// m3-elastic: seconds between the starts of the three jobs.
     #[arg(long, default_value_t = 30.0)]
@@ -100,9 +117,51 @@ pub struct Report {
     pub rows: Vec<serde_json::Value>,
 }
 
+fn calibration(a: &SimArgs) -> anyhow::Result<Calibration> {
+    let calib: Calibration = match &a.calibration {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?
+        }
+        None => Calibration::default(),
+    };
+    calib.validate()?;
+    Ok(calib)
+}
+
+/// `memcolo sim --validate`: the comparison with the reference (not yet judged).
+pub fn validation(a: &SimArgs) -> anyhow::Result<crate::validate::Validation> {
+    anyhow::ensure!(a.step_ms > 0, "--step-ms must be positive");
+    let reference = match &a.reference {
+        Some(p) => crate::validate::Reference::load(p)?,
+        None => crate::validate::Reference::builtin(),
+    };
+    let v = crate::validate::validate(
+        &reference,
+        &calibration(a)?,
+        a.seeds,
+        Duration::from_millis(a.step_ms),
+        a.bound,
+    )?;
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(
+            dir.join("reference.json"),
+            serde_json::to_string_pretty(&reference)? + "\n",
+        )?;
+        std::fs::write(
+            dir.join("validation.json"),
+            serde_json::to_string_pretty(&v)? + "\n",
+        )?;
+    }
+    Ok(v)
+}
+
 /// Runs the scenario and returns its report.
 pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
-    let (mem, dur) = match a.scenario {
+    let scenario = a.scenario.context("a scenario is needed (or --validate)")?;
+    let (mem, dur) = match scenario {
         Scenario::Colocation => (2u64 << 30, 40.0),
         Scenario::M3Elastic => (64 << 30, 600.0),
         Scenario::Scale => (1 << 40, 3600.0),
@@ -114,14 +173,7 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         "--duration must be positive"
     );
     anyhow::ensure!(a.step_ms > 0, "--step-ms must be positive");
-    let calib = match &a.calibration {
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?
-        }
-        None => Calibration::default(),
-    };
+    let calib = calibration(a)?;
     let c = Common {
         node_bytes,
         swap_bytes: a.swap.unwrap_or(node_bytes / 2),
@@ -130,14 +182,15 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         seed: a.seed,
         calib,
         slo_us: a.slo_ms * 1000.0,
-        warmup: match a.scenario {
+        lc_samples_per_step: crate::node::LC_SAMPLES_PER_STEP,
+        warmup: match scenario {
             Scenario::Colocation => {
                 Duration::from_secs(10).min(Duration::from_secs_f64(duration_s / 4.0))
             }
             _ => Duration::ZERO,
         },
     };
-    let rows: Vec<serde_json::Value> = match a.scenario {
+    let rows: Vec<serde_json::Value> = match scenario {
         Scenario::Colocation => to_values(scenario::colocation(&c, &a.levels)?)?,
         Scenario::M3Elastic => {
             anyhow::ensure!(
@@ -149,7 +202,7 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         Scenario::Scale => to_values(scenario::scale(&c)?)?,
     };
     Ok(Report {
-        scenario: a.scenario,
+        scenario,
         node_bytes,
         swap_bytes: c.swap_bytes,
         duration_s,
@@ -220,6 +273,27 @@ pub fn table(rows: &[serde_json::Value]) -> String {
 
 /// `memcolo sim`: runs, prints, and writes the report if asked.
 pub fn run(a: &SimArgs) -> anyhow::Result<()> {
+    if a.validate {
+        let v = validation(a)?;
+        let mut stdout = std::io::stdout().lock();
+        if a.json {
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&v)?)?;
+        } else {
+            write!(stdout, "{}", v.table())?;
+        }
+        anyhow::ensure!(
+            v.pass,
+            "the simulator is outside the bound of {} % on: {}",
+            v.bound_pct,
+            v.metrics
+                .iter()
+                .filter(|m| !m.pass)
+                .map(|m| format!("{} ({:.0} %)", m.metric, m.mean_abs_error_pct))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Ok(());
+    }
     let r = report(a)?;
     let json = serde_json::to_string_pretty(&r)?;
     if let Some(dir) = &a.out {

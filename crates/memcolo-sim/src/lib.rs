@@ -12,6 +12,7 @@
 //! - [`node`]: [`Node`], the model and the policy wiring.
 //! - [`scenario`]: the workloads of `memcolo sim SCENARIO`.
 //! - [`cli`]: `memcolo sim`'s arguments, table and report.
+//! - [`validate`]: `memcolo sim --validate`, the comparison with a recorded bench run.
 //!
 //! A run is a deterministic function of its settings and seed: no clock is read by
 //! the model (the SDK's gate is given instants at a fixed base plus simulated time).
@@ -21,6 +22,7 @@ pub mod calib;
 pub mod cli;
 pub mod node;
 pub mod scenario;
+pub mod validate;
 
 pub use calib::Calibration;
 pub use cli::{run, SimArgs};

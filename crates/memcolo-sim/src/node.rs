@@ -9,9 +9,11 @@
 //!   swap` (checked by [`Node::check`]).
 //! - **Allocation** (a process growing, a page cache miss, a swap-in): taken from free
 //!   memory; when free memory is short the kernel reclaims on the allocating thread
-//!   (direct reclaim): page cache of every process first, then anonymous memory into
-//!   swap, spread over the processes in proportion to their resident anonymous bytes
-//!   (a latency-critical process's weighted by [`Calibration::lc_lru_weight`]). The
+//!   (direct reclaim): page cache only while there is plenty of it (the kernel's
+//!   cache-trim mode), else page cache and anonymous memory into swap in the
+//!   proportion `vm.swappiness` sets, the anonymous share spread over the processes in
+//!   proportion to their resident anonymous bytes (a latency-critical process's
+//!   weighted by [`Calibration::lc_lru_weight`]). The
 //!   allocating process is charged the reclaim time ([`Calibration::file_reclaim_us`],
 //!   [`Calibration::anon_reclaim_us`], × [`Calibration::direct_reclaim_factor`]).
 //!   When nothing can be reclaimed the kernel's OOM killer takes the process with the
@@ -27,9 +29,12 @@
 //!
 //! Latency of a latency-critical (LC) process: each request costs
 //! a log-normal service time ([`Calibration::lc_service_us`] median,
-//! [`Calibration::lc_service_p99_us`] p99), plus its own swap-ins, plus the wait behind the
-//! process's stalls (its direct reclaim and the swap-ins of earlier requests) and its
-//! backlog when the stalls exceed the step. A fixed number of requests per step is
+//! [`Calibration::lc_service_p90_us`] p90), plus, for a share of requests, an
+//! exponential delay of the service's own ([`Calibration::lc_tail_share`]) and one of
+//! the batch jobs' interference, whose share grows with their resident memory
+//! ([`Calibration::be_interference_share`]), plus its own swap-ins, plus the wait
+//! behind the process's stalls (its direct reclaim and the swap-ins of earlier
+//! requests) and its backlog when the stalls exceed the step. A fixed number of requests per step is
 //! sampled, each weighted by the requests it stands for.
 
 use crate::calib::Calibration;
@@ -43,7 +48,8 @@ use rand_xoshiro::SplitMix64;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// Requests of an LC process sampled per step for its latency distribution.
+/// Requests of an LC process sampled per step for its latency distribution, by
+/// default ([`NodeConfig::lc_samples_per_step`]).
 pub const LC_SAMPLES_PER_STEP: usize = 16;
 
 /// What a process does.
@@ -207,6 +213,10 @@ pub struct NodeConfig {
     pub reclaim_workers: u32,
     /// LC latency is recorded from this time on (a warm-up before it is not).
     pub measure_from: Duration,
+    /// Requests of each LC process sampled per step (each sample weighted by the
+    /// requests it stands for); at least the requests of a step, every request is
+    /// sampled. [`LC_SAMPLES_PER_STEP`] unless a run needs its far tail (p99.9).
+    pub lc_samples_per_step: usize,
 }
 
 /// A weighted latency sample, µs.
@@ -239,7 +249,8 @@ pub struct NodeStats {
     pub mode: String,
     /// Simulated seconds run.
     pub simulated_s: f64,
-    /// Mean of (anon + file resident) / total over the steps.
+    /// Mean of (anon + file resident) / total over the steps of the measured part of
+    /// the run (from [`NodeConfig::measure_from`]), as the bench's `node_util`.
     pub utilisation: f64,
     /// Latency of every LC process's requests together.
     pub lc: LatencyStats,
@@ -278,6 +289,9 @@ pub struct Node {
     swapin_since: u64,
     limit_failures_since: u64,
     worker_busy_since: Duration,
+    /// Page-cache refaults since the kernel's previous direct reclaim (misses of file
+    /// pages read before: the workingset detection of mm/workingset.c).
+    file_refaults_since_reclaim: u64,
     // Run statistics.
     util_sum: f64,
     steps: u64,
@@ -369,6 +383,7 @@ impl Node {
             swapin_since: 0,
             limit_failures_since: 0,
             worker_busy_since: Duration::ZERO,
+            file_refaults_since_reclaim: 0,
             util_sum: 0.0,
             steps: 0,
             samples: Vec::new(),
@@ -459,7 +474,18 @@ impl Node {
         let swap_free = self.cfg.swap_bytes.saturating_sub(self.swapped_bytes());
         let anon_total: u64 = self.procs.iter().map(|p| p.anon).sum();
         let anon_room = swap_free.min(anon_total);
-        let anon_share = (c.swappiness / 200.0).clamp(0.0, 1.0);
+        // Cache-trim mode (`prepare_scan_control` and `get_scan_count` in mm/vmscan.c):
+        // while inactive page cache is plentiful (at least `need`, and not below
+        // 2^DEF_PRIORITY pages, the first pass's `file >> priority`) and not
+        // thrashing (no file refault since the previous reclaim, which sets
+        // `DEACTIVATE_FILE`), the kernel scans the file list only.
+        let thrashing = std::mem::take(&mut self.file_refaults_since_reclaim) > 0;
+        let cache_trim = !thrashing && file_total >= need && file_total >> 12 >= pg;
+        let anon_share = if cache_trim {
+            0.0
+        } else {
+            (c.swappiness / 200.0).clamp(0.0, 1.0)
+        };
         let mut anon_want = ((need as f64 * anon_share) as u64).min(anon_room);
         let file_want = (need - anon_want).min(file_total);
         anon_want = (need - file_want).min(anon_room);
@@ -624,9 +650,11 @@ impl Node {
                 self.hermes();
             }
         }
+        if self.now >= self.cfg.measure_from {
+            self.steps += 1;
+            self.util_sum += self.used_bytes() as f64 / self.cfg.total_bytes as f64;
+        }
         self.now += self.cfg.step;
-        self.steps += 1;
-        self.util_sum += self.used_bytes() as f64 / self.cfg.total_bytes as f64;
         self.stats.peak_swapped_bytes = self.stats.peak_swapped_bytes.max(self.swapped_bytes());
         for p in self.procs.iter_mut() {
             p.stats.peak_resident_bytes = p.stats.peak_resident_bytes.max(p.resident());
@@ -728,6 +756,11 @@ impl Node {
                     .page_round(read * miss_share)
                     .min(file_bytes.saturating_sub(self.procs[i].file));
                 if miss > 0 {
+                    // Once the whole file has been read, a miss is a page read before
+                    // and evicted since: a refault.
+                    if self.procs[i].stats.progress >= file_bytes as f64 {
+                        self.file_refaults_since_reclaim += miss;
+                    }
                     if !self.make_room(i, miss) {
                         return;
                     }
@@ -787,7 +820,28 @@ impl Node {
         let measured = self.now >= self.cfg.measure_from;
         let c = &self.cfg.calib;
         let base_s = c.lc_service_us * 1e-6;
-        let sigma = (c.lc_service_p99_us / c.lc_service_us.max(1e-9)).ln() / 2.326;
+        // z = 1.2816 at the 90th percentile of the standard normal.
+        let sigma = (c.lc_service_p90_us / c.lc_service_us.max(1e-9)).ln() / 1.2816;
+        let be_resident: u64 = self
+            .procs
+            .iter()
+            .filter(|p| p.alive && p.spec.workload.class() != Class::Lc)
+            .map(Proc::resident)
+            .sum();
+        let be_running = self
+            .procs
+            .iter()
+            .any(|p| p.alive && p.spec.workload.class() != Class::Lc);
+        let interference_share = if be_running {
+            (c.be_interference_share
+                + c.be_interference_share_per_node * be_resident as f64
+                    / self.cfg.total_bytes as f64)
+                .min(1.0)
+        } else {
+            0.0
+        };
+        let (tail_share, tail_mean_s) = (c.lc_tail_share, c.lc_tail_mean_us * 1e-6);
+        let be_mean_s = c.be_interference_mean_us * 1e-6;
         let per_req_pages = c.lc_pages_per_request;
         let swapin_s = c.swapin_us * 1e-6;
         let stall_s = self.procs[i].step_stall_s;
@@ -795,10 +849,11 @@ impl Node {
         let busy = n * base_s + fault_s + stall_s;
         // The stall (direct reclaim) happens as one block at a random time of the step.
         let block_at = self.uniform() * dt;
-        let weight = n / LC_SAMPLES_PER_STEP as f64;
+        let samples = self.cfg.lc_samples_per_step.clamp(1, 1 << 16);
+        let weight = n / samples as f64;
         let p_fault = 1.0 - (1.0 - frac).powf(per_req_pages);
-        for k in 0..LC_SAMPLES_PER_STEP {
-            let arrive = (k as f64 + self.uniform()) / LC_SAMPLES_PER_STEP as f64 * dt;
+        for k in 0..samples {
+            let arrive = (k as f64 + self.uniform()) / samples as f64 * dt;
             // Backlog drains at the rate the server gets ahead of arrivals.
             let spare = (1.0 - busy / dt).max(0.0);
             let mut wait = (backlog0 - arrive * spare).max(0.0);
@@ -818,8 +873,15 @@ impl Node {
             let (u1, u2) = (self.uniform().max(1e-12), self.uniform());
             let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
             let service = base_s * (sigma * z).exp();
+            let mut extra = 0.0;
+            if self.uniform() < tail_share {
+                extra += -tail_mean_s * (1.0 - self.uniform()).ln();
+            }
+            if self.uniform() < interference_share {
+                extra += -be_mean_s * (1.0 - self.uniform()).ln();
+            }
             let s = Sample {
-                us: (service + own + wait) * 1e6,
+                us: (service + extra + own + wait) * 1e6,
                 weight,
             };
             if measured {
@@ -1120,6 +1182,7 @@ mod tests {
             slo_us: 1e4,
             reclaim_workers: 1,
             measure_from: Duration::ZERO,
+            lc_samples_per_step: LC_SAMPLES_PER_STEP,
         };
         Node::new(cfg, procs).unwrap()
     }
@@ -1135,14 +1198,18 @@ mod tests {
         let freed = n.kernel_reclaim(0, 100 * MIB);
         assert!(freed >= 100 * MIB, "{freed}");
         assert_eq!(n.free_bytes(), free0 + freed);
-        // Anonymous pages went to swap, none were lost.
-        let to_swap = n.swapped_bytes() - swapped0;
-        assert!(
-            to_swap > 0 && to_swap < freed,
-            "swappiness 60 takes both lists"
-        );
+        // 400 MiB of page cache and no refault: cache-trim mode takes page cache only.
+        assert_eq!(n.swapped_bytes(), swapped0, "cache-trim mode swaps nothing");
         assert!(n.procs[0].stats.direct_reclaim_s > 0.0);
         assert_eq!(n.procs[1].stats.direct_reclaim_s, 0.0);
+        // Less page cache than the shortfall: swappiness 60 takes both lists, and the
+        // anonymous pages went to swap, none were lost.
+        let free0 = n.free_bytes();
+        let freed = n.kernel_reclaim(0, 400 * MIB);
+        assert!(freed >= 400 * MIB, "{freed}");
+        assert_eq!(n.free_bytes(), free0 + freed);
+        let to_swap = n.swapped_bytes() - swapped0;
+        assert!(to_swap > 0 && to_swap < freed, "{to_swap} of {freed}");
     }
 
     #[test]

@@ -77,7 +77,8 @@ fn other_scenarios_and_bad_arguments() {
         r#"{"swapin_us": -1}"#,
         r#"{"page_bytes": 18446744073709551615}"#,
         r#"{"reclaim_cluster_pages": 18446744073709551615}"#,
-        r#"{"lc_service_us": 500, "lc_service_p99_us": 100}"#,
+        r#"{"lc_service_us": 500, "lc_service_p90_us": 100}"#,
+        r#"{"lc_service_p99_us": 100}"#,
         r#"not json"#,
     ] {
         std::fs::write(&bad, text).unwrap();
@@ -106,5 +107,5 @@ fn other_scenarios_and_bad_arguments() {
     ]))
     .unwrap();
     assert_eq!(r.calibration.swapin_us, 50.0);
-    assert_eq!(r.calibration.lc_service_us, 126.0);
+    assert_eq!(r.calibration.lc_service_us, 95.0);
 }
