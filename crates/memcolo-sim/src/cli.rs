@@ -25,6 +25,10 @@ pub enum Scenario {
     M3Elastic,
     /// Scale benchmark: 100 processes on a 1 TiB node for a simulated hour, timed.
     Scale,
+    /// Fleet: --nodes nodes (1,000) of 256 GiB, each a sampled mix of LC, batch and
+    /// elastic processes, for a simulated day at 1 s steps, kernel alone against
+    /// memcolo on the same mixes; fleet figures per mode, timed.
+    Fleet,
 }
 
 /// Arguments of `memcolo sim`.
@@ -60,9 +64,23 @@ pub struct SimArgs {
     /// scale 3600.
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Step of the model, milliseconds.
-    #[arg(long, default_value_t = 100)]
-    pub step_ms: u64,
+    /// Step of the model, milliseconds. Default 100 (fleet: 1000).
+    #[arg(long)]
+    pub step_ms: Option<u64>,
+    /// Fleet: number of nodes.
+    #[arg(long, default_value_t = 1000)]
+    pub nodes: u32,
+    /// Fleet: the management modes to run, each on the same mixes (an A/B).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "kernel,memcolo"
+    )]
+    pub modes: Vec<crate::node::Mode>,
+    /// Fleet: OS threads running nodes (default: the CPUs available).
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Seed of the model's random draws (the same seed gives the same report).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -132,7 +150,8 @@ fn calibration(a: &SimArgs) -> anyhow::Result<Calibration> {
 
 /// `memcolo sim --validate`: the comparison with the reference (not yet judged).
 pub fn validation(a: &SimArgs) -> anyhow::Result<crate::validate::Validation> {
-    anyhow::ensure!(a.step_ms > 0, "--step-ms must be positive");
+    let step_ms = a.step_ms.unwrap_or(100);
+    anyhow::ensure!(step_ms > 0, "--step-ms must be positive");
     let reference = match &a.reference {
         Some(p) => crate::validate::Reference::load(p)?,
         None => crate::validate::Reference::builtin(),
@@ -141,7 +160,7 @@ pub fn validation(a: &SimArgs) -> anyhow::Result<crate::validate::Validation> {
         &reference,
         &calibration(a)?,
         a.seeds,
-        Duration::from_millis(a.step_ms),
+        Duration::from_millis(step_ms),
         a.bound,
     )?;
     if let Some(dir) = &a.out {
@@ -165,20 +184,25 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         Scenario::Colocation => (2u64 << 30, 40.0),
         Scenario::M3Elastic => (64 << 30, 600.0),
         Scenario::Scale => (1 << 40, 3600.0),
+        Scenario::Fleet => (256 << 30, 86_400.0),
     };
+    let step_ms = a.step_ms.unwrap_or(match scenario {
+        Scenario::Fleet => 1000,
+        _ => 100,
+    });
     let node_bytes = a.node_mem.unwrap_or(mem);
     let duration_s = a.duration.unwrap_or(dur);
     anyhow::ensure!(
         duration_s.is_finite() && duration_s > 0.0,
         "--duration must be positive"
     );
-    anyhow::ensure!(a.step_ms > 0, "--step-ms must be positive");
+    anyhow::ensure!(step_ms > 0, "--step-ms must be positive");
     let calib = calibration(a)?;
     let c = Common {
         node_bytes,
         swap_bytes: a.swap.unwrap_or(node_bytes / 2),
         duration: Duration::from_secs_f64(duration_s),
-        step: Duration::from_millis(a.step_ms),
+        step: Duration::from_millis(step_ms),
         seed: a.seed,
         calib,
         slo_us: a.slo_ms * 1000.0,
@@ -200,13 +224,34 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
             to_values(scenario::m3_elastic(&c, a.stagger)?)?
         }
         Scenario::Scale => to_values(scenario::scale(&c)?)?,
+        Scenario::Fleet => {
+            anyhow::ensure!(
+                (1..=1_000_000).contains(&a.nodes),
+                "--nodes must be in 1..=1000000"
+            );
+            anyhow::ensure!(!a.modes.is_empty(), "--modes needs at least one mode");
+            let f = crate::fleet::FleetConfig {
+                nodes: a.nodes,
+                node_bytes: c.node_bytes,
+                swap_bytes: c.swap_bytes,
+                duration: c.duration,
+                step: c.step,
+                seed: c.seed,
+                calib: c.calib.clone(),
+                slo_us: c.slo_us,
+                threads: a
+                    .threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            };
+            to_values(crate::fleet::fleet(&f, &a.modes)?)?
+        }
     };
     Ok(Report {
         scenario,
         node_bytes,
         swap_bytes: c.swap_bytes,
         duration_s,
-        step_ms: a.step_ms,
+        step_ms,
         seed: a.seed,
         slo_ms: a.slo_ms,
         calibration: c.calib,

@@ -11,6 +11,7 @@
 //! - [`calib`]: [`Calibration`], the model's constants with their units and sources.
 //! - [`node`]: [`Node`], the model and the policy wiring.
 //! - [`scenario`]: the workloads of `memcolo sim SCENARIO`.
+//! - [`fleet`]: fleet mode, N nodes with sampled mixes and an A/B of the management.
 //! - [`cli`]: `memcolo sim`'s arguments, table and report.
 //! - [`validate`]: `memcolo sim --validate`, the comparison with a recorded bench run.
 //!
@@ -20,6 +21,7 @@
 
 pub mod calib;
 pub mod cli;
+pub mod fleet;
 pub mod node;
 pub mod scenario;
 pub mod validate;

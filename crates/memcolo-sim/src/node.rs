@@ -121,6 +121,9 @@ pub struct ProcSpec {
     /// Hard cap on the process's resident + swapped anonymous bytes (a static
     /// partition), if any.
     pub cap_bytes: Option<u64>,
+    /// The process exits at this time, seconds of simulated time (a batch job's end in
+    /// a fleet's day), if ever; it counts as finished, not killed.
+    pub stop_s: Option<f64>,
 }
 
 /// Per-process results, over the run.
@@ -175,7 +178,7 @@ impl Proc {
 }
 
 /// How the node is managed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// The kernel alone: direct reclaim and the OOM killer.
@@ -625,6 +628,13 @@ impl Node {
             }
         }
         for i in 0..self.procs.len() {
+            let p = &mut self.procs[i];
+            if p.alive && p.spec.stop_s.is_some_and(|t| t <= now_s) {
+                p.stats.finished_s = Some(now_s);
+                self.exit(i);
+            }
+        }
+        for i in 0..self.procs.len() {
             if self.procs[i].alive {
                 self.run_proc(i, dt);
             }
@@ -1034,6 +1044,7 @@ mod tests {
                 name: "anon".into(),
                 start_s: 0.0,
                 cap_bytes: None,
+                stop_s: None,
                 workload: Workload::BeAnon {
                     size_bytes: 600 * MIB,
                     grow_bytes_per_s: 6000.0 * MIB as f64,
@@ -1044,6 +1055,7 @@ mod tests {
                 name: "file".into(),
                 start_s: 0.0,
                 cap_bytes: None,
+                stop_s: None,
                 workload: Workload::BeFile {
                     file_bytes: 400 * MIB,
                     read_bytes_per_s: 1e12,

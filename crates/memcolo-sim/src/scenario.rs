@@ -138,6 +138,7 @@ pub fn colocation_procs_with(
         name: "lc".into(),
         start_s: 0.0,
         cap_bytes: None,
+        stop_s: None,
         workload: Workload::Lc {
             ws_bytes: lc_ws,
             grow_bytes_per_s: 1024.0 * MIB as f64,
@@ -150,6 +151,7 @@ pub fn colocation_procs_with(
             name: "be-file".into(),
             start_s: 1.0,
             cap_bytes: None,
+            stop_s: None,
             workload: Workload::BeFile {
                 file_bytes: (be / 2.0) as u64,
                 read_bytes_per_s: shape.file_read_bytes_per_s,
@@ -159,6 +161,7 @@ pub fn colocation_procs_with(
             name: "be-anon".into(),
             start_s: 1.0,
             cap_bytes: None,
+            stop_s: None,
             workload: Workload::BeAnon {
                 size_bytes: (be / 4.0) as u64,
                 grow_bytes_per_s: 256.0 * MIB as f64,
@@ -169,6 +172,7 @@ pub fn colocation_procs_with(
             name: "be-elastic".into(),
             start_s: 1.0,
             cap_bytes: elastic_static.then_some(elastic_share),
+            stop_s: None,
             workload: Workload::Elastic {
                 // The bench's cache: its key space is 1.5 × its share
                 // (`crates/memcolo-bench/src/elastic.rs`).
@@ -257,6 +261,7 @@ pub fn elastic_procs(node_bytes: u64, capped: bool, stagger_s: f64) -> Vec<ProcS
             name: format!("elastic-{k}"),
             start_s: stagger_s * k as f64,
             cap_bytes: capped.then_some(top / 3),
+            stop_s: None,
             workload: Workload::Elastic {
                 want_bytes: node_bytes / 100 * 45,
                 floor_bytes: node_bytes / 10,
@@ -368,6 +373,7 @@ pub fn scale_procs(node_bytes: u64) -> Vec<ProcSpec> {
             name: format!("{name}-{k}"),
             start_s,
             cap_bytes: None,
+            stop_s: None,
             workload,
         });
     }

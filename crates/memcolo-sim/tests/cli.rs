@@ -68,6 +68,23 @@ fn other_scenarios_and_bad_arguments() {
     assert_eq!(r.rows.len(), 6, "three jobs, static and m3");
     let r = report(&args(&["scale", "--node-mem", "64G", "--duration", "5"])).unwrap();
     assert_eq!(r.rows[0]["processes"], 100);
+    let r = report(&args(&["fleet", "--nodes", "2", "--duration", "60"])).unwrap();
+    assert_eq!(r.rows.len(), 2, "kernel and memcolo");
+    assert_eq!(r.step_ms, 1000, "fleet steps 1 s by default");
+    assert_eq!(r.rows[1]["mode"], "memcolo");
+    let r = report(&args(&[
+        "fleet",
+        "--nodes",
+        "2",
+        "--duration",
+        "60",
+        "--modes",
+        "memcolo",
+    ]))
+    .unwrap();
+    assert_eq!(r.rows.len(), 1);
+    assert!(report(&args(&["fleet", "--nodes", "0", "--duration", "60"])).is_err());
+    assert!(Cli::try_parse_from(["sim", "fleet", "--modes", "senpai"]).is_err());
     assert!(report(&args(&["colocation", "--duration", "0"])).is_err());
     assert!(report(&args(&["colocation", "--step-ms", "0"])).is_err());
     assert!(Cli::try_parse_from(["sim", "nonsense"]).is_err());

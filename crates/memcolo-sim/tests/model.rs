@@ -106,6 +106,7 @@ fn holder(total: u64, be_bytes: u64) -> Vec<ProcSpec> {
             name: "lc".into(),
             start_s: 0.0,
             cap_bytes: None,
+            stop_s: None,
             workload: Workload::Lc {
                 ws_bytes: 64 * MIB,
                 grow_bytes_per_s: 1024.0 * MIB as f64,
@@ -116,6 +117,7 @@ fn holder(total: u64, be_bytes: u64) -> Vec<ProcSpec> {
             name: "be".into(),
             start_s: 1.0,
             cap_bytes: None,
+            stop_s: None,
             workload: Workload::BeAnon {
                 size_bytes: be_bytes,
                 grow_bytes_per_s: 256.0 * MIB as f64,
@@ -191,6 +193,7 @@ fn after_a_high_signal_the_sdk_gate_holds_growth_back() {
         name: "cache".into(),
         start_s: 0.0,
         cap_bytes: None,
+        stop_s: None,
         workload: Workload::Elastic {
             want_bytes: total,
             floor_bytes: 0,
