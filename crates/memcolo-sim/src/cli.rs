@@ -29,6 +29,10 @@ pub enum Scenario {
     /// elastic processes, for a simulated day at 1 s steps, kernel alone against
     /// memcolo on the same mixes; fleet figures per mode, timed.
     Fleet,
+    /// MaxMem §5.1.2's six-process timeline (Fig. 4) through the policy's MaxMem:
+    /// --node-mem is the fast tier (default 144 GiB, the paper's; 144M is
+    /// bench/tiering's timeline), tables and migration cap in the paper's proportion.
+    MaxmemTimeline,
 }
 
 /// Arguments of `memcolo sim`.
@@ -185,6 +189,7 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         Scenario::M3Elastic => (64 << 30, 600.0),
         Scenario::Scale => (1 << 40, 3600.0),
         Scenario::Fleet => (256 << 30, 86_400.0),
+        Scenario::MaxmemTimeline => (144 << 30, 280.0),
     };
     let step_ms = a.step_ms.unwrap_or(match scenario {
         Scenario::Fleet => 1000,
@@ -245,6 +250,9 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
             };
             to_values(crate::fleet::fleet(&f, &a.modes)?)?
         }
+        Scenario::MaxmemTimeline => to_values(crate::maxmem::timeline(
+            &crate::maxmem::TimelineConfig::scaled(c.node_bytes, c.seed),
+        )?)?,
     };
     Ok(Report {
         scenario,

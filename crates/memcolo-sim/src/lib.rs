@@ -12,6 +12,7 @@
 //! - [`node`]: [`Node`], the model and the policy wiring.
 //! - [`scenario`]: the workloads of `memcolo sim SCENARIO`.
 //! - [`fleet`]: fleet mode, N nodes with sampled mixes and an A/B of the management.
+//! - [`maxmem`]: MaxMem's six-process timeline through the policy's MaxMem.
 //! - [`cli`]: `memcolo sim`'s arguments, table and report.
 //! - [`validate`]: `memcolo sim --validate`, the comparison with a recorded bench run.
 //!
@@ -22,6 +23,7 @@
 pub mod calib;
 pub mod cli;
 pub mod fleet;
+pub mod maxmem;
 pub mod node;
 pub mod scenario;
 pub mod validate;

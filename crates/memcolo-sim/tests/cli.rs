@@ -85,6 +85,8 @@ fn other_scenarios_and_bad_arguments() {
     assert_eq!(r.rows.len(), 1);
     assert!(report(&args(&["fleet", "--nodes", "0", "--duration", "60"])).is_err());
     assert!(Cli::try_parse_from(["sim", "fleet", "--modes", "senpai"]).is_err());
+    // tests/maxmem.rs runs the timeline (with fewer samples than the command's).
+    assert!(Cli::try_parse_from(["sim", "maxmem-timeline", "--node-mem", "144M"]).is_ok());
     assert!(report(&args(&["colocation", "--duration", "0"])).is_err());
     assert!(report(&args(&["colocation", "--step-ms", "0"])).is_err());
     assert!(Cli::try_parse_from(["sim", "nonsense"]).is_err());
