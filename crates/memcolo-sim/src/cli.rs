@@ -33,6 +33,9 @@ pub enum Scenario {
     /// --node-mem is the fast tier (default 144 GiB, the paper's; 144M is
     /// bench/tiering's timeline), tables and migration cap in the paper's proportion.
     MaxmemTimeline,
+    /// A node and its processes from a JSON trace (--trace FILE; see
+    /// memcolo_sim::trace), under each of --modes.
+    Trace,
 }
 
 /// Arguments of `memcolo sim`.
@@ -74,7 +77,8 @@ pub struct SimArgs {
     /// Fleet: number of nodes.
     #[arg(long, default_value_t = 1000)]
     pub nodes: u32,
-    /// Fleet: the management modes to run, each on the same mixes (an A/B).
+    /// Fleet and trace: the management modes to run, each on the same processes (an
+    /// A/B).
     #[arg(
         long,
         value_enum,
@@ -82,6 +86,9 @@ pub struct SimArgs {
         default_value = "kernel,memcolo"
     )]
     pub modes: Vec<crate::node::Mode>,
+    /// Trace: the JSON file of the node and its processes.
+    #[arg(long, required_if_eq("scenario", "trace"))]
+    pub trace: Option<PathBuf>,
     /// Fleet: OS threads running nodes (default: the CPUs available).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -190,12 +197,21 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         Scenario::Scale => (1 << 40, 3600.0),
         Scenario::Fleet => (256 << 30, 86_400.0),
         Scenario::MaxmemTimeline => (144 << 30, 280.0),
+        Scenario::Trace => (1 << 30, 600.0),
     };
     let step_ms = a.step_ms.unwrap_or(match scenario {
         Scenario::Fleet => 1000,
         _ => 100,
     });
-    let node_bytes = a.node_mem.unwrap_or(mem);
+    let trace = match (scenario, &a.trace) {
+        (Scenario::Trace, Some(p)) => Some(crate::trace::Trace::load(p)?),
+        (Scenario::Trace, None) => anyhow::bail!("the trace scenario needs --trace FILE"),
+        _ => None,
+    };
+    let node_bytes = a
+        .node_mem
+        .or(trace.as_ref().map(|t| t.node_bytes))
+        .unwrap_or(mem);
     let duration_s = a.duration.unwrap_or(dur);
     anyhow::ensure!(
         duration_s.is_finite() && duration_s > 0.0,
@@ -205,7 +221,10 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
     let calib = calibration(a)?;
     let c = Common {
         node_bytes,
-        swap_bytes: a.swap.unwrap_or(node_bytes / 2),
+        swap_bytes: a
+            .swap
+            .or(trace.as_ref().and_then(|t| t.swap_bytes))
+            .unwrap_or(node_bytes / 2),
         duration: Duration::from_secs_f64(duration_s),
         step: Duration::from_millis(step_ms),
         seed: a.seed,
@@ -249,6 +268,11 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             };
             to_values(crate::fleet::fleet(&f, &a.modes)?)?
+        }
+        Scenario::Trace => {
+            anyhow::ensure!(!a.modes.is_empty(), "--modes needs at least one mode");
+            let t = trace.as_ref().expect("loaded above");
+            to_values(crate::trace::run(&c, t, &a.modes)?)?
         }
         Scenario::MaxmemTimeline => to_values(crate::maxmem::timeline(
             &crate::maxmem::TimelineConfig::scaled(c.node_bytes, c.seed),

@@ -13,6 +13,7 @@
 //! - [`scenario`]: the workloads of `memcolo sim SCENARIO`.
 //! - [`fleet`]: fleet mode, N nodes with sampled mixes and an A/B of the management.
 //! - [`maxmem`]: MaxMem's six-process timeline through the policy's MaxMem.
+//! - [`trace`]: a node and its processes read from a JSON trace.
 //! - [`cli`]: `memcolo sim`'s arguments, table and report.
 //! - [`validate`]: `memcolo sim --validate`, the comparison with a recorded bench run.
 //!
@@ -26,6 +27,7 @@ pub mod fleet;
 pub mod maxmem;
 pub mod node;
 pub mod scenario;
+pub mod trace;
 pub mod validate;
 
 pub use calib::Calibration;

@@ -45,7 +45,7 @@ use memcolo_policy::{Class, Level, Pid};
 use memcolo_sdk::gate::AllowRateGate;
 use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 use rand_xoshiro::SplitMix64;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 mod latency;
@@ -56,7 +56,8 @@ use latency::weighted_quantile;
 pub const LC_SAMPLES_PER_STEP: usize = 16;
 
 /// What a process does.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Workload {
     /// A latency-critical service: holds `ws_bytes` of anonymous memory (allocated at
     /// `grow_bytes_per_s` from its start) and serves `rate` requests per second, each
@@ -94,8 +95,13 @@ pub enum Workload {
         layer_bytes: u64,
         miss_penalty: f64,
         work_s: f64,
+        #[serde(default = "default_num_epochs")]
         num_epochs: u32,
     },
+}
+
+fn default_num_epochs() -> u32 {
+    memcolo_sdk::gate::DEFAULT_NUM_EPOCHS
 }
 
 impl Workload {
@@ -110,7 +116,8 @@ impl Workload {
 }
 
 /// A process to start at `start_s`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ProcSpec {
     /// Name in the report (several processes may share one).
     pub name: String,
@@ -120,9 +127,11 @@ pub struct ProcSpec {
     pub workload: Workload,
     /// Hard cap on the process's resident + swapped anonymous bytes (a static
     /// partition), if any.
+    #[serde(default)]
     pub cap_bytes: Option<u64>,
     /// The process exits at this time, seconds of simulated time (a batch job's end in
     /// a fleet's day), if ever; it counts as finished, not killed.
+    #[serde(default)]
     pub stop_s: Option<f64>,
 }
 

@@ -39,7 +39,7 @@ pub struct Common {
 }
 
 impl Common {
-    fn node(&self, mode: Mode, procs: Vec<ProcSpec>) -> anyhow::Result<Node> {
+    pub(crate) fn node(&self, mode: Mode, procs: Vec<ProcSpec>) -> anyhow::Result<Node> {
         Node::new(
             NodeConfig {
                 total_bytes: self.node_bytes,
