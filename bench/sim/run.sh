@@ -23,8 +23,8 @@ done
 # Fleet: a thousand nodes for a simulated day, memcolo only (the scale figure), three
 # times, then the kernel/memcolo A/B once; each run under the lock.
 for i in 1 2 3; do
-    /usr/bin/time -f "%e %U %S" -o "$out/fleet-memcolo-$i.time" \
-        flock /tmp/memcolo-bench.lock "$sim" fleet --modes memcolo --json > "$out/fleet-memcolo-$i.json"
+    flock /tmp/memcolo-bench.lock /usr/bin/time -f "%e %U %S" -o "$out/fleet-memcolo-$i.time" \
+        "$sim" fleet --modes memcolo --json > "$out/fleet-memcolo-$i.json"
 done
 flock /tmp/memcolo-bench.lock "$sim" fleet --out "$out/fleet-ab" > "$out/fleet-ab.txt"
 "$sim" maxmem-timeline --out "$out/maxmem-paper" > "$out/maxmem-paper.txt"
