@@ -12,6 +12,10 @@
 //! (`bench/colocation/RESULTS.md`, section `redis-quick`), kept in
 //! `crates/memcolo-sim/data/`.
 //!
+//! Also compared, when the reference carries them ([`Reference::other`], the built-in
+//! one does): M3's `JJJ-0` mean speedup and MaxMem's timeline epochs
+//! ([`OTHER_METRICS`]), one cell each.
+//!
 //! Compared: [`METRICS`] for the sim's `kernel` against the bench's `kernel`, and the
 //! sim's `memcolo` (M3, Hermes, Hermit) against the bench's `agent` mode when the sweep
 //! ran it, else `full` (the agent and libmemcolo, which the sim does not model). The
@@ -82,7 +86,35 @@ pub struct Reference {
     /// nothing in the 2026-11-28 sweep: 0.04 MiB/min).
     pub be_file_read_bytes_per_s: f64,
     pub cells: Vec<MeasuredCell>,
+    /// Single figures of the other benches the sim has a scenario for
+    /// ([`OTHER_METRICS`]); none in a reference read from a bench run directory.
+    #[serde(default)]
+    pub other: Vec<OtherFigure>,
 }
+
+/// A measured figure of another bench, compared with one scenario run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtherFigure {
+    /// One of [`OTHER_METRICS`].
+    pub metric: String,
+    pub measured: f64,
+    /// The RESULTS.md and section it comes from.
+    pub source: String,
+}
+
+/// The other benches' figures `--validate` knows how to simulate:
+/// - `m3_jjj0_mean_speedup`: `memcolo sim m3-elastic --node-mem 2G --swap 0 --stagger
+///   0`, the mean per-job speedup over the static equal partition (`bench/m3`'s
+///   `JJJ-0` against its nearest equal partition);
+/// - `maxmem_p6_arrival_epochs` and `maxmem_p1_target_epochs`: `memcolo sim
+///   maxmem-timeline --node-mem 144M`, epochs to `a_miss <= t_miss` of p6 after its
+///   start and of p1 after its target change (`bench/tiering`'s `timeline`).
+pub const OTHER_METRICS: [&str; 3] = [
+    "m3_jjj0_mean_speedup",
+    "maxmem_p6_arrival_epochs",
+    "maxmem_p1_target_epochs",
+];
 
 const BUILTIN: &str = include_str!("../data/colocation-redis-quick-2026-11-28.json");
 
@@ -232,6 +264,7 @@ impl Reference {
                 median(&mut file_rate)
             },
             cells,
+            other: Vec::new(),
         };
         r.check()?;
         Ok(r)
@@ -267,6 +300,20 @@ impl Reference {
             self.lc_rss_bytes <= self.node_bytes,
             "reference lc_rss_bytes above node_bytes"
         );
+        for o in &self.other {
+            anyhow::ensure!(
+                OTHER_METRICS.contains(&o.metric.as_str()),
+                "reference figure `{}` unknown (known: {})",
+                o.metric,
+                OTHER_METRICS.join(", ")
+            );
+            anyhow::ensure!(
+                o.measured.is_finite() && o.measured > 0.0 && o.measured <= 1e6,
+                "reference figure {} = {}: must be in ]0, 1e6]",
+                o.metric,
+                o.measured
+            );
+        }
         for c in &self.cells {
             anyhow::ensure!(c.level <= 1000, "reference level {} above 1000 %", c.level);
             anyhow::ensure!(
@@ -362,6 +409,48 @@ pub struct Validation {
     pub pass: bool,
 }
 
+/// One seed's simulated value of one of [`OTHER_METRICS`].
+fn other_figure(metric: &str, calib: &Calibration, seed: u64) -> anyhow::Result<f64> {
+    match metric {
+        "m3_jjj0_mean_speedup" => {
+            let c = Common {
+                node_bytes: 2 << 30,
+                swap_bytes: 0,
+                duration: Duration::from_secs(600),
+                step: Duration::from_millis(100),
+                seed,
+                calib: calib.clone(),
+                slo_us: 10_000.0,
+                warmup: Duration::ZERO,
+                lc_samples_per_step: LC_SAMPLES_PER_STEP,
+            };
+            let rows = scenario::m3_elastic(&c, 0.0)?;
+            let s: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.mode == "m3")
+                .filter_map(|r| r.speedup)
+                .collect();
+            anyhow::ensure!(s.len() == 3, "an m3-elastic job did not finish");
+            Ok(s.iter().sum::<f64>() / 3.0)
+        }
+        "maxmem_p6_arrival_epochs" | "maxmem_p1_target_epochs" => {
+            let (change, process) = if metric == "maxmem_p6_arrival_epochs" {
+                ("start p6 @100s", "p6")
+            } else {
+                ("target p1 @220s", "p1")
+            };
+            let rows =
+                crate::maxmem::timeline(&crate::maxmem::TimelineConfig::scaled(144 << 20, seed))?;
+            rows.iter()
+                .find(|r| r.change == change && r.process == process)
+                .and_then(|r| r.epochs_to_target)
+                .map(|e| e as f64)
+                .context("the timeline never reached the target")
+        }
+        _ => anyhow::bail!("unknown figure {metric}"),
+    }
+}
+
 fn sim_metric(row: &scenario::ColocationRow, metric: &str) -> f64 {
     match metric {
         "p50_us" => row.lc_p50_us,
@@ -395,6 +484,7 @@ pub fn validate(
         reference.memcolo_mode()
     );
     let warmup = Duration::from_secs_f64(reference.warmup_s);
+    let mut cells_other = Vec::new();
     let per_step = (reference.rate * step.as_secs_f64()).ceil() as usize;
     let mut runs = Vec::new();
     for seed in 1..=seeds {
@@ -415,6 +505,27 @@ pub fn validate(
             file_read_bytes_per_s: reference.be_file_read_bytes_per_s,
         };
         runs.push(scenario::colocation_with(&c, &levels, &shape)?);
+    }
+    for o in &reference.other {
+        let mut v = Vec::new();
+        for seed in 1..=seeds {
+            v.push(other_figure(&o.metric, calib, seed)?);
+        }
+        let sim = median(&mut v);
+        cells_other.push(Comparison {
+            level: 0,
+            sim_mode: "memcolo".into(),
+            bench_mode: o.source.clone(),
+            metric: o.metric.clone(),
+            sim,
+            sim_min: v.first().copied().unwrap_or(f64::NAN),
+            sim_max: v.last().copied().unwrap_or(f64::NAN),
+            measured: o.measured,
+            measured_min: o.measured,
+            measured_max: o.measured,
+            error_pct: Some((sim - o.measured) / o.measured * 100.0),
+            within_measured_range: sim == o.measured,
+        });
     }
     let bench_memcolo = reference.memcolo_mode();
     let mut cells = Vec::new();
@@ -450,8 +561,10 @@ pub fn validate(
             }
         }
     }
+    cells.extend(cells_other);
     let metrics: Vec<MetricError> = METRICS
         .iter()
+        .chain(OTHER_METRICS.iter())
         .filter_map(|&metric| {
             let errs: Vec<f64> = cells
                 .iter()

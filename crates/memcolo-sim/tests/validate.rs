@@ -5,7 +5,7 @@
 
 use clap::Parser;
 use memcolo_sim::cli::{run, validation, SimArgs};
-use memcolo_sim::validate::{validate, Reference, METRICS};
+use memcolo_sim::validate::{validate, OtherFigure, Reference, METRICS, OTHER_METRICS};
 use memcolo_sim::Calibration;
 use std::time::Duration;
 
@@ -21,10 +21,12 @@ fn args(v: &[&str]) -> SimArgs {
         .args
 }
 
-/// The built-in reference cut to two levels (quick to run).
+/// The built-in reference cut to two levels and no other bench's figure (quick to
+/// run).
 fn small() -> Reference {
     let mut r = Reference::builtin();
     r.cells.retain(|c| c.level == 0 || c.level == 125);
+    r.other.clear();
     r
 }
 
@@ -44,6 +46,46 @@ fn the_builtin_reference_is_the_redis_quick_sweep() {
         .find(|c| c.level == 100 && c.mode == "kernel" && c.metric == "p99_us")
         .unwrap();
     assert_eq!(p99_100.median, 1405.0);
+    let other: Vec<&str> = r.other.iter().map(|o| o.metric.as_str()).collect();
+    assert_eq!(other, OTHER_METRICS);
+}
+
+#[test]
+fn another_benchs_figure_is_simulated_and_compared() {
+    let mut r = small();
+    r.cells.retain(|c| c.level == 0 && c.metric == "p50_us");
+    r.other.push(OtherFigure {
+        metric: "m3_jjj0_mean_speedup".into(),
+        measured: 1.12,
+        source: "bench/m3/RESULTS.md".into(),
+    });
+    let v = validate(
+        &r,
+        &Calibration::default(),
+        1,
+        Duration::from_millis(100),
+        25.0,
+    )
+    .unwrap();
+    let m3 = v
+        .cells
+        .iter()
+        .find(|c| c.metric == "m3_jjj0_mean_speedup")
+        .unwrap();
+    assert!(m3.sim > 0.5 && m3.sim < 3.0, "{m3:?}");
+    let e = v
+        .metrics
+        .iter()
+        .find(|m| m.metric == "m3_jjj0_mean_speedup")
+        .unwrap();
+    assert_eq!(e.cells, 1);
+    assert!((e.mean_abs_error_pct - m3.error_pct.unwrap().abs()).abs() < 1e-9);
+    // An unknown figure is refused, not skipped.
+    r.other[0].metric = "hermes_fig7".into();
+    assert!(r.check().is_err());
+    r.other[0].metric = "m3_jjj0_mean_speedup".into();
+    r.other[0].measured = f64::INFINITY;
+    assert!(r.check().is_err());
 }
 
 #[test]
