@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// The constants of the node model. Times are microseconds (µs) per 4 KiB page or
 /// per request; bandwidths bytes per second.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Calibration {
     /// Page size the model counts in, bytes (x86-64 base page: 4096).
     pub page_bytes: u64,
@@ -44,15 +44,48 @@ pub struct Calibration {
     /// misses. Default 1 GiB/s: *assumed* (virtio disk of the VM). Measure: `fio
     /// --rw=read --direct=1 --bs=1M --size=2G`.
     pub disk_bytes_per_s: f64,
-    /// Median latency of a latency-critical request without memory stalls, µs: 126 µs,
-    /// the Redis p50 at level 0 with the kernel alone (`bench/reclaim/RESULTS.md`,
-    /// section `side-by-side`, LC latency table).
+    /// Median latency of a latency-critical request without memory stalls, µs: 95 µs,
+    /// the Redis p50 at level 0 with the kernel alone (`bench/colocation/RESULTS.md`,
+    /// section `redis-quick`, median of the two accepted runs).
     pub lc_service_us: f64,
-    /// 99th percentile of that latency, µs: 436 µs, the Redis p99 of the same row
-    /// (network, scheduling and the service's own variance). Latency without memory
-    /// stalls is log-normal with this median and p99. Fitted, so level 0 matches by
-    /// construction: it is not a validation point.
-    pub lc_service_p99_us: f64,
+    /// 90th percentile of that latency, µs: 125 µs, the sweep's SLO, which the bench
+    /// defines as the median p90 of those runs. The body of the latency (network,
+    /// scheduling, the service's own work) is log-normal with this median and p90.
+    /// Fitted, so level 0 matches by construction there.
+    pub lc_service_p90_us: f64,
+    /// Share of latency-critical requests that wait behind one of the service's own
+    /// rare stalls (timer ticks, its event loop's housekeeping, the VM's vCPU
+    /// scheduling), with no batch job running: 0.01, fitted (least squares on the log
+    /// of p99 and p99.9, grid search) to the p99 (228 µs) and p99.9 (2,518 µs) of the
+    /// same level-0 kernel-alone runs, as an exponential delay added to the body.
+    pub lc_tail_share: f64,
+    /// Mean of that stall, µs: 1,000 µs (same fit).
+    pub lc_tail_mean_us: f64,
+    /// Share of latency-critical requests delayed by the batch jobs' interference on
+    /// the shared machine (memory bandwidth, last-level cache, the host's scheduling
+    /// of the two vCPUs), whenever a batch job runs, before the term that grows with
+    /// their memory ([`Calibration::be_interference_share_per_node`]): 0.004. Fitted
+    /// (least squares on the log of p99 and p99.9, grid search) to the runs without
+    /// memory pressure: the kernel-alone runs at 50 % of the Redis quick sweep of
+    /// 2026-11-28 (node 37 % used) and the `no-pressure` runs at 100 and 125 % of the
+    /// same day (`memcolo bench colocation --quick --levels 100,125 --modes
+    /// no-pressure,kernel,full`, node limit above the demand). The LC service took
+    /// no major fault and the node no swap in any run of the quick sweep, and without
+    /// memory pressure its p99 is as high as with it (1,414 µs at 100 %), so its tail
+    /// under load is interference, not memory; the runs with pressure are left for
+    /// `memcolo sim --validate` to check.
+    /// Re-measure: `memcolo bench colocation --quick --modes kernel,no-pressure`, then
+    /// `memcolo sim --validate --reference DIR`.
+    pub be_interference_share: f64,
+    /// Growth of that share with the batch jobs' resident memory (anonymous and page
+    /// cache, batch and elastic processes), per node's worth of it: the share is
+    /// `be_interference_share + be_interference_share_per_node × be_resident / node`:
+    /// 0.009 (same fit). A node with more memory bandwidth per byte (more channels, another
+    /// CPU) has other figures: override them.
+    pub be_interference_share_per_node: f64,
+    /// Mean delay of an interfered request, µs (exponential; same fit): 4,000 µs; the
+    /// p99.9 of the loaded runs sits at 8–11 ms at every level from 50 to 150 %.
+    pub be_interference_mean_us: f64,
     /// Distinct pages of its working set one latency-critical request touches. Default
     /// 2: *assumed* (a Redis GET of a small value: the dict bucket and the value).
     pub lc_pages_per_request: f64,
@@ -85,8 +118,13 @@ impl Default for Calibration {
             file_reclaim_us: 0.16e6 / 262_144.0,
             direct_reclaim_factor: 2.0,
             disk_bytes_per_s: (1u64 << 30) as f64,
-            lc_service_us: 126.0,
-            lc_service_p99_us: 436.0,
+            lc_service_us: 95.0,
+            lc_service_p90_us: 125.0,
+            lc_tail_share: 0.01,
+            lc_tail_mean_us: 1000.0,
+            be_interference_share: 0.004,
+            be_interference_share_per_node: 0.009,
+            be_interference_mean_us: 4000.0,
             lc_pages_per_request: 2.0,
             lc_lru_weight: 0.5,
             swappiness: 60.0,
@@ -105,7 +143,15 @@ impl Calibration {
             ("file_reclaim_us", self.file_reclaim_us),
             ("direct_reclaim_factor", self.direct_reclaim_factor),
             ("lc_service_us", self.lc_service_us),
-            ("lc_service_p99_us", self.lc_service_p99_us),
+            ("lc_service_p90_us", self.lc_service_p90_us),
+            ("lc_tail_share", self.lc_tail_share),
+            ("lc_tail_mean_us", self.lc_tail_mean_us),
+            ("be_interference_share", self.be_interference_share),
+            (
+                "be_interference_share_per_node",
+                self.be_interference_share_per_node,
+            ),
+            ("be_interference_mean_us", self.be_interference_mean_us),
             ("lc_pages_per_request", self.lc_pages_per_request),
             ("lc_lru_weight", self.lc_lru_weight),
             ("swappiness", self.swappiness),
@@ -122,8 +168,12 @@ impl Calibration {
             "calibration disk_bytes_per_s must be positive"
         );
         anyhow::ensure!(
-            self.lc_service_p99_us >= self.lc_service_us,
-            "calibration lc_service_p99_us must be >= lc_service_us"
+            self.lc_service_p90_us >= self.lc_service_us,
+            "calibration lc_service_p90_us must be >= lc_service_us"
+        );
+        anyhow::ensure!(
+            self.lc_tail_share <= 1.0 && self.be_interference_share <= 1.0,
+            "calibration shares must be at most 1"
         );
         anyhow::ensure!(
             self.page_bytes > 0 && self.page_bytes <= 1 << 30,

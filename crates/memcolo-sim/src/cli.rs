@@ -1,6 +1,8 @@
 //! `memcolo sim SCENARIO`: the command line, the summary table on stdout and the
 //! report written with `--out DIR` (`report.json`: settings and rows; `report.csv`:
-//! the rows).
+//! the rows); `memcolo sim --validate`: the comparison with a recorded bench run
+//! ([`crate::validate`]), written with `--out DIR` as `validation.json` and the
+//! reference it used as `reference.json`.
 
 use crate::calib::Calibration;
 use crate::scenario::{self, Common};
@@ -23,14 +25,40 @@ pub enum Scenario {
     M3Elastic,
     /// Scale benchmark: 100 processes on a 1 TiB node for a simulated hour, timed.
     Scale,
+    /// Fleet: --nodes nodes (1,000) of 256 GiB, each a sampled mix of LC, batch and
+    /// elastic processes, for a simulated day at 1 s steps, kernel alone against
+    /// memcolo on the same mixes; fleet figures per mode, timed.
+    Fleet,
+    /// MaxMem §5.1.2's six-process timeline (Fig. 4) through the policy's MaxMem:
+    /// --node-mem is the fast tier (default 144 GiB, the paper's; 144M is
+    /// bench/tiering's timeline), tables and migration cap in the paper's proportion.
+    MaxmemTimeline,
+    /// A node and its processes from a JSON trace (--trace FILE; see
+    /// memcolo_sim::trace), under each of --modes.
+    Trace,
 }
 
 /// Arguments of `memcolo sim`.
 #[derive(Args, Debug, Clone)]
 pub struct SimArgs {
-    /// The scenario to run.
-    #[arg(value_enum)]
-    pub scenario: Scenario,
+    /// The scenario to run (none with --validate).
+    #[arg(value_enum, required_unless_present = "validate")]
+    pub scenario: Option<Scenario>,
+    /// Run the colocation scenario at the settings of a recorded `memcolo bench
+    /// colocation` sweep and compare: error per metric, exit status 1 when a metric's
+    /// mean error is above --bound.
+    #[arg(long, conflicts_with = "scenario")]
+    pub validate: bool,
+    /// --validate: the recorded sweep, a bench run directory (summary.csv, meta.json,
+    /// runs.csv) or a reference.json; default the Redis quick sweep of 2026-11-28.
+    #[arg(long)]
+    pub reference: Option<PathBuf>,
+    /// --validate: the bound on each metric's mean |error|, %.
+    #[arg(long, default_value_t = crate::validate::DEFAULT_BOUND_PCT)]
+    pub bound: f64,
+    /// --validate: seeds 1..=N are run; the simulated figure is their median.
+    #[arg(long, default_value_t = 3)]
+    pub seeds: u64,
     /// Node memory (bytes, or with a K/M/G/T suffix, powers of 1024). Default per
     /// scenario: colocation 2G, m3-elastic 64G, scale 1T.
     #[arg(long, value_parser = parse_size)]
@@ -43,14 +71,32 @@ pub struct SimArgs {
     /// scale 3600.
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Step of the model, milliseconds.
-    #[arg(long, default_value_t = 100)]
-    pub step_ms: u64,
+    /// Step of the model, milliseconds. Default 100 (fleet: 1000).
+    #[arg(long)]
+    pub step_ms: Option<u64>,
+    /// Fleet: number of nodes.
+    #[arg(long, default_value_t = 1000)]
+    pub nodes: u32,
+    /// Fleet and trace: the management modes to run, each on the same processes (an
+    /// A/B).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "kernel,memcolo"
+    )]
+    pub modes: Vec<crate::node::Mode>,
+    /// Trace: the JSON file of the node and its processes.
+    #[arg(long, required_if_eq("scenario", "trace"))]
+    pub trace: Option<PathBuf>,
+    /// Fleet: OS threads running nodes (default: the CPUs available).
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Seed of the model's random draws (the same seed gives the same report).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Colocation levels, % of the memory the LC service leaves to batch jobs.
-    #[arg(long, value_delimiter = ',', default_value = "0,100,125,150")]
+    #[arg(long, value_delimiter = ',', default_value = "0,50,100,125,150")]
     pub levels: Vec<u32>,
     /// m3-elastic: seconds between the starts of the three jobs.
     #[arg(long, default_value_t = 30.0)]
@@ -100,21 +146,8 @@ pub struct Report {
     pub rows: Vec<serde_json::Value>,
 }
 
-/// Runs the scenario and returns its report.
-pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
-    let (mem, dur) = match a.scenario {
-        Scenario::Colocation => (2u64 << 30, 40.0),
-        Scenario::M3Elastic => (64 << 30, 600.0),
-        Scenario::Scale => (1 << 40, 3600.0),
-    };
-    let node_bytes = a.node_mem.unwrap_or(mem);
-    let duration_s = a.duration.unwrap_or(dur);
-    anyhow::ensure!(
-        duration_s.is_finite() && duration_s > 0.0,
-        "--duration must be positive"
-    );
-    anyhow::ensure!(a.step_ms > 0, "--step-ms must be positive");
-    let calib = match &a.calibration {
+fn calibration(a: &SimArgs) -> anyhow::Result<Calibration> {
+    let calib: Calibration = match &a.calibration {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -122,22 +155,90 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         }
         None => Calibration::default(),
     };
+    calib.validate()?;
+    Ok(calib)
+}
+
+/// `memcolo sim --validate`: the comparison with the reference (not yet judged).
+pub fn validation(a: &SimArgs) -> anyhow::Result<crate::validate::Validation> {
+    let step_ms = a.step_ms.unwrap_or(100);
+    anyhow::ensure!(step_ms > 0, "--step-ms must be positive");
+    let reference = match &a.reference {
+        Some(p) => crate::validate::Reference::load(p)?,
+        None => crate::validate::Reference::builtin(),
+    };
+    let v = crate::validate::validate(
+        &reference,
+        &calibration(a)?,
+        a.seeds,
+        Duration::from_millis(step_ms),
+        a.bound,
+    )?;
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(
+            dir.join("reference.json"),
+            serde_json::to_string_pretty(&reference)? + "\n",
+        )?;
+        std::fs::write(
+            dir.join("validation.json"),
+            serde_json::to_string_pretty(&v)? + "\n",
+        )?;
+    }
+    Ok(v)
+}
+
+/// Runs the scenario and returns its report.
+pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
+    let scenario = a.scenario.context("a scenario is needed (or --validate)")?;
+    let (mem, dur) = match scenario {
+        Scenario::Colocation => (2u64 << 30, 40.0),
+        Scenario::M3Elastic => (64 << 30, 600.0),
+        Scenario::Scale => (1 << 40, 3600.0),
+        Scenario::Fleet => (256 << 30, 86_400.0),
+        Scenario::MaxmemTimeline => (144 << 30, 280.0),
+        Scenario::Trace => (1 << 30, 600.0),
+    };
+    let step_ms = a.step_ms.unwrap_or(match scenario {
+        Scenario::Fleet => 1000,
+        _ => 100,
+    });
+    let trace = match (scenario, &a.trace) {
+        (Scenario::Trace, Some(p)) => Some(crate::trace::Trace::load(p)?),
+        (Scenario::Trace, None) => anyhow::bail!("the trace scenario needs --trace FILE"),
+        _ => None,
+    };
+    let node_bytes = a
+        .node_mem
+        .or(trace.as_ref().map(|t| t.node_bytes))
+        .unwrap_or(mem);
+    let duration_s = a.duration.unwrap_or(dur);
+    anyhow::ensure!(
+        duration_s.is_finite() && duration_s > 0.0,
+        "--duration must be positive"
+    );
+    anyhow::ensure!(step_ms > 0, "--step-ms must be positive");
+    let calib = calibration(a)?;
     let c = Common {
         node_bytes,
-        swap_bytes: a.swap.unwrap_or(node_bytes / 2),
+        swap_bytes: a
+            .swap
+            .or(trace.as_ref().and_then(|t| t.swap_bytes))
+            .unwrap_or(node_bytes / 2),
         duration: Duration::from_secs_f64(duration_s),
-        step: Duration::from_millis(a.step_ms),
+        step: Duration::from_millis(step_ms),
         seed: a.seed,
         calib,
         slo_us: a.slo_ms * 1000.0,
-        warmup: match a.scenario {
+        lc_samples_per_step: crate::node::LC_SAMPLES_PER_STEP,
+        warmup: match scenario {
             Scenario::Colocation => {
                 Duration::from_secs(10).min(Duration::from_secs_f64(duration_s / 4.0))
             }
             _ => Duration::ZERO,
         },
     };
-    let rows: Vec<serde_json::Value> = match a.scenario {
+    let rows: Vec<serde_json::Value> = match scenario {
         Scenario::Colocation => to_values(scenario::colocation(&c, &a.levels)?)?,
         Scenario::M3Elastic => {
             anyhow::ensure!(
@@ -147,13 +248,42 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
             to_values(scenario::m3_elastic(&c, a.stagger)?)?
         }
         Scenario::Scale => to_values(scenario::scale(&c)?)?,
+        Scenario::Fleet => {
+            anyhow::ensure!(
+                (1..=1_000_000).contains(&a.nodes),
+                "--nodes must be in 1..=1000000"
+            );
+            anyhow::ensure!(!a.modes.is_empty(), "--modes needs at least one mode");
+            let f = crate::fleet::FleetConfig {
+                nodes: a.nodes,
+                node_bytes: c.node_bytes,
+                swap_bytes: c.swap_bytes,
+                duration: c.duration,
+                step: c.step,
+                seed: c.seed,
+                calib: c.calib.clone(),
+                slo_us: c.slo_us,
+                threads: a
+                    .threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            };
+            to_values(crate::fleet::fleet(&f, &a.modes)?)?
+        }
+        Scenario::Trace => {
+            anyhow::ensure!(!a.modes.is_empty(), "--modes needs at least one mode");
+            let t = trace.as_ref().expect("loaded above");
+            to_values(crate::trace::run(&c, t, &a.modes)?)?
+        }
+        Scenario::MaxmemTimeline => to_values(crate::maxmem::timeline(
+            &crate::maxmem::TimelineConfig::scaled(c.node_bytes, c.seed),
+        )?)?,
     };
     Ok(Report {
-        scenario: a.scenario,
+        scenario,
         node_bytes,
         swap_bytes: c.swap_bytes,
         duration_s,
-        step_ms: a.step_ms,
+        step_ms,
         seed: a.seed,
         slo_ms: a.slo_ms,
         calibration: c.calib,
@@ -220,6 +350,27 @@ pub fn table(rows: &[serde_json::Value]) -> String {
 
 /// `memcolo sim`: runs, prints, and writes the report if asked.
 pub fn run(a: &SimArgs) -> anyhow::Result<()> {
+    if a.validate {
+        let v = validation(a)?;
+        let mut stdout = std::io::stdout().lock();
+        if a.json {
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&v)?)?;
+        } else {
+            write!(stdout, "{}", v.table())?;
+        }
+        anyhow::ensure!(
+            v.pass,
+            "the simulator is outside the bound of {} % on: {}",
+            v.bound_pct,
+            v.metrics
+                .iter()
+                .filter(|m| !m.pass)
+                .map(|m| format!("{} ({:.0} %)", m.metric, m.mean_abs_error_pct))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Ok(());
+    }
     let r = report(a)?;
     let json = serde_json::to_string_pretty(&r)?;
     if let Some(dir) = &a.out {

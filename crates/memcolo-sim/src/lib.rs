@@ -11,7 +11,11 @@
 //! - [`calib`]: [`Calibration`], the model's constants with their units and sources.
 //! - [`node`]: [`Node`], the model and the policy wiring.
 //! - [`scenario`]: the workloads of `memcolo sim SCENARIO`.
+//! - [`fleet`]: fleet mode, N nodes with sampled mixes and an A/B of the management.
+//! - [`maxmem`]: MaxMem's six-process timeline through the policy's MaxMem.
+//! - [`trace`]: a node and its processes read from a JSON trace.
 //! - [`cli`]: `memcolo sim`'s arguments, table and report.
+//! - [`validate`]: `memcolo sim --validate`, the comparison with a recorded bench run.
 //!
 //! A run is a deterministic function of its settings and seed: no clock is read by
 //! the model (the SDK's gate is given instants at a fixed base plus simulated time).
@@ -19,8 +23,12 @@
 
 pub mod calib;
 pub mod cli;
+pub mod fleet;
+pub mod maxmem;
 pub mod node;
 pub mod scenario;
+pub mod trace;
+pub mod validate;
 
 pub use calib::Calibration;
 pub use cli::{run, SimArgs};

@@ -9,9 +9,11 @@
 //!   swap` (checked by [`Node::check`]).
 //! - **Allocation** (a process growing, a page cache miss, a swap-in): taken from free
 //!   memory; when free memory is short the kernel reclaims on the allocating thread
-//!   (direct reclaim): page cache of every process first, then anonymous memory into
-//!   swap, spread over the processes in proportion to their resident anonymous bytes
-//!   (a latency-critical process's weighted by [`Calibration::lc_lru_weight`]). The
+//!   (direct reclaim): page cache only while there is plenty of it (the kernel's
+//!   cache-trim mode), else page cache and anonymous memory into swap in the
+//!   proportion `vm.swappiness` sets, the anonymous share spread over the processes in
+//!   proportion to their resident anonymous bytes (a latency-critical process's
+//!   weighted by [`Calibration::lc_lru_weight`]). The
 //!   allocating process is charged the reclaim time ([`Calibration::file_reclaim_us`],
 //!   [`Calibration::anon_reclaim_us`], × [`Calibration::direct_reclaim_factor`]).
 //!   When nothing can be reclaimed the kernel's OOM killer takes the process with the
@@ -27,9 +29,12 @@
 //!
 //! Latency of a latency-critical (LC) process: each request costs
 //! a log-normal service time ([`Calibration::lc_service_us`] median,
-//! [`Calibration::lc_service_p99_us`] p99), plus its own swap-ins, plus the wait behind the
-//! process's stalls (its direct reclaim and the swap-ins of earlier requests) and its
-//! backlog when the stalls exceed the step. A fixed number of requests per step is
+//! [`Calibration::lc_service_p90_us`] p90), plus, for a share of requests, an
+//! exponential delay of the service's own ([`Calibration::lc_tail_share`]) and one of
+//! the batch jobs' interference, whose share grows with their resident memory
+//! ([`Calibration::be_interference_share`]), plus its own swap-ins, plus the wait
+//! behind the process's stalls (its direct reclaim and the swap-ins of earlier
+//! requests) and its backlog when the stalls exceed the step. A fixed number of requests per step is
 //! sampled, each weighted by the requests it stands for.
 
 use crate::calib::Calibration;
@@ -40,14 +45,19 @@ use memcolo_policy::{Class, Level, Pid};
 use memcolo_sdk::gate::AllowRateGate;
 use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 use rand_xoshiro::SplitMix64;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
-/// Requests of an LC process sampled per step for its latency distribution.
+mod latency;
+use latency::weighted_quantile;
+
+/// Requests of an LC process sampled per step for its latency distribution, by
+/// default ([`NodeConfig::lc_samples_per_step`]).
 pub const LC_SAMPLES_PER_STEP: usize = 16;
 
 /// What a process does.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Workload {
     /// A latency-critical service: holds `ws_bytes` of anonymous memory (allocated at
     /// `grow_bytes_per_s` from its start) and serves `rate` requests per second, each
@@ -85,8 +95,13 @@ pub enum Workload {
         layer_bytes: u64,
         miss_penalty: f64,
         work_s: f64,
+        #[serde(default = "default_num_epochs")]
         num_epochs: u32,
     },
+}
+
+fn default_num_epochs() -> u32 {
+    memcolo_sdk::gate::DEFAULT_NUM_EPOCHS
 }
 
 impl Workload {
@@ -101,7 +116,8 @@ impl Workload {
 }
 
 /// A process to start at `start_s`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ProcSpec {
     /// Name in the report (several processes may share one).
     pub name: String,
@@ -111,7 +127,12 @@ pub struct ProcSpec {
     pub workload: Workload,
     /// Hard cap on the process's resident + swapped anonymous bytes (a static
     /// partition), if any.
+    #[serde(default)]
     pub cap_bytes: Option<u64>,
+    /// The process exits at this time, seconds of simulated time (a batch job's end in
+    /// a fleet's day), if ever; it counts as finished, not killed.
+    #[serde(default)]
+    pub stop_s: Option<f64>,
 }
 
 /// Per-process results, over the run.
@@ -166,7 +187,7 @@ impl Proc {
 }
 
 /// How the node is managed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// The kernel alone: direct reclaim and the OOM killer.
@@ -207,6 +228,10 @@ pub struct NodeConfig {
     pub reclaim_workers: u32,
     /// LC latency is recorded from this time on (a warm-up before it is not).
     pub measure_from: Duration,
+    /// Requests of each LC process sampled per step (each sample weighted by the
+    /// requests it stands for); at least the requests of a step, every request is
+    /// sampled. [`LC_SAMPLES_PER_STEP`] unless a run needs its far tail (p99.9).
+    pub lc_samples_per_step: usize,
 }
 
 /// A weighted latency sample, µs.
@@ -239,7 +264,8 @@ pub struct NodeStats {
     pub mode: String,
     /// Simulated seconds run.
     pub simulated_s: f64,
-    /// Mean of (anon + file resident) / total over the steps.
+    /// Mean of (anon + file resident) / total over the steps of the measured part of
+    /// the run (from [`NodeConfig::measure_from`]), as the bench's `node_util`.
     pub utilisation: f64,
     /// Latency of every LC process's requests together.
     pub lc: LatencyStats,
@@ -278,6 +304,9 @@ pub struct Node {
     swapin_since: u64,
     limit_failures_since: u64,
     worker_busy_since: Duration,
+    /// Page-cache refaults since the kernel's previous direct reclaim (misses of file
+    /// pages read before: the workingset detection of mm/workingset.c).
+    file_refaults_since_reclaim: u64,
     // Run statistics.
     util_sum: f64,
     steps: u64,
@@ -286,22 +315,6 @@ pub struct Node {
     seconds: u64,
     slow_seconds: u64,
     stats: NodeStats,
-}
-
-fn weighted_quantile(s: &mut [Sample], q: f64) -> f64 {
-    if s.is_empty() {
-        return 0.0;
-    }
-    s.sort_by(|a, b| a.us.total_cmp(&b.us));
-    let total: f64 = s.iter().map(|x| x.weight).sum();
-    let mut acc = 0.0;
-    for x in s.iter() {
-        acc += x.weight;
-        if acc >= q * total {
-            return x.us;
-        }
-    }
-    s[s.len() - 1].us
 }
 
 impl Node {
@@ -369,6 +382,7 @@ impl Node {
             swapin_since: 0,
             limit_failures_since: 0,
             worker_busy_since: Duration::ZERO,
+            file_refaults_since_reclaim: 0,
             util_sum: 0.0,
             steps: 0,
             samples: Vec::new(),
@@ -459,7 +473,18 @@ impl Node {
         let swap_free = self.cfg.swap_bytes.saturating_sub(self.swapped_bytes());
         let anon_total: u64 = self.procs.iter().map(|p| p.anon).sum();
         let anon_room = swap_free.min(anon_total);
-        let anon_share = (c.swappiness / 200.0).clamp(0.0, 1.0);
+        // Cache-trim mode (`prepare_scan_control` and `get_scan_count` in mm/vmscan.c):
+        // while inactive page cache is plentiful (at least `need`, and not below
+        // 2^DEF_PRIORITY pages, the first pass's `file >> priority`) and not
+        // thrashing (no file refault since the previous reclaim, which sets
+        // `DEACTIVATE_FILE`), the kernel scans the file list only.
+        let thrashing = std::mem::take(&mut self.file_refaults_since_reclaim) > 0;
+        let cache_trim = !thrashing && file_total >= need && file_total >> 12 >= pg;
+        let anon_share = if cache_trim {
+            0.0
+        } else {
+            (c.swappiness / 200.0).clamp(0.0, 1.0)
+        };
         let mut anon_want = ((need as f64 * anon_share) as u64).min(anon_room);
         let file_want = (need - anon_want).min(file_total);
         anon_want = (need - file_want).min(anon_room);
@@ -612,6 +637,13 @@ impl Node {
             }
         }
         for i in 0..self.procs.len() {
+            let p = &mut self.procs[i];
+            if p.alive && p.spec.stop_s.is_some_and(|t| t <= now_s) {
+                p.stats.finished_s = Some(now_s);
+                self.exit(i);
+            }
+        }
+        for i in 0..self.procs.len() {
             if self.procs[i].alive {
                 self.run_proc(i, dt);
             }
@@ -624,9 +656,11 @@ impl Node {
                 self.hermes();
             }
         }
+        if self.now >= self.cfg.measure_from {
+            self.steps += 1;
+            self.util_sum += self.used_bytes() as f64 / self.cfg.total_bytes as f64;
+        }
         self.now += self.cfg.step;
-        self.steps += 1;
-        self.util_sum += self.used_bytes() as f64 / self.cfg.total_bytes as f64;
         self.stats.peak_swapped_bytes = self.stats.peak_swapped_bytes.max(self.swapped_bytes());
         for p in self.procs.iter_mut() {
             p.stats.peak_resident_bytes = p.stats.peak_resident_bytes.max(p.resident());
@@ -728,6 +762,11 @@ impl Node {
                     .page_round(read * miss_share)
                     .min(file_bytes.saturating_sub(self.procs[i].file));
                 if miss > 0 {
+                    // Once the whole file has been read, a miss is a page read before
+                    // and evicted since: a refault.
+                    if self.procs[i].stats.progress >= file_bytes as f64 {
+                        self.file_refaults_since_reclaim += miss;
+                    }
                     if !self.make_room(i, miss) {
                         return;
                     }
@@ -777,82 +816,6 @@ impl Node {
                 }
             }
         }
-    }
-
-    /// Samples the latency of the `n` requests of LC process `i` in this step.
-    fn lc_latency(&mut self, i: usize, n: f64, dt: f64, frac: f64, fault_s: f64) {
-        if n <= 0.0 {
-            return;
-        }
-        let measured = self.now >= self.cfg.measure_from;
-        let c = &self.cfg.calib;
-        let base_s = c.lc_service_us * 1e-6;
-        let sigma = (c.lc_service_p99_us / c.lc_service_us.max(1e-9)).ln() / 2.326;
-        let per_req_pages = c.lc_pages_per_request;
-        let swapin_s = c.swapin_us * 1e-6;
-        let stall_s = self.procs[i].step_stall_s;
-        let backlog0 = self.procs[i].backlog_s;
-        let busy = n * base_s + fault_s + stall_s;
-        // The stall (direct reclaim) happens as one block at a random time of the step.
-        let block_at = self.uniform() * dt;
-        let weight = n / LC_SAMPLES_PER_STEP as f64;
-        let p_fault = 1.0 - (1.0 - frac).powf(per_req_pages);
-        for k in 0..LC_SAMPLES_PER_STEP {
-            let arrive = (k as f64 + self.uniform()) / LC_SAMPLES_PER_STEP as f64 * dt;
-            // Backlog drains at the rate the server gets ahead of arrivals.
-            let spare = (1.0 - busy / dt).max(0.0);
-            let mut wait = (backlog0 - arrive * spare).max(0.0);
-            if busy > dt {
-                wait += (busy - dt) * arrive / dt;
-            }
-            if arrive >= block_at && arrive < block_at + stall_s {
-                wait += block_at + stall_s - arrive;
-            }
-            let own = if self.uniform() < p_fault {
-                swapin_s * (1.0 + (per_req_pages - 1.0) * frac).max(1.0)
-            } else {
-                0.0
-            };
-            // Log-normal service time: median × e^(σ z), z standard normal
-            // (Box–Muller), σ from the p99 (z = 2.326 at the 99th percentile).
-            let (u1, u2) = (self.uniform().max(1e-12), self.uniform());
-            let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-            let service = base_s * (sigma * z).exp();
-            let s = Sample {
-                us: (service + own + wait) * 1e6,
-                weight,
-            };
-            if measured {
-                self.samples.push(s);
-                self.second_samples.push(s);
-            }
-        }
-        self.procs[i].backlog_s = (backlog0 + busy - dt).max(0.0);
-        if measured {
-            self.stats.lc.requests += n;
-        }
-        // Keep the run's sample store bounded: merge to a coarse log histogram.
-        if self.samples.len() >= 1 << 16 {
-            self.compact_samples();
-        }
-    }
-
-    fn compact_samples(&mut self) {
-        use std::collections::BTreeMap;
-        let mut buckets: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
-        for s in self.samples.drain(..) {
-            let b = (s.us.max(1e-3).ln() / 0.01f64.ln_1p()).floor() as i64;
-            let e = buckets.entry(b).or_insert((0.0, 0.0));
-            e.0 += s.us * s.weight;
-            e.1 += s.weight;
-        }
-        self.samples = buckets
-            .into_values()
-            .map(|(sum, w)| Sample {
-                us: sum / w,
-                weight: w,
-            })
-            .collect();
     }
 
     /// Hermit: one scheduler step with this step's observations; the workers reclaim
@@ -1090,6 +1053,7 @@ mod tests {
                 name: "anon".into(),
                 start_s: 0.0,
                 cap_bytes: None,
+                stop_s: None,
                 workload: Workload::BeAnon {
                     size_bytes: 600 * MIB,
                     grow_bytes_per_s: 6000.0 * MIB as f64,
@@ -1100,6 +1064,7 @@ mod tests {
                 name: "file".into(),
                 start_s: 0.0,
                 cap_bytes: None,
+                stop_s: None,
                 workload: Workload::BeFile {
                     file_bytes: 400 * MIB,
                     read_bytes_per_s: 1e12,
@@ -1120,6 +1085,7 @@ mod tests {
             slo_us: 1e4,
             reclaim_workers: 1,
             measure_from: Duration::ZERO,
+            lc_samples_per_step: LC_SAMPLES_PER_STEP,
         };
         Node::new(cfg, procs).unwrap()
     }
@@ -1135,14 +1101,18 @@ mod tests {
         let freed = n.kernel_reclaim(0, 100 * MIB);
         assert!(freed >= 100 * MIB, "{freed}");
         assert_eq!(n.free_bytes(), free0 + freed);
-        // Anonymous pages went to swap, none were lost.
-        let to_swap = n.swapped_bytes() - swapped0;
-        assert!(
-            to_swap > 0 && to_swap < freed,
-            "swappiness 60 takes both lists"
-        );
+        // 400 MiB of page cache and no refault: cache-trim mode takes page cache only.
+        assert_eq!(n.swapped_bytes(), swapped0, "cache-trim mode swaps nothing");
         assert!(n.procs[0].stats.direct_reclaim_s > 0.0);
         assert_eq!(n.procs[1].stats.direct_reclaim_s, 0.0);
+        // Less page cache than the shortfall: swappiness 60 takes both lists, and the
+        // anonymous pages went to swap, none were lost.
+        let free0 = n.free_bytes();
+        let freed = n.kernel_reclaim(0, 400 * MIB);
+        assert!(freed >= 400 * MIB, "{freed}");
+        assert_eq!(n.free_bytes(), free0 + freed);
+        let to_swap = n.swapped_bytes() - swapped0;
+        assert!(to_swap > 0 && to_swap < freed, "{to_swap} of {freed}");
     }
 
     #[test]

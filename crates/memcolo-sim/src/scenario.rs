@@ -6,7 +6,7 @@
 //!   node, 2,000 requests/s) beside batch jobs whose memory demand is `level` % of the
 //!   node, split file : anon : elastic = 2 : 1 : 1 (a streamer, an anonymous holder,
 //!   an elastic cache static at its share under the kernel alone and free to grow to
-//!   half the node under memcolo). LC latency is recorded after a 10 s warm-up. Each
+//!   1.5 × its share, the bench cache's key space, under memcolo). LC latency is recorded after a 10 s warm-up. Each
 //!   level runs with the kernel alone and with memcolo (M3, Hermes, Hermit; the
 //!   bench's `agent` mode: libmemcolo is not modelled).
 //! - [`m3_elastic`]: M3 Fig. 5-like: three elastic caches started 30 s apart (`--stagger`), each
@@ -34,10 +34,12 @@ pub struct Common {
     pub slo_us: f64,
     /// LC latency is recorded from this time on.
     pub warmup: Duration,
+    /// [`NodeConfig::lc_samples_per_step`].
+    pub lc_samples_per_step: usize,
 }
 
 impl Common {
-    fn node(&self, mode: Mode, procs: Vec<ProcSpec>) -> anyhow::Result<Node> {
+    pub(crate) fn node(&self, mode: Mode, procs: Vec<ProcSpec>) -> anyhow::Result<Node> {
         Node::new(
             NodeConfig {
                 total_bytes: self.node_bytes,
@@ -50,6 +52,7 @@ impl Common {
                 slo_us: self.slo_us,
                 reclaim_workers: 1,
                 measure_from: self.warmup,
+                lc_samples_per_step: self.lc_samples_per_step,
             },
             procs,
         )
@@ -89,16 +92,57 @@ pub struct ColocationRow {
 /// The processes of the colocation scenario at `level` (% of `node_bytes`); under
 /// the kernel alone (`elastic_static`) the elastic cache is capped at its share.
 pub fn colocation_procs(node_bytes: u64, level: u32, elastic_static: bool) -> Vec<ProcSpec> {
-    let lc_ws = node_bytes / 16;
+    colocation_procs_with(
+        node_bytes,
+        level,
+        elastic_static,
+        &ColocationShape::default_for(node_bytes),
+    )
+}
+
+/// What the colocation scenario copies from the bench run it stands for.
+#[derive(Clone, Debug)]
+pub struct ColocationShape {
+    /// The LC service's working set, bytes (default 1/16 of the node).
+    pub lc_ws_bytes: u64,
+    /// Its request rate, per second (default 2,000, the bench's `--quick` rate).
+    pub rate: f64,
+    /// The file streamer's read rate, bytes/s (default 2 GiB/s, as fast as the page
+    /// cache serves it; the bench's `fio` got far less CPU on its shared BE vCPU, see
+    /// [`crate::validate::Reference::be_file_read_bytes_per_s`]).
+    pub file_read_bytes_per_s: f64,
+}
+
+impl ColocationShape {
+    /// The defaults for a node of `node_bytes`.
+    pub fn default_for(node_bytes: u64) -> ColocationShape {
+        ColocationShape {
+            lc_ws_bytes: node_bytes / 16,
+            rate: 2000.0,
+            file_read_bytes_per_s: 2048.0 * MIB as f64,
+        }
+    }
+}
+
+/// [`colocation_procs`] with the shape given, as `memcolo sim --validate` copies it
+/// from a bench run.
+pub fn colocation_procs_with(
+    node_bytes: u64,
+    level: u32,
+    elastic_static: bool,
+    shape: &ColocationShape,
+) -> Vec<ProcSpec> {
+    let (lc_ws, rate) = (shape.lc_ws_bytes, shape.rate);
     let be = node_bytes as f64 * level as f64 / 100.0;
     let mut v = vec![ProcSpec {
         name: "lc".into(),
         start_s: 0.0,
         cap_bytes: None,
+        stop_s: None,
         workload: Workload::Lc {
             ws_bytes: lc_ws,
             grow_bytes_per_s: 1024.0 * MIB as f64,
-            rate: 2000.0,
+            rate,
         },
     }];
     if level > 0 {
@@ -107,15 +151,17 @@ pub fn colocation_procs(node_bytes: u64, level: u32, elastic_static: bool) -> Ve
             name: "be-file".into(),
             start_s: 1.0,
             cap_bytes: None,
+            stop_s: None,
             workload: Workload::BeFile {
                 file_bytes: (be / 2.0) as u64,
-                read_bytes_per_s: 2048.0 * MIB as f64,
+                read_bytes_per_s: shape.file_read_bytes_per_s,
             },
         });
         v.push(ProcSpec {
             name: "be-anon".into(),
             start_s: 1.0,
             cap_bytes: None,
+            stop_s: None,
             workload: Workload::BeAnon {
                 size_bytes: (be / 4.0) as u64,
                 grow_bytes_per_s: 256.0 * MIB as f64,
@@ -126,8 +172,11 @@ pub fn colocation_procs(node_bytes: u64, level: u32, elastic_static: bool) -> Ve
             name: "be-elastic".into(),
             start_s: 1.0,
             cap_bytes: elastic_static.then_some(elastic_share),
+            stop_s: None,
             workload: Workload::Elastic {
-                want_bytes: (node_bytes / 2).max(elastic_share),
+                // The bench's cache: its key space is 1.5 × its share
+                // (`crates/memcolo-bench/src/elastic.rs`).
+                want_bytes: elastic_share / 2 * 3,
                 floor_bytes: 0,
                 grow_bytes_per_s: 256.0 * MIB as f64,
                 layer_bytes: (node_bytes / 64).max(MIB),
@@ -146,10 +195,19 @@ fn proc_sum(s: &NodeStats, name: &str, f: impl Fn(&crate::node::ProcStats) -> f6
 
 /// Hermes §5.1's colocation levels, kernel alone and memcolo.
 pub fn colocation(c: &Common, levels: &[u32]) -> anyhow::Result<Vec<ColocationRow>> {
+    colocation_with(c, levels, &ColocationShape::default_for(c.node_bytes))
+}
+
+/// [`colocation`] with the shape given ([`colocation_procs_with`]).
+pub fn colocation_with(
+    c: &Common,
+    levels: &[u32],
+    shape: &ColocationShape,
+) -> anyhow::Result<Vec<ColocationRow>> {
     let mut rows = Vec::new();
     for &level in levels {
         for mode in [Mode::Kernel, Mode::Memcolo] {
-            let procs = colocation_procs(c.node_bytes, level, mode == Mode::Kernel);
+            let procs = colocation_procs_with(c.node_bytes, level, mode == Mode::Kernel, shape);
             let mut node = c.node(mode, procs)?;
             node.run(c.duration);
             let s = node.finish();
@@ -203,6 +261,7 @@ pub fn elastic_procs(node_bytes: u64, capped: bool, stagger_s: f64) -> Vec<ProcS
             name: format!("elastic-{k}"),
             start_s: stagger_s * k as f64,
             cap_bytes: capped.then_some(top / 3),
+            stop_s: None,
             workload: Workload::Elastic {
                 want_bytes: node_bytes / 100 * 45,
                 floor_bytes: node_bytes / 10,
@@ -314,6 +373,7 @@ pub fn scale_procs(node_bytes: u64) -> Vec<ProcSpec> {
             name: format!("{name}-{k}"),
             start_s,
             cap_bytes: None,
+            stop_s: None,
             workload,
         });
     }

@@ -68,6 +68,25 @@ fn other_scenarios_and_bad_arguments() {
     assert_eq!(r.rows.len(), 6, "three jobs, static and m3");
     let r = report(&args(&["scale", "--node-mem", "64G", "--duration", "5"])).unwrap();
     assert_eq!(r.rows[0]["processes"], 100);
+    let r = report(&args(&["fleet", "--nodes", "2", "--duration", "60"])).unwrap();
+    assert_eq!(r.rows.len(), 2, "kernel and memcolo");
+    assert_eq!(r.step_ms, 1000, "fleet steps 1 s by default");
+    assert_eq!(r.rows[1]["mode"], "memcolo");
+    let r = report(&args(&[
+        "fleet",
+        "--nodes",
+        "2",
+        "--duration",
+        "60",
+        "--modes",
+        "memcolo",
+    ]))
+    .unwrap();
+    assert_eq!(r.rows.len(), 1);
+    assert!(report(&args(&["fleet", "--nodes", "0", "--duration", "60"])).is_err());
+    assert!(Cli::try_parse_from(["sim", "fleet", "--modes", "senpai"]).is_err());
+    // tests/maxmem.rs runs the timeline (with fewer samples than the command's).
+    assert!(Cli::try_parse_from(["sim", "maxmem-timeline", "--node-mem", "144M"]).is_ok());
     assert!(report(&args(&["colocation", "--duration", "0"])).is_err());
     assert!(report(&args(&["colocation", "--step-ms", "0"])).is_err());
     assert!(Cli::try_parse_from(["sim", "nonsense"]).is_err());
@@ -77,7 +96,8 @@ fn other_scenarios_and_bad_arguments() {
         r#"{"swapin_us": -1}"#,
         r#"{"page_bytes": 18446744073709551615}"#,
         r#"{"reclaim_cluster_pages": 18446744073709551615}"#,
-        r#"{"lc_service_us": 500, "lc_service_p99_us": 100}"#,
+        r#"{"lc_service_us": 500, "lc_service_p90_us": 100}"#,
+        r#"{"lc_service_p99_us": 100}"#,
         r#"not json"#,
     ] {
         std::fs::write(&bad, text).unwrap();
@@ -106,5 +126,5 @@ fn other_scenarios_and_bad_arguments() {
     ]))
     .unwrap();
     assert_eq!(r.calibration.swapin_us, 50.0);
-    assert_eq!(r.calibration.lc_service_us, 126.0);
+    assert_eq!(r.calibration.lc_service_us, 95.0);
 }

@@ -21,6 +21,7 @@ fn cfg(total: u64, swap: u64, mode: Mode, seed: u64) -> NodeConfig {
         slo_us: 10_000.0,
         reclaim_workers: 1,
         measure_from: Duration::ZERO,
+        lc_samples_per_step: memcolo_sim::node::LC_SAMPLES_PER_STEP,
     }
 }
 
@@ -105,6 +106,7 @@ fn holder(total: u64, be_bytes: u64) -> Vec<ProcSpec> {
             name: "lc".into(),
             start_s: 0.0,
             cap_bytes: None,
+            stop_s: None,
             workload: Workload::Lc {
                 ws_bytes: 64 * MIB,
                 grow_bytes_per_s: 1024.0 * MIB as f64,
@@ -115,6 +117,7 @@ fn holder(total: u64, be_bytes: u64) -> Vec<ProcSpec> {
             name: "be".into(),
             start_s: 1.0,
             cap_bytes: None,
+            stop_s: None,
             workload: Workload::BeAnon {
                 size_bytes: be_bytes,
                 grow_bytes_per_s: 256.0 * MIB as f64,
@@ -190,6 +193,7 @@ fn after_a_high_signal_the_sdk_gate_holds_growth_back() {
         name: "cache".into(),
         start_s: 0.0,
         cap_bytes: None,
+        stop_s: None,
         workload: Workload::Elastic {
             want_bytes: total,
             floor_bytes: 0,
@@ -224,4 +228,35 @@ fn after_a_high_signal_the_sdk_gate_holds_growth_back() {
     }
     let grown = node.rss_of("cache").saturating_sub(before);
     assert!(grown < 10 * step_grow, "grew {grown} of {}", 10 * step_grow);
+}
+
+#[test]
+fn with_page_cache_to_spare_the_kernel_swaps_no_lc_page() {
+    // bench/colocation's quick sweep of 2026-11-28: under the kernel alone at 125 and 150 %
+    // the streamer held page cache and read almost nothing more (0.04 MiB/min), the
+    // node never used swap and Redis took no major fault. The kernel reclaims page
+    // cache only while it is plentiful and not refaulting (cache-trim mode).
+    let total = 2048 * MIB;
+    for level in [125, 150] {
+        let mut procs = colocation_procs(total, level, true);
+        for p in procs.iter_mut() {
+            if let Workload::BeFile {
+                file_bytes,
+                read_bytes_per_s,
+            } = &mut p.workload
+            {
+                // Reads three quarters of its file in the 30 s, never all of it.
+                *read_bytes_per_s = (*file_bytes / 40) as f64;
+            }
+        }
+        let mut node = Node::new(cfg(total, total / 2, Mode::Kernel, 1), procs).unwrap();
+        node.run(Duration::from_secs(30));
+        let s = node.finish();
+        assert!(
+            s.direct_reclaimed_bytes > 0,
+            "level {level}: no pressure: {s:?}"
+        );
+        assert_eq!(s.procs[0].swapin_bytes, 0, "level {level}: {s:?}");
+        assert_eq!(s.peak_swapped_bytes, 0, "level {level}: {s:?}");
+    }
 }
