@@ -8,7 +8,8 @@
  *      RSV_THR = max(RSV_FACTOR x small demand, min_rsv), adding one 2 MiB huge page
  *      at a time while a whole one fits below RSV_THR (gradual reservation: allocations
  *      never wait for a whole refill; the reserve never exceeds RSV_THR), and trims
- *      what exceeds TRIM_THR = TRIM_FACTOR x RSV_THR back to the OS;
+ *      what exceeds TRIM_THR = TRIM_FACTOR x RSV_THR back to the OS, and what exceeds
+ *      RSV_THR in a round without small demand;
  *   3. Algorithm 2: keeps a segregated pool of pre-faulted large blocks (>= 128 KiB,
  *      bucket = MIN(size / 128 KiB, 8), formula (1)) at max(RSV_FACTOR x large demand,
  *      rate x horizon) in blocks of the recent average large request, trimming above
@@ -646,9 +647,6 @@ static bool backoff_update(size_t large_demand, size_t block_bytes) {
  * it is demand on the reserve. */
 #define MC_SMALL_HW_BUCKETS 10
 #define MC_SMALL_HW_BUCKET_MS 100
-/* rounds (of MEMCOLO_RESERVE_INTERVAL_US, 2 ms) that free memory between RSV_THR and
- * TRIM_THR is kept before it is trimmed to RSV_THR: 50 ms by default */
-#define MC_SURPLUS_ROUNDS 5
 
 static void *mc_reserve_main(void *arg) {
   (void)arg;
@@ -664,7 +662,6 @@ static void *mc_reserve_main(void *arg) {
   struct timespec ts = {.tv_sec = (time_t)(interval_us / 1000000u), .tv_nsec = (long)(interval_us % 1000000u) * 1000};
   struct timespec idle = {0, 50 * 1000 * 1000}; /* without reservation: periodic work only */
   size_t demand_last_interval = 0;
-  unsigned surplus_rounds = 0;
   uint64_t small_start = __atomic_load_n(&mc_small_span_bytes, __ATOMIC_RELAXED);
   uint64_t small_hw[MC_SMALL_HW_BUCKETS] = {0}, small_hw_epoch = mc_now_ms() / MC_SMALL_HW_BUCKET_MS;
   /* demand rates (bytes/us), exponentially weighted with time constant RATE_TAU_US */
@@ -739,15 +736,14 @@ static void *mc_reserve_main(void *arg) {
       mc_reserve_yield_point();
     }
     /* Surplus: above TRIM_THR it goes at once (Hermes); between RSV_THR and TRIM_THR
-     * once it has lasted MC_SURPLUS_ROUNDS rounds in a row. The band is Hermes'
-     * hysteresis against demand that comes and goes within a few intervals; held
-     * longer it was the whole of the reservation's cost: after a burst of demand the
-     * target fell back to min_rsv while the memory pre-faulted for the burst stayed, and
-     * peak RSS outside the reservation was 1.5-2x glibc's on bursty small-object
-     * programs (bench/alloc/bursty.c mstress) */
-    size_t fb = mc_heap_backed_free_bytes(), keep = trim_thr;
-    surplus_rounds = fb > rsv ? surplus_rounds + 1 : 0;
-    if (surplus_rounds >= MC_SURPLUS_ROUNDS) keep = rsv;
+     * (Hermes' hysteresis) it stays while the demand goes on and goes in the first round
+     * without small demand. Held longer it was the whole of the reservation's cost:
+     * after a burst the target fell back to min_rsv while the memory pre-faulted for the
+     * burst stayed, and peak RSS outside the reservation was 1.4-1.9x glibc's on a bursty
+     * multi-threaded program (bench/alloc/bursty.c mstress, 8 runs: the band trimmed
+     * after 10 ms 14.5-21.0 MiB, after 4 ms 15.1-25.1, in the next round 14.8-21.0,
+     * median 15.5, glibc 12.9) */
+    size_t fb = mc_heap_backed_free_bytes(), keep = small == 0 ? rsv : trim_thr;
     if (fb > keep) {
       /* whole free huge pages of the cache go, down to `keep` free bytes in all (the
        * free pages of huge pages in use count too): the cache keeps what `keep` leaves
@@ -757,7 +753,6 @@ static void *mc_reserve_main(void *arg) {
       size_t protect = keep > other ? (keep - other) / MC_HUGE_SIZE * MC_HUGE_SIZE : 0;
       mc_heap_release_locked(fb - keep, true, protect);
       pthread_mutex_unlock(&mc_heap.lock);
-      if (keep == rsv) surplus_rounds = 0;
     }
     unlock_handed_out();
     /* Algorithm 2: the pool of large blocks */
