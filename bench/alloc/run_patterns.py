@@ -22,8 +22,12 @@ stdout.
 The libmemcolo entries by default: `memcolo` (no class) and `memcolo-lc` (MEMCOLO_CLASS=lc,
 MEMCOLO_AGENT=0: the Hermes reservation, standalone).
 
+With --section NAME the summary (report.md), with DIR/notes.md when present, becomes
+section NAME of bench/alloc/RESULTS.md (benchlib.publish; only for runs under bench/out/).
+
 usage: run_patterns.py [--reps 5] [--patterns largebuf,mstress,loop,xthread] [--iters 2000]
                        [--lib NAME=PATH[:ENV=VAL,...]] ... [--skip NAME,...] [--out DIR]
+                       [--section NAME]
 (--skip jemalloc: jemalloc takes 10-20x the others' time on largebuf, 90 s a run on a
 loaded machine)
 """
@@ -36,6 +40,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 BIN = os.path.join(ROOT, "alloc", "build", "bench")
 LIB = os.path.join(ROOT, "alloc", "build", "libmemcolo.so")
@@ -106,6 +112,7 @@ def main():
     ap.add_argument("--lib", action="append", default=[])
     ap.add_argument("--skip", default="", help="allocators left out")
     ap.add_argument("--out")
+    ap.add_argument("--section", help="publish the summary as this section of RESULTS.md")
     a = ap.parse_args()
     build()
     allocs = PEERS + ([parse_lib(s) for s in a.lib] or
@@ -114,6 +121,7 @@ def main():
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = a.out or os.path.join(ROOT, "bench", "out", "alloc", f"patterns-{stamp}")
     os.makedirs(out, exist_ok=True)
+    benchlib.record_machine(out, " ".join(["python3", "bench/alloc/run_patterns.py"] + sys.argv[1:]))
     rows = []
     pats = a.patterns.split(",")
     with open(os.path.join(out, "patterns.csv"), "w") as raw:
@@ -159,7 +167,10 @@ def main():
                          f"{vs_glibc} | {max(r[7] for r in xs) / 1024:.1f} | {ratio} |")
     text = "\n".join(lines) + "\n"
     open(os.path.join(out, "summary.md"), "w").write(text)
+    open(os.path.join(out, "report.md"), "w").write(text)
     print(text)
+    if a.section:
+        benchlib.publish(HERE, a.section, out, command=" ".join(["python3", "bench/alloc/run_patterns.py"] + sys.argv[1:]))
     print(f"raw: {out}/patterns.csv")
 
 
