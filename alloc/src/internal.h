@@ -408,10 +408,10 @@ extern volatile int mc_reserve_on;
 extern volatile int mc_reserve_thread_running;
 extern uint64_t mc_demand_large_bytes, mc_demand_large_count;
 /* Small demand (Algorithm 1) is the growth of the bytes in small spans, not the spans
- * taken: mc_small_span_bytes is what the front end holds from the page heap now,
+ * taken: mc_small_span_bytes is what the front end holds from the page heap now (bytes),
  * mc_small_span_peak its highest value since the management thread last read it. A span
- * given back and taken again within an interval is no demand: its pages are already
- * backed. One atomic add per span taken or given back (not per object). */
+ * given back and taken again is no demand: its pages are still backed (reserve.c). One
+ * atomic add per span taken or given back (not per object). */
 extern uint64_t mc_small_span_bytes, mc_small_span_peak;
 static inline void mc_small_spans_taken(size_t bytes) {
   uint64_t now = __atomic_add_fetch(&mc_small_span_bytes, bytes, __ATOMIC_RELAXED);

@@ -681,8 +681,9 @@ static void *mc_reserve_main(void *arg) {
       nanosleep(mc_resume_at_ms ? &ts : &idle, NULL);
       goto periodic;
     }
-    /* small demand: how far the small spans in use rose above their level at the
-     * start of the interval (a span given back and taken again is no demand) */
+    /* small demand: how far the small spans in use rose in the interval above their
+     * level at its start and their high-water mark of the last second (a span given
+     * back and taken again is no demand) */
     uint64_t small_now = __atomic_load_n(&mc_small_span_bytes, __ATOMIC_RELAXED);
     uint64_t small_peak = __atomic_exchange_n(&mc_small_span_peak, small_now, __ATOMIC_RELAXED);
     if (small_peak < small_now) small_peak = small_now;
