@@ -78,9 +78,10 @@ typedef struct memcolo_stats_s {
   /* Hermes reservation's footprint (version 3) */
   uint64_t reserved_bytes;         /* resident memory the reservation holds now and the
                                       program does not use: the pool (pool_bytes, blocks the
-                                      page heap counts in used_bytes) plus the pre-faulted free
-                                      huge pages kept for it, up to reserve_target_bytes (in
-                                      free_backed_bytes); the program's own memory is
+                                      page heap counts in used_bytes) plus the heap's free
+                                      backed memory (free_backed_bytes, which Hermes'
+                                      Algorithm 1 keeps at its target) up to
+                                      reserve_target_bytes; the program's own memory is
                                       used_bytes - pool_bytes. 0 without the reservation */
 } memcolo_stats_t;
 

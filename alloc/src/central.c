@@ -189,7 +189,7 @@ int mc_central_fetch(unsigned shard, unsigned cls, void **out, int n) {
       size_t pages = mc_class_pages[cls];
       s = mc_heap_alloc(pages, MC_SPAN_SMALL, cls | (shard << 8));
       if (s == NULL) return 0;
-      if (mc_reserve_on) __atomic_fetch_add(&mc_demand_small_bytes, pages << MC_PAGE_SHIFT, __ATOMIC_RELAXED);
+      mc_small_spans_taken(pages << MC_PAGE_SHIFT);
       span_init(s, cls);
       pthread_mutex_lock(&ce->lock);
       span_list_push(ce, s);
@@ -271,6 +271,11 @@ void mc_central_return(unsigned cls, void **objs, int n) {
   }
   for (unsigned sh = 0; sh < nsh; sh++) {
     if (counts[sh]) return_to_shard(sh, cls, groups[sh], spans[sh], counts[sh], &empty);
+  }
+  if (empty != NULL) {
+    size_t pages = 0;
+    for (mc_span_t *s = empty; s; s = s->next) pages += s->pages;
+    mc_small_spans_returned(pages << MC_PAGE_SHIFT);
   }
   mc_heap_free_list(empty);
 }

@@ -406,7 +406,23 @@ void mc_tcache_sum_stats(uint64_t *slow_calls, uint64_t *large_allocs);
 /* ---------------------------------------------------------------- reserve.c (Hermes) */
 extern volatile int mc_reserve_on;
 extern volatile int mc_reserve_thread_running;
-extern uint64_t mc_demand_small_bytes, mc_demand_large_bytes, mc_demand_large_count;
+extern uint64_t mc_demand_large_bytes, mc_demand_large_count;
+/* Small demand (Algorithm 1) is the growth of the bytes in small spans, not the spans
+ * taken: mc_small_span_bytes is what the front end holds from the page heap now (bytes),
+ * mc_small_span_peak its highest value since the management thread last read it. A span
+ * given back and taken again is no demand: its pages are still backed (reserve.c). One
+ * atomic add per span taken or given back (not per object). */
+extern uint64_t mc_small_span_bytes, mc_small_span_peak;
+static inline void mc_small_spans_taken(size_t bytes) {
+  uint64_t now = __atomic_add_fetch(&mc_small_span_bytes, bytes, __ATOMIC_RELAXED);
+  uint64_t peak = __atomic_load_n(&mc_small_span_peak, __ATOMIC_RELAXED);
+  while (now > peak && !__atomic_compare_exchange_n(&mc_small_span_peak, &peak, now, true, __ATOMIC_RELAXED,
+                                                    __ATOMIC_RELAXED)) {
+  }
+}
+static inline void mc_small_spans_returned(size_t bytes) {
+  __atomic_sub_fetch(&mc_small_span_bytes, bytes, __ATOMIC_RELAXED);
+}
 void *mc_pool_alloc(size_t pages);   /* NULL if the pool cannot serve */
 bool mc_pool_free(mc_span_t *s);     /* true if kept */
 void mc_reserve_start(void);

@@ -59,7 +59,7 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
   [MC_OPT_MGMT_NICE] = {"MGMT_NICE", MC_OT_INT, -10, -20, 19, NULL,
     "nice of the management thread while it reserves (below the process's needs CAP_SYS_NICE; else it keeps the process's, silently)"},
   [MC_OPT_RSV_HORIZON_MS] = {"RSV_HORIZON_MS", MC_OT_INT, 100, 0, 10000, NULL,
-    "the reserves also hold this many ms of the measured demand rate (0 = Hermes' RSV_FACTOR x last interval alone)"},
+    "the pool of large blocks also holds this many ms of the measured large demand rate (0 = Hermes' RSV_FACTOR x last interval alone); the page heap's reserve is Hermes' alone"},
   [MC_OPT_RSV_TRACE] = {"RSV_TRACE", MC_OT_BOOL, 0, 0, 1, NULL,
     "1: the management thread's rounds (time, pre-faulted heap and pool against their targets, cumulative demand, pre-faulted bytes, pool misses, round length, times it stepped aside) as `rsv_trace,` CSV lines on stderr at exit, up to 16384, after a line with their origin on CLOCK_MONOTONIC"},
   [MC_OPT_RSV_BACKOFF] = {"RSV_BACKOFF", MC_OT_INT, 0, 0, 2, NULL,

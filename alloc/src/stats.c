@@ -28,11 +28,14 @@ MC_EXPORT int memcolo_stats(memcolo_stats_t *out) {
   pthread_mutex_lock(&mc_heap.lock);
   mc_heap_stats_locked(out);
   mc_release_stats_locked(out);
-  uint64_t cache_backed = (uint64_t)mc_heap.cache_backed_n * MC_HUGE_SIZE;
   pthread_mutex_unlock(&mc_heap.lock);
   mc_reserve_stats(out);
   if (out->reservation_on) {
-    uint64_t heap_rsv = cache_backed < out->reserve_target_bytes ? cache_backed : out->reserve_target_bytes;
+    /* Algorithm 1 keeps the heap's free backed memory (pre-faulted huge pages of the
+     * cache and the free pages of the huge pages in use alike) at the target: that is
+     * the reserve, up to its target; above it is surplus (trimmed above TRIM_THR) */
+    uint64_t fb = out->free_backed_bytes;
+    uint64_t heap_rsv = fb < out->reserve_target_bytes ? fb : out->reserve_target_bytes;
     out->reserved_bytes = out->pool_bytes + heap_rsv;
   }
   uint64_t slow, large;
