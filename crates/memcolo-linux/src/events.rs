@@ -206,14 +206,16 @@ pub fn psi_trigger(path: &Path, full: bool, stall_us: u64, window_us: u64) -> Re
     Ok(OwnedFd::from(file))
 }
 
-/// Waits up to `timeout_ms` (negative: forever) for `fd` to report an event
-/// (`POLLIN` or `POLLPRI`). `Ok(true)` when it did, `Ok(false)` on timeout. Errors when
-/// the kernel reports `POLLERR`/`POLLHUP`/`POLLNVAL` (a PSI trigger whose cgroup was
-/// removed). Interrupted waits are retried.
-pub fn wait_for_event(fd: BorrowedFd<'_>, timeout_ms: i32) -> Result<bool> {
+/// `poll(2)` on one descriptor for `events`, retried when interrupted: the returned
+/// events, `None` on timeout (`timeout_ms` negative: wait forever).
+fn poll_one(
+    fd: BorrowedFd<'_>,
+    events: libc::c_short,
+    timeout_ms: i32,
+) -> Result<Option<libc::c_short>> {
     let mut pfd = libc::pollfd {
         fd: fd.as_raw_fd(),
-        events: libc::POLLIN | libc::POLLPRI,
+        events,
         revents: 0,
     };
     loop {
@@ -229,21 +231,32 @@ pub fn wait_for_event(fd: BorrowedFd<'_>, timeout_ms: i32) -> Result<bool> {
                 source: e,
             });
         }
-        if n == 0 {
-            return Ok(false);
+        return Ok((n > 0).then_some(pfd.revents));
+    }
+}
+
+/// A `poll` error for events `revents` that report a failed source.
+fn failed_source(what: &str, revents: libc::c_short) -> Error {
+    Error::Syscall {
+        call: "poll".into(),
+        source: io::Error::other(format!("{what} (revents {revents:#x})")),
+    }
+}
+
+const POLL_FAILED: libc::c_short = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
+
+/// Waits up to `timeout_ms` (negative: forever) for `fd` to report an event
+/// (`POLLIN` or `POLLPRI`). `Ok(true)` when it did, `Ok(false)` on timeout. Errors when
+/// the kernel reports `POLLERR`/`POLLHUP`/`POLLNVAL` without data (a source that
+/// failed). Interrupted waits are retried. For a PSI trigger use
+/// [`wait_for_psi_event`].
+pub fn wait_for_event(fd: BorrowedFd<'_>, timeout_ms: i32) -> Result<bool> {
+    match poll_one(fd, libc::POLLIN | libc::POLLPRI, timeout_ms)? {
+        None => Ok(false),
+        Some(r) if r & POLL_FAILED != 0 && r & (libc::POLLIN | libc::POLLPRI) == 0 => {
+            Err(failed_source("event source failed", r))
         }
-        if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0
-            && pfd.revents & (libc::POLLIN | libc::POLLPRI) == 0
-        {
-            return Err(Error::Syscall {
-                call: "poll".into(),
-                source: io::Error::other(format!(
-                    "event source failed (revents {:#x})",
-                    pfd.revents
-                )),
-            });
-        }
-        return Ok(true);
+        Some(_) => Ok(true),
     }
 }
 
@@ -255,34 +268,12 @@ pub fn wait_for_event(fd: BorrowedFd<'_>, timeout_ms: i32) -> Result<bool> {
 /// once the trigger's cgroup is removed (kernfs, a deactivated file). Interrupted waits
 /// are retried.
 pub fn wait_for_psi_event(fd: BorrowedFd<'_>, timeout_ms: i32) -> Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLPRI,
-        revents: 0,
-    };
-    loop {
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(Error::Syscall {
-                call: "poll".into(),
-                source: e,
-            });
+    match poll_one(fd, libc::POLLPRI, timeout_ms)? {
+        None => Ok(false),
+        Some(r) if r & POLL_FAILED != 0 => {
+            Err(failed_source("PSI trigger failed, its cgroup removed?", r))
         }
-        if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-            return Err(Error::Syscall {
-                call: "poll".into(),
-                source: io::Error::other(format!(
-                    "PSI trigger failed, its cgroup removed? (revents {:#x})",
-                    pfd.revents
-                )),
-            });
-        }
-        return Ok(n > 0 && pfd.revents & libc::POLLPRI != 0);
+        Some(r) => Ok(r & libc::POLLPRI != 0),
     }
 }
 
