@@ -2,15 +2,7 @@
 //! `cargo run --release -p memcolo-sim --example sim -- scale` (the scale benchmark
 //! of `bench/sim/README.md`).
 
-use clap::Parser;
-
-#[derive(Parser)]
-#[command(name = "sim")]
-struct Cli {
-    #[command(flatten)]
-    args: memcolo_sim::SimArgs,
-}
-
 fn main() -> anyhow::Result<()> {
-    memcolo_sim::run(&Cli::parse().args)
+    let args = memcolo_sim::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    memcolo_sim::run(&args)
 }

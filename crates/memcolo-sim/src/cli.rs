@@ -348,6 +348,26 @@ pub fn table(rows: &[serde_json::Value]) -> String {
     out
 }
 
+/// `memcolo sim`'s arguments as a command of their own (`name` first, as in
+/// `argv`): for the `sim` example and the tests, which run the simulator without the
+/// agent's binary.
+///
+/// # Errors
+/// clap's error for arguments that do not parse (it prints itself with `exit()`).
+pub fn parse_args<I, T>(argv: I) -> Result<SimArgs, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    #[derive(clap::Parser)]
+    #[command(name = "sim")]
+    struct Cli {
+        #[command(flatten)]
+        args: SimArgs,
+    }
+    <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.args)
+}
+
 /// `memcolo sim`: runs, prints, and writes the report if asked.
 pub fn run(a: &SimArgs) -> anyhow::Result<()> {
     if a.validate {

@@ -31,5 +31,5 @@ pub mod trace;
 pub mod validate;
 
 pub use calib::Calibration;
-pub use cli::{run, SimArgs};
+pub use cli::{parse_args, run, SimArgs};
 pub use node::{Mode, Node, NodeConfig, NodeStats, ProcSpec, Workload};

@@ -1,18 +1,9 @@
 //! `memcolo sim`'s command line: arguments parse, the report is written and complete.
 
-use clap::Parser;
 use memcolo_sim::cli::{parse_size, report, run, SimArgs};
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: SimArgs,
-}
-
 fn args(v: &[&str]) -> SimArgs {
-    Cli::try_parse_from(std::iter::once("sim").chain(v.iter().copied()))
-        .unwrap()
-        .args
+    memcolo_sim::parse_args(std::iter::once("sim").chain(v.iter().copied())).unwrap()
 }
 
 #[test]
@@ -84,12 +75,12 @@ fn other_scenarios_and_bad_arguments() {
     .unwrap();
     assert_eq!(r.rows.len(), 1);
     assert!(report(&args(&["fleet", "--nodes", "0", "--duration", "60"])).is_err());
-    assert!(Cli::try_parse_from(["sim", "fleet", "--modes", "senpai"]).is_err());
+    assert!(memcolo_sim::parse_args(["sim", "fleet", "--modes", "senpai"]).is_err());
     // tests/maxmem.rs runs the timeline (with fewer samples than the command's).
-    assert!(Cli::try_parse_from(["sim", "maxmem-timeline", "--node-mem", "144M"]).is_ok());
+    assert!(memcolo_sim::parse_args(["sim", "maxmem-timeline", "--node-mem", "144M"]).is_ok());
     assert!(report(&args(&["colocation", "--duration", "0"])).is_err());
     assert!(report(&args(&["colocation", "--step-ms", "0"])).is_err());
-    assert!(Cli::try_parse_from(["sim", "nonsense"]).is_err());
+    assert!(memcolo_sim::parse_args(["sim", "nonsense"]).is_err());
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("calib.json");
     for text in [

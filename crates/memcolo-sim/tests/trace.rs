@@ -1,20 +1,11 @@
 //! The trace scenario: the documented example runs under both modes, processes stop
 //! at their time, and malformed or out-of-range traces are refused before any run.
 
-use clap::Parser;
 use memcolo_sim::cli::{report, SimArgs};
 use memcolo_sim::trace::Trace;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: SimArgs,
-}
-
 fn args(v: &[&str]) -> SimArgs {
-    Cli::try_parse_from(std::iter::once("sim").chain(v.iter().copied()))
-        .unwrap()
-        .args
+    memcolo_sim::parse_args(std::iter::once("sim").chain(v.iter().copied())).unwrap()
 }
 
 /// The example of `memcolo_sim::trace`'s docs, at 1/16 of its size.
@@ -81,7 +72,7 @@ fn the_documented_example_runs_under_both_modes() {
     ]))
     .is_err());
     assert!(
-        Cli::try_parse_from(["sim", "trace"]).is_err(),
+        memcolo_sim::parse_args(["sim", "trace"]).is_err(),
         "--trace is required"
     );
 }

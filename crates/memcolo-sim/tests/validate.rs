@@ -3,22 +3,13 @@
 //! passes with no error, one off by a factor fails on that metric alone; the command
 //! line writes its files and exits with an error above the bound.
 
-use clap::Parser;
 use memcolo_sim::cli::{run, validation, SimArgs};
 use memcolo_sim::validate::{validate, OtherFigure, Reference, METRICS, OTHER_METRICS};
 use memcolo_sim::Calibration;
 use std::time::Duration;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: SimArgs,
-}
-
 fn args(v: &[&str]) -> SimArgs {
-    Cli::try_parse_from(std::iter::once("sim").chain(v.iter().copied()))
-        .unwrap()
-        .args
+    memcolo_sim::parse_args(std::iter::once("sim").chain(v.iter().copied())).unwrap()
 }
 
 /// The built-in reference cut to two levels and no other bench's figure (quick to
@@ -273,6 +264,6 @@ fn the_command_line_writes_its_files_and_fails_above_the_bound() {
     ]))
     .unwrap();
     // --validate takes no scenario; without it a scenario is needed.
-    assert!(Cli::try_parse_from(["sim", "colocation", "--validate"]).is_err());
-    assert!(Cli::try_parse_from(["sim"]).is_err());
+    assert!(memcolo_sim::parse_args(["sim", "colocation", "--validate"]).is_err());
+    assert!(memcolo_sim::parse_args(["sim"]).is_err());
 }
