@@ -50,6 +50,13 @@ pub struct Metrics {
     pub file_advice_rounds: IntCounterVec,
     /// `memcolo_kills_total`.
     pub kills: IntCounter,
+    /// `memcolo_pod_evictions_total{via}`: BE pods asked to leave the node in
+    /// Kubernetes mode, through the Eviction API (`eviction_api`) or, with the API
+    /// server unreachable above top, by killing their processes (`sigkill`).
+    pub pod_evictions: IntCounterVec,
+    /// `memcolo_kubernetes_api_reachable`: 1 while the API server's last answer came,
+    /// 0 after a request got none (Kubernetes mode only).
+    pub kubernetes_api_reachable: IntGauge,
     /// `memcolo_polls_total{trigger}`: tick or event.
     pub polls: IntCounterVec,
     /// `memcolo_pressure_events_total{source}`.
@@ -176,6 +183,20 @@ impl Metrics {
                 &["outcome"],
             ),
             kills: c("memcolo_kills_total", "BE processes killed above the top of memory"),
+            pod_evictions: cv(
+                "memcolo_pod_evictions_total",
+                "BE pods asked to leave the node (Kubernetes mode), via eviction_api or sigkill",
+                &["via"],
+            ),
+            kubernetes_api_reachable: {
+                let g = IntGauge::new(
+                    "memcolo_kubernetes_api_reachable",
+                    "1 while the Kubernetes API server answers, 0 after a request got no answer",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
             polls: cv("memcolo_polls_total", "Sense-decide-act rounds by trigger", &["trigger"]),
             pressure_events: cv(
                 "memcolo_pressure_events_total",
@@ -306,6 +327,8 @@ mod tests {
             .with_label_values(&["elastic", "high", "socket"])
             .inc();
         m.kills.inc();
+        m.pod_evictions.with_label_values(&["eviction_api"]).inc();
+        m.kubernetes_api_reachable.set(1);
         let t = m.render();
         assert!(
             t.contains("memcolo_node_memory_bytes{kind=\"used\"} 123"),
@@ -318,5 +341,10 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("memcolo_kills_total 1"), "{t}");
+        assert!(
+            t.contains("memcolo_pod_evictions_total{via=\"eviction_api\"} 1"),
+            "{t}"
+        );
+        assert!(t.contains("memcolo_kubernetes_api_reachable 1"), "{t}");
     }
 }

@@ -76,6 +76,7 @@ impl Core {
                         .map(|u| (u, "eviction_api"))
                         .chain(r.killed.iter().map(|u| (u, "sigkill")))
                     {
+                        self.metrics.pod_evictions.with_label_values(&[via]).inc();
                         let memory_bytes = r.pods.get(uid).map(|p| p.1).unwrap_or(0);
                         self.events.record(
                             "pod_evict",
@@ -89,6 +90,9 @@ impl Core {
                     tracing::warn!(error = %e, "cannot read the node's pods");
                 }
             }
+            self.metrics
+                .kubernetes_api_reachable
+                .set(i64::from(!kube.api_unreachable()));
         }
         self.update_poll_metrics(&sample);
         self.last_sample = Some(sample);

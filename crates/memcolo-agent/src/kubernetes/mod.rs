@@ -150,22 +150,37 @@ impl KubeNode {
         for o in self.api.outcomes() {
             match o {
                 ApiOutcome::Evicted { uid } => {
-                    self.api_unreachable = false;
+                    self.set_reachable(true);
                     self.evictions += 1;
                     tracing::info!(pod_uid = %uid, "pod evicted through the API server");
                 }
                 ApiOutcome::EvictFailed { uid, error } => {
                     self.in_flight.remove(&uid);
-                    self.api_unreachable = matches!(error, ApiError::Unreachable(_));
+                    self.set_reachable(!matches!(error, ApiError::Unreachable(_)));
                     tracing::warn!(pod_uid = %uid, %error, "eviction failed");
                 }
-                ApiOutcome::NodePatched => self.api_unreachable = false,
+                ApiOutcome::NodePatched => self.set_reachable(true),
                 ApiOutcome::NodePatchFailed { error } => {
-                    self.api_unreachable = matches!(error, ApiError::Unreachable(_));
-                    tracing::warn!(%error, "cannot publish the node's memory signals");
+                    let unreachable = matches!(error, ApiError::Unreachable(_));
+                    // An unreachable API server is said once, when it goes (below),
+                    // not at every publish interval while it stays away.
+                    if !(unreachable && self.api_unreachable) {
+                        tracing::warn!(%error, "cannot publish the node's memory signals");
+                    }
+                    self.set_reachable(!unreachable);
                 }
             }
         }
+    }
+
+    /// Records whether the API server answered, saying so when that changes.
+    fn set_reachable(&mut self, reachable: bool) {
+        if reachable && self.api_unreachable {
+            tracing::info!("the API server answers again");
+        } else if !reachable && !self.api_unreachable {
+            tracing::warn!("the API server does not answer: BE pods are killed through their pidfds above top until it does");
+        }
+        self.api_unreachable = !reachable;
     }
 
     /// The pods in the tree now, with their class and memory.
