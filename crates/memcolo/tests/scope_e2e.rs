@@ -3,7 +3,8 @@
 //! `status` (its memory is not the scope's, so M3's thresholds do not see it); one
 //! inside is not marked.
 //!
-//! Needs root and the cgroup v1 memory controller (fails saying so otherwise).
+//! Needs root and a memory cgroup, v1 or v2 (fails saying so otherwise); runs in the
+//! cgroup v2 guest too (`scripts/v2bed/tests`).
 
 mod common;
 
@@ -30,14 +31,13 @@ fn register(exe: &str, sock: &Path, pid: u32) {
 fn a_process_outside_a_cgroup_scope_is_marked() {
     common::require_root();
     let exe = env!("CARGO_BIN_EXE_memcolo");
-    let scope =
-        common::own_v1_memory_cgroup().join(format!("memcolo-scope-{}", std::process::id()));
-    std::fs::create_dir(&scope).unwrap();
-    std::fs::write(
-        scope.join("memory.limit_in_bytes"),
-        (256u64 << 20).to_string(),
-    )
-    .unwrap();
+    let scope_cg = memcolo_testkit::own_memory_cgroup()
+        .create_child(&format!("memcolo-scope-{}", std::process::id()))
+        .unwrap();
+    let scope = scope_cg.path().to_path_buf();
+    scope_cg
+        .write_limit(memcolo_linux::cgroup::Limit::Bytes(256 << 20))
+        .unwrap();
     let mut clean = common::Cleanup::new(&scope, &[]);
     let dir = tempfile::tempdir().unwrap();
     let agent = AgentCommand::new(exe, dir.path())
