@@ -100,6 +100,18 @@ pub struct MemoryEvents {
     pub under_oom: Option<bool>,
 }
 
+/// What [`MemoryCgroup::read_procs_bounded`] read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcsWalk {
+    /// Processes found, sorted.
+    pub pids: Vec<Pid>,
+    /// Groups whose `cgroup.procs` was read or tried.
+    pub groups: usize,
+    /// The walk stopped at its bound, or skipped a group it could not read: some
+    /// processes below may be missing.
+    pub truncated: bool,
+}
+
 /// One memory cgroup directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryCgroup {
@@ -398,7 +410,9 @@ impl MemoryCgroup {
     }
 
     /// Processes of this group and of every descendant group, sorted. Groups removed
-    /// during the walk are skipped.
+    /// during the walk are skipped. The walk has no bound: for a tree whose groups a
+    /// tenant may create (a container's delegated subtree), use
+    /// [`MemoryCgroup::read_procs_bounded`].
     pub fn read_procs_recursive(&self) -> Result<Vec<Pid>> {
         let mut pids = self.read_procs()?;
         let mut stack = self.children()?;
@@ -417,6 +431,44 @@ impl MemoryCgroup {
         pids.sort_unstable();
         pids.dedup();
         Ok(pids)
+    }
+
+    /// Processes of this group and of its descendants, breadth-first, reading at most
+    /// `max_groups` groups (this one included; at least this one). Past the bound, and
+    /// where a descendant cannot be read (removed or dying during the walk, or any
+    /// other error), the walk stops there and says so in [`ProcsWalk::truncated`]: a
+    /// subtree that a tenant fills with groups costs a bounded walk and never fails
+    /// the caller. Errors: this group's own `cgroup.procs` or listing cannot be read.
+    pub fn read_procs_bounded(&self, max_groups: usize) -> Result<ProcsWalk> {
+        let mut pids = self.read_procs()?;
+        let mut queue: std::collections::VecDeque<MemoryCgroup> = self.children()?.into();
+        let mut groups = 1;
+        let mut truncated = false;
+        while let Some(cg) = queue.pop_front() {
+            if groups >= max_groups {
+                truncated = true;
+                break;
+            }
+            groups += 1;
+            match cg.read_procs() {
+                Ok(p) => pids.extend(p),
+                Err(e) => {
+                    truncated |= !e.is_not_found();
+                    continue;
+                }
+            }
+            match cg.children() {
+                Ok(c) => queue.extend(c),
+                Err(e) => truncated |= !e.is_not_found(),
+            }
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(ProcsWalk {
+            pids,
+            groups,
+            truncated,
+        })
     }
 
     /// Moves process `pid` (all its threads) into this group (`cgroup.procs`).

@@ -248,9 +248,19 @@ pub struct DiscoveredContainer {
     pub container: ContainerRef,
     /// The container's group.
     pub path: PathBuf,
-    /// Processes of the container's group and of groups below it, sorted.
+    /// Processes of the container's group and of groups below it, sorted; at most
+    /// [`MAX_GROUPS_PER_CONTAINER`] groups are read.
     pub pids: Vec<Pid>,
+    /// The container's subtree was not read in full (more groups than the bound, or a
+    /// group that could not be read): processes deep in it may be missing from `pids`.
+    pub truncated: bool,
 }
+
+/// Groups read per container in one discovery, the container's own included. The
+/// kubelet and runtimes create none below a container; whatever is there the
+/// container made itself (a delegated subtree), so the walk is bounded, breadth-first,
+/// to keep each poll's cost independent of what tenants create.
+pub const MAX_GROUPS_PER_CONTAINER: usize = 64;
 
 /// Walks the kubelet's tree below `kubepods` (the directory of the `kubepods` group of
 /// either driver, in a v1 memory or a v2 hierarchy) and returns every pod, sorted by
@@ -309,11 +319,12 @@ fn read_pod(pod: PodRef, cg: &MemoryCgroup) -> Result<DiscoveredPod> {
         let Some(container) = container(name, pod.driver) else {
             continue;
         };
-        match child.read_procs_recursive() {
-            Ok(pids) => containers.push(DiscoveredContainer {
+        match child.read_procs_bounded(MAX_GROUPS_PER_CONTAINER) {
+            Ok(walk) => containers.push(DiscoveredContainer {
                 container,
                 path: child.path().to_path_buf(),
-                pids,
+                pids: walk.pids,
+                truncated: walk.truncated,
             }),
             Err(e) if e.is_not_found() => continue,
             Err(e) => return Err(e),

@@ -202,3 +202,58 @@ fn discovers_pods_on_fake_v2_tree() {
     // A directory that is not a kubepods group is refused.
     assert!(discover(tmp.path()).is_err());
 }
+
+/// A container may own a delegated cgroup subtree (a cgroup namespace with a writable
+/// cgroupfs, systemd in a container) and fill it with groups. Discovery walks at most
+/// `MAX_GROUPS_PER_CONTAINER` groups of one container, breadth-first, so such a
+/// container costs every poll a bounded walk; it is marked truncated, its own group's
+/// processes are still found, and the other pods are discovered as usual.
+#[test]
+fn a_container_full_of_groups_costs_a_bounded_walk() {
+    use memcolo_linux::kubepods::MAX_GROUPS_PER_CONTAINER;
+    let tmp = tempfile::tempdir().unwrap();
+    let kubepods = tmp.path().join("kubepods");
+    let group = |d: &Path, pids: &str| {
+        mkdirs(d);
+        std::fs::write(d.join("memory.current"), "0\n").unwrap();
+        std::fs::write(d.join("cgroup.procs"), pids).unwrap();
+    };
+    group(&kubepods, "");
+    group(&kubepods.join("besteffort"), "");
+    let hostile = kubepods.join(format!("besteffort/pod{}", UIDS[2]));
+    group(&hostile, "");
+    let ctr = hostile.join(CIDS[2]);
+    group(&ctr, "300\n");
+    // 40 groups wide, each 50 deep: 2,000 groups, each holding a process.
+    let mut pid = 10_000;
+    for w in 0..40 {
+        let mut d = ctr.join(format!("w{w}"));
+        for _ in 0..50 {
+            group(&d, &format!("{pid}\n"));
+            pid += 1;
+            d = d.join("d");
+        }
+    }
+    let quiet = kubepods.join(format!("pod{}", UIDS[0]));
+    group(&quiet, "");
+    group(&quiet.join(CIDS[0]), "101\n");
+
+    let found = discover(&kubepods).unwrap();
+    assert_eq!(found.len(), 2, "{found:#?}");
+    let q = found.iter().find(|p| p.pod.uid == UIDS[0]).unwrap();
+    assert_eq!(q.all_pids(), [101]);
+    assert!(!q.containers[0].truncated);
+    let h = found.iter().find(|p| p.pod.uid == UIDS[2]).unwrap();
+    let c = &h.containers[0];
+    assert!(c.truncated, "2,000 groups walked in full");
+    assert!(
+        c.pids.len() <= MAX_GROUPS_PER_CONTAINER,
+        "{} processes read: the walk was not bounded",
+        c.pids.len()
+    );
+    // Breadth-first: the container's own group and the first level come first.
+    assert!(c.pids.contains(&300));
+    for w in 0..40 {
+        assert!(c.pids.contains(&(10_000 + w * 50)), "level 1, w{w}");
+    }
+}
