@@ -63,7 +63,8 @@ done
 render full --set serviceMonitor.enabled=true --set config.poll_ms=500 \
   --set-json 'config.m3={"kill_after_s":60}' --set-json 'config.hermes={"adv_thr_ratio":1.0}' \
   --set-json 'config.reclaim={"max_low_ratio":0.25}' --set kubernetes.burstableClass=be \
-  --set kubernetes.kubepodsCgroup=kubepods.slice --set rbac.create=true
+  --set kubernetes.kubepodsCgroup=kubepods.slice --set rbac.create=true \
+  --set-json 'kubernetes.trustedNamespaces=["prod","caches"]'
 validate full
 grep -q '^kind: ServiceMonitor$' "$out/full.yaml" && ok "ServiceMonitor when asked" || bad "no ServiceMonitor"
 
@@ -71,7 +72,7 @@ grep -q '^kind: ServiceMonitor$' "$out/full.yaml" && ok "ServiceMonitor when ask
 awk '/^  agent.toml: \|/{f=1; next} f && /^---/{f=0} f && /^    /{sub(/^    /, ""); print} f && /^$/{print}' \
   "$out/full.yaml" > "$out/agent.toml"
 if cargo run --locked -q -p memcolo -- agent --config "$out/agent.toml" --print-config > "$out/effective.toml" 2> "$out/agent.err"; then
-  for want in 'poll_ms = 500' 'kill_after_s = 60' 'adv_thr_ratio = 1.0' 'max_low_ratio = 0.25' 'burstable_class = "be"' 'kubepods_cgroup = "kubepods.slice"' 'enabled = true'; do
+  for want in 'poll_ms = 500' 'kill_after_s = 60' 'adv_thr_ratio = 1.0' 'max_low_ratio = 0.25' 'burstable_class = "be"' 'kubepods_cgroup = "kubepods.slice"' 'trusted_namespaces = [' '"caches",' 'enabled = true'; do
     grep -qF "$want" "$out/effective.toml" && ok "agent reads the chart's $want" || bad "agent config lacks $want"
   done
 else

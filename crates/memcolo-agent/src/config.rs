@@ -111,6 +111,11 @@ pub struct KubernetesSection {
     /// The class of a Burstable pod without a `memcolo.io/class` annotation: `lc` or
     /// `be`. Default `lc` (why: [`memcolo_policy::kubernetes`]).
     pub burstable_class: memcolo_policy::Class,
+    /// Namespaces whose pods may ask, with the `memcolo.io/class` annotation, for more
+    /// protection than their QoS class gives (a BestEffort pod calling itself `lc` or
+    /// `elastic`); `*` for every namespace. Default empty: anywhere, the annotation is
+    /// obeyed only where it asks for less ([`memcolo_policy::kubernetes`]).
+    pub trusted_namespaces: Vec<String>,
     /// Grace period of an eviction, seconds. Unset by default: each pod's own
     /// `terminationGracePeriodSeconds`.
     pub eviction_grace_period_s: Option<u64>,
@@ -127,6 +132,7 @@ impl Default for KubernetesSection {
             node_name: None,
             kubepods_cgroup: None,
             burstable_class: memcolo_policy::Class::Lc,
+            trusted_namespaces: Vec::new(),
             eviction_grace_period_s: None,
             publish_interval_s: 10,
         }
@@ -460,6 +466,12 @@ pub fn is_dns_subdomain(s: &str) -> bool {
         && alnum(&b[b.len() - 1])
 }
 
+/// Whether `s` is an RFC 1123 label, as Kubernetes namespace names are: 1–63
+/// lowercase letters, digits and `-`, starting and ending with a letter or digit.
+pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
+}
+
 impl AgentConfig {
     /// Loads `path`, or the default file when `path` is `None` (a missing default
     /// file means defaults).
@@ -501,6 +513,16 @@ impl AgentConfig {
                 memcolo_policy::Class::Lc | memcolo_policy::Class::Be
             ) {
                 return bad("kubernetes.burstable_class must be lc or be".into());
+            }
+            if let Some(n) = k
+                .trusted_namespaces
+                .iter()
+                .find(|n| *n != "*" && !is_dns_label(n))
+            {
+                return bad(format!(
+                    "kubernetes.trusted_namespaces: `{}` is not a namespace name (an RFC 1123 label) nor `*`",
+                    n.chars().take(64).collect::<String>()
+                ));
             }
             if k.publish_interval_s == 0 {
                 return bad("kubernetes.publish_interval_s must be at least 1".into());
@@ -757,11 +779,23 @@ mod tests {
             "[kubernetes]\nenabled = true\nburstable_class = \"elastic\"\n",
             "[kubernetes]\nenabled = true\nnode_name = \"Worker_1\"\n",
             "[kubernetes]\nenabled = true\npublish_interval_s = 0\n",
+            "[kubernetes]\nenabled = true\ntrusted_namespaces = [\"prod\", \"a.b\"]\n",
+            "[kubernetes]\nenabled = true\ntrusted_namespaces = \"prod\"\n",
             "[kubernetes]\nenabeld = true\n",
         ] {
             std::fs::write(&p, bad).unwrap();
             assert!(AgentConfig::load(Some(&p)).is_err(), "{bad}");
         }
+        std::fs::write(
+            &p,
+            "[kubernetes]\nenabled = true\ntrusted_namespaces = [\"prod\", \"*\"]\n",
+        )
+        .unwrap();
+        let c = AgentConfig::load(Some(&p)).unwrap();
+        assert_eq!(c.kubernetes.trusted_namespaces, ["prod", "*"]);
+        assert!(
+            is_dns_label("kube-system") && !is_dns_label("a.b") && !is_dns_label(&"a".repeat(64))
+        );
         assert!(is_dns_subdomain("ip-10-0-0-11.ec2.internal"));
         assert!(!is_dns_subdomain("-a") && !is_dns_subdomain("") && !is_dns_subdomain("a b"));
     }

@@ -357,6 +357,7 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
                 node: node.clone(),
                 kubepods: cg.path().to_path_buf(),
                 burstable_class: k.burstable_class,
+                trusted_namespaces: k.trusted_namespaces.clone(),
                 eviction_grace_period_s: k.eviction_grace_period_s,
                 kill_after: Duration::from_secs(cfg.m3.kill_after_s),
                 publish_interval: Duration::from_secs(k.publish_interval_s),

@@ -80,6 +80,8 @@ fn metas() -> Vec<PodMeta> {
     v["metadata"]["uid"] = BE_HIGH_UID.into();
     v["metadata"]["name"] = "etl-weekly-0".into();
     v["spec"]["priority"] = 5.into();
+    // The attack: a BestEffort batch pod that calls itself LC to escape eviction.
+    v["metadata"]["annotations"]["memcolo.io/class"] = "lc".into();
     let high = PodMeta::from_json(&serde_json::to_vec(&v).unwrap()).unwrap();
     assert_eq!((lc.uid.as_str(), low.uid.as_str()), (LC_UID, BE_LOW_UID));
     vec![lc, low, high]
@@ -119,12 +121,13 @@ fn working_set(kubepods: &Path) -> u64 {
         .saturating_sub(cg.read_memory_stat().unwrap().inactive_file_bytes)
 }
 
-fn kube_node(kubepods: &Path, fake: &FakeApi) -> KubeNode {
+fn kube_node(kubepods: &Path, fake: &FakeApi, trusted: &[&str]) -> KubeNode {
     let mut node = KubeNode::new(
         KubeNodeConfig {
             node: "worker-1".into(),
             kubepods: kubepods.to_path_buf(),
             burstable_class: Class::Lc,
+            trusted_namespaces: trusted.iter().map(|s| s.to_string()).collect(),
             eviction_grace_period_s: Some(30),
             kill_after: Duration::ZERO,
             publish_interval: Duration::from_secs(10),
@@ -166,9 +169,10 @@ async fn lowest_priority_be_pod_is_evicted_through_the_api_never_lc() {
     }
     let n = lay_out("k8s-evict");
     let fake = FakeApi::default();
-    let mut node = kube_node(&n.kubepods, &fake);
+    let mut node = kube_node(&n.kubepods, &fake, &[]);
     let used = working_set(&n.kubepods);
-    // Classes from the pod objects: the Guaranteed pod LC, the others BE.
+    // Classes from the pod objects: the Guaranteed pod LC, the others BE, the one
+    // annotated `lc` too: its namespace is not trusted to raise its class.
     let pods = node.pods(Duration::ZERO).unwrap();
     let classes: Vec<(&str, Class)> = pods
         .iter()
@@ -182,6 +186,14 @@ async fn lowest_priority_be_pod_is_evicted_through_the_api_never_lc() {
             (BE_HIGH_UID, Class::Be)
         ]
     );
+    // Where the operator trusts the namespace, the annotation is obeyed.
+    let mut trusting = kube_node(&n.kubepods, &FakeApi::default(), &["batch"]);
+    let high = trusting.pods(Duration::ZERO).unwrap();
+    let high = high
+        .iter()
+        .find(|p| p.found.pod.uid == BE_HIGH_UID)
+        .unwrap();
+    assert_eq!(high.class, Class::Lc);
 
     // Below top: nothing evicted, the node's signals published.
     let r = node
@@ -276,7 +288,7 @@ async fn api_unreachable_above_top_kills_the_be_pod_through_pidfds() {
     let n = lay_out("k8s-fallback");
     let fake = FakeApi::default();
     *fake.fail_with.lock().unwrap() = Some(ApiError::Unreachable("connection refused".into()));
-    let mut node = kube_node(&n.kubepods, &fake);
+    let mut node = kube_node(&n.kubepods, &fake, &[]);
     let used = working_set(&n.kubepods);
     let th = thresholds_below(used, 16 * MIB);
     // First the API is tried.
@@ -318,7 +330,7 @@ async fn api_unreachable_above_top_kills_the_be_pod_through_pidfds() {
     // Unreachable API but below top: nothing is killed.
     let fake2 = FakeApi::default();
     *fake2.fail_with.lock().unwrap() = Some(ApiError::Unreachable("connection refused".into()));
-    let mut node2 = kube_node(&n.kubepods, &fake2);
+    let mut node2 = kube_node(&n.kubepods, &fake2, &[]);
     let below = thresholds_below(used + 64 * MIB, 0);
     for i in 1..20 {
         let r = node2

@@ -13,9 +13,16 @@
 //! `burstable_class = "be"`. An annotation with another value is not obeyed (the
 //! QoS class decides) and is reported, so a typo never turns a service into BE.
 //!
-//! Pod annotations are written by whoever may create pods in the namespace: a
-//! cluster where tenants must not mark their own pods LC restricts the annotation
-//! with an admission policy (docs/security.md).
+//! **Who may ask for more.** Pod annotations are written by whoever may create pods
+//! in the namespace, so the annotation is obeyed as it is only where it asks for
+//! *less* protection than the QoS class gives (LC > elastic > BE: an LC pod can be
+//! made elastic or BE, an elastic one BE). An annotation that asks for *more*
+//! (a BestEffort pod calling itself `lc` or `elastic`, which would take it out of
+//! eviction) is obeyed only in the namespaces the operator lists in
+//! `kubernetes.trusted_namespaces` (`*`: every namespace, Koordinator's behaviour
+//! with its QoS label); elsewhere the QoS class decides and the refusal is reported
+//! ([`ClassSource::Refused`]). A cluster may also restrict the annotation with an
+//! admission policy (docs/security.md).
 //!
 //! **Per-pod options** ([`pod_options`]), only where a registration setting exists:
 //! `memcolo.io/notify` (`signal` or `none`: M3's real-time signals to the pod's
@@ -78,31 +85,60 @@ pub enum ClassSource {
     Annotation,
     /// The QoS class; `ignored_annotation` holds an annotation value that did not parse.
     Qos { ignored_annotation: Option<String> },
+    /// The QoS class: the annotation asked for the more protected class `asked`, and
+    /// the pod's namespace is not one the operator trusts to do so.
+    Refused { asked: Class },
+}
+
+/// How much a class protects a pod from memcolo: BE (evicted, advised, reclaimed
+/// first) < elastic (asked to shrink, never evicted) < LC.
+pub fn protection(class: Class) -> u8 {
+    match class {
+        Class::Be => 0,
+        Class::Elastic => 1,
+        Class::Lc => 2,
+    }
+}
+
+/// Whether pods of `namespace` may raise their class by annotation: it is listed in
+/// `trusted`, or `trusted` holds `*`.
+pub fn namespace_trusted(namespace: &str, trusted: &[String]) -> bool {
+    trusted.iter().any(|t| t == "*" || t == namespace)
 }
 
 /// The class of a pod with these annotations and QoS class; `burstable` is the class
-/// of a Burstable pod without the annotation.
+/// of a Burstable pod without the annotation; `trusted` says whether the pod's
+/// namespace may ask for more protection than its QoS class gives
+/// ([`namespace_trusted`]).
 pub fn pod_class(
     annotations: &BTreeMap<String, String>,
     qos: QosClass,
     burstable: Class,
+    trusted: bool,
 ) -> (Class, ClassSource) {
-    let mut ignored = None;
-    if let Some(v) = annotations.get(CLASS_ANNOTATION) {
-        match v.trim() {
-            "lc" => return (Class::Lc, ClassSource::Annotation),
-            "be" => return (Class::Be, ClassSource::Annotation),
-            "elastic" => return (Class::Elastic, ClassSource::Annotation),
-            _ => ignored = Some(v.chars().take(64).collect()),
-        }
-    }
-    let class = match qos {
+    let by_qos = match qos {
         QosClass::Guaranteed => Class::Lc,
         QosClass::BestEffort => Class::Be,
         QosClass::Burstable => burstable,
     };
+    let mut ignored = None;
+    if let Some(v) = annotations.get(CLASS_ANNOTATION) {
+        let asked = match v.trim() {
+            "lc" => Some(Class::Lc),
+            "be" => Some(Class::Be),
+            "elastic" => Some(Class::Elastic),
+            _ => None,
+        };
+        match asked {
+            Some(c) if trusted || protection(c) <= protection(by_qos) => {
+                return (c, ClassSource::Annotation)
+            }
+            Some(c) => return (by_qos, ClassSource::Refused { asked: c }),
+            None => ignored = Some(v.chars().take(64).collect()),
+        }
+    }
     (
-        class,
+        by_qos,
         ClassSource::Qos {
             ignored_annotation: ignored,
         },
@@ -219,10 +255,11 @@ mod tests {
     fn annotation_first_then_qos() {
         use QosClass::*;
         let none = ann(&[]);
-        assert_eq!(pod_class(&none, Guaranteed, Class::Be).0, Class::Lc);
-        assert_eq!(pod_class(&none, BestEffort, Class::Lc).0, Class::Be);
-        assert_eq!(pod_class(&none, Burstable, Class::Lc).0, Class::Lc);
-        assert_eq!(pod_class(&none, Burstable, Class::Be).0, Class::Be);
+        assert_eq!(pod_class(&none, Guaranteed, Class::Be, false).0, Class::Lc);
+        assert_eq!(pod_class(&none, BestEffort, Class::Lc, false).0, Class::Be);
+        assert_eq!(pod_class(&none, Burstable, Class::Lc, false).0, Class::Lc);
+        assert_eq!(pod_class(&none, Burstable, Class::Be, false).0, Class::Be);
+        // In a trusted namespace the annotation decides, whatever the QoS class.
         for (v, c) in [
             ("lc", Class::Lc),
             ("be", Class::Be),
@@ -230,13 +267,18 @@ mod tests {
         ] {
             for q in [Guaranteed, Burstable, BestEffort] {
                 assert_eq!(
-                    pod_class(&ann(&[(CLASS_ANNOTATION, v)]), q, Class::Lc),
+                    pod_class(&ann(&[(CLASS_ANNOTATION, v)]), q, Class::Lc, true),
                     (c, ClassSource::Annotation)
                 );
             }
         }
         // A value that does not parse is not obeyed, and is reported.
-        let (c, src) = pod_class(&ann(&[(CLASS_ANNOTATION, "BE ")]), Guaranteed, Class::Lc);
+        let (c, src) = pod_class(
+            &ann(&[(CLASS_ANNOTATION, "BE ")]),
+            Guaranteed,
+            Class::Lc,
+            true,
+        );
         assert_eq!(c, Class::Lc);
         assert_eq!(
             src,
@@ -244,6 +286,47 @@ mod tests {
                 ignored_annotation: Some("BE ".into())
             }
         );
+    }
+
+    /// The attack: a tenant's BestEffort batch pod annotated `lc` (or `elastic`) to
+    /// escape eviction. Outside the trusted namespaces it stays BE; asking for less
+    /// protection is obeyed everywhere.
+    #[test]
+    fn an_untrusted_pod_cannot_raise_its_class() {
+        use QosClass::*;
+        for asked in [Class::Lc, Class::Elastic] {
+            let a = ann(&[(CLASS_ANNOTATION, asked.as_str())]);
+            assert_eq!(
+                pod_class(&a, BestEffort, Class::Lc, false),
+                (Class::Be, ClassSource::Refused { asked })
+            );
+            assert_eq!(
+                pod_class(&a, Burstable, Class::Be, false),
+                (Class::Be, ClassSource::Refused { asked })
+            );
+        }
+        let a = ann(&[(CLASS_ANNOTATION, "lc")]);
+        assert_eq!(
+            pod_class(&a, Guaranteed, Class::Lc, false),
+            (Class::Lc, ClassSource::Annotation)
+        );
+        // Less protection: obeyed without trust.
+        for (v, q, c) in [
+            ("be", Guaranteed, Class::Be),
+            ("elastic", Guaranteed, Class::Elastic),
+            ("be", Burstable, Class::Be),
+            ("be", BestEffort, Class::Be),
+        ] {
+            assert_eq!(
+                pod_class(&ann(&[(CLASS_ANNOTATION, v)]), q, Class::Lc, false),
+                (c, ClassSource::Annotation)
+            );
+        }
+        let list = vec!["batch".to_string(), "prod".to_string()];
+        assert!(namespace_trusted("prod", &list));
+        assert!(!namespace_trusted("tenant-a", &list));
+        assert!(!namespace_trusted("prod", &[]));
+        assert!(namespace_trusted("tenant-a", &["*".to_string()]));
     }
 
     #[test]

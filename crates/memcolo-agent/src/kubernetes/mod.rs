@@ -36,7 +36,7 @@ use memcolo_linux::cgroup::{memory_cgroup_path, MemoryCgroup};
 use memcolo_linux::identity::ProvenProcess;
 use memcolo_linux::kubepods::{discover, parse_path, DiscoveredPod};
 use memcolo_linux::procfs::ProcFs;
-use memcolo_policy::kubernetes::{pick_evictions, pod_class, PodView};
+use memcolo_policy::kubernetes::{pick_evictions, pod_class, ClassSource, PodView};
 use memcolo_policy::m3::{Thresholds, Zone};
 use memcolo_policy::Class;
 use std::collections::{BTreeMap, HashMap};
@@ -52,6 +52,8 @@ pub struct KubeNodeConfig {
     pub kubepods: PathBuf,
     /// Class of a Burstable pod without the class annotation.
     pub burstable_class: Class,
+    /// Namespaces whose pods may raise their class by annotation (`*`: all).
+    pub trusted_namespaces: Vec<String>,
     /// Grace period of evictions; `None`: the pod's own.
     pub eviction_grace_period_s: Option<u64>,
     /// M3's `kill_after`: above top this long before evicting.
@@ -103,6 +105,9 @@ pub struct KubeNode {
     pub evictions: u64,
     /// Pods whose processes were killed because the API server was unreachable.
     pub fallback_kills: u64,
+    /// Pods already reported for a refused class annotation or a truncated walk, so
+    /// each is said once while the pod lives, not at every poll.
+    reported: std::collections::HashSet<String>,
     /// The pod watch's latest snapshot of this node's pods.
     feed: Option<tokio::sync::watch::Receiver<std::sync::Arc<Vec<PodMeta>>>>,
 }
@@ -129,6 +134,7 @@ impl KubeNode {
             evictions: 0,
             fallback_kills: 0,
             feed: None,
+            reported: Default::default(),
         }
     }
 
@@ -192,7 +198,47 @@ impl KubeNode {
             let qos = meta.and_then(|m| m.qos).unwrap_or(f.pod.qos);
             let empty = BTreeMap::new();
             let ann = meta.map(|m| &m.annotations).unwrap_or(&empty);
-            let (class, _) = pod_class(ann, qos, self.cfg.burstable_class);
+            let trusted = meta.is_some_and(|m| {
+                memcolo_policy::kubernetes::namespace_trusted(
+                    &m.namespace,
+                    &self.cfg.trusted_namespaces,
+                )
+            });
+            let (class, source) = pod_class(ann, qos, self.cfg.burstable_class, trusted);
+            let truncated = f.containers.iter().any(|c| c.truncated);
+            if (truncated
+                || !matches!(
+                    source,
+                    ClassSource::Annotation
+                        | ClassSource::Qos {
+                            ignored_annotation: None
+                        }
+                ))
+                && self.reported.insert(f.pod.uid.clone())
+            {
+                let name = meta.map(|m| format!("{}/{}", m.namespace, m.name));
+                match &source {
+                    ClassSource::Refused { asked } => tracing::warn!(
+                        pod_uid = %f.pod.uid, pod = ?name, asked = asked.as_str(), class = class.as_str(),
+                        "the pod's memcolo.io/class asks for more protection than its QoS class gives, \
+                         and its namespace is not in kubernetes.trusted_namespaces: not obeyed"
+                    ),
+                    ClassSource::Qos {
+                        ignored_annotation: Some(v),
+                    } => tracing::warn!(
+                        pod_uid = %f.pod.uid, pod = ?name, value = %v,
+                        "the pod's memcolo.io/class is not lc, be or elastic: not obeyed"
+                    ),
+                    _ => {}
+                }
+                if truncated {
+                    tracing::warn!(
+                        pod_uid = %f.pod.uid, pod = ?name,
+                        max_groups = memcolo_linux::kubepods::MAX_GROUPS_PER_CONTAINER,
+                        "a container of the pod holds more cgroups than are read per poll: processes deep in it are not seen"
+                    );
+                }
+            }
             let memory_bytes = MemoryCgroup::open(&f.path)
                 .and_then(|cg| {
                     let usage = cg.read_usage_bytes()?;
@@ -213,6 +259,7 @@ impl KubeNode {
             out.iter().map(|p| p.found.pod.uid.as_str()).collect();
         self.first_seen.retain(|k, _| live.contains(k.as_str()));
         self.in_flight.retain(|k, _| live.contains(k.as_str()));
+        self.reported.retain(|k| live.contains(k.as_str()));
         Ok(out)
     }
 

@@ -39,6 +39,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $cfg "state_dir" .Values.stateDir -}}
 {{- $_ := set $cfg "metrics_addr" (printf "0.0.0.0:%d" (int .Values.metrics.port)) -}}
 {{- $k8s := dict "enabled" true "burstable_class" .Values.kubernetes.burstableClass "publish_interval_s" (int .Values.kubernetes.publishIntervalSeconds) -}}
+{{- if .Values.kubernetes.trustedNamespaces -}}
+{{- $_ := set $k8s "trusted_namespaces" .Values.kubernetes.trustedNamespaces -}}
+{{- end -}}
 {{- if .Values.kubernetes.kubepodsCgroup -}}
 {{- $_ := set $k8s "kubepods_cgroup" .Values.kubernetes.kubepodsCgroup -}}
 {{- end -}}
