@@ -51,25 +51,73 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// Who is on the other end of a connection: `SO_PEERCRED`'s pid and uid, and the
-/// connecting process proved at accept ([`ProvenProcess::from_peer`]); `None` when it
-/// could not be proved (it exited, or changed credentials, before the agent looked),
-/// and then the connection may not act on "itself".
+/// Who is on the other end of a connection: `SO_PEERCRED`'s pid and uid (both as the
+/// agent's namespaces see them: the kernel translates), the connecting process proved
+/// at accept ([`ProvenProcess::from_peer`]; `None` when it could not be proved: it
+/// exited, or changed credentials, before the agent looked, and then the connection
+/// may not act on "itself"), and its pid namespace.
 #[derive(Clone, Debug)]
 pub struct Peer {
     pub pid: Option<Pid>,
     pub uid: u32,
     pub process: Option<Arc<ProvenProcess>>,
+    pub pid_ns: PeerNamespace,
+}
+
+/// The pid namespace of a peer, against the agent's (`/proc/PID/ns/pid`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerNamespace {
+    /// The agent's own: pids the peer names are the agent's.
+    Agent,
+    /// Another one (a container's, reaching the agent through a mounted socket), by
+    /// its inode number: pids the peer names are read in that namespace, and uid 0
+    /// there is root of that namespace only.
+    Other(u64),
+    /// Not known (the peer could not be proved): it may name no process.
+    Unknown,
 }
 
 impl Peer {
-    /// A peer whose process was proved.
+    /// A peer in the agent's pid namespace whose process was proved.
     pub fn proven(uid: u32, p: ProvenProcess) -> Peer {
         Peer {
             pid: Some(p.pid()),
             uid,
             process: Some(Arc::new(p)),
+            pid_ns: PeerNamespace::Agent,
         }
+    }
+
+    /// A peer as accepted: `pid` from `SO_PEERCRED`, `process` its proof if there is
+    /// one; its pid namespace is read through the proof, against the agent's.
+    pub fn accepted(
+        procfs: &ProcFs,
+        uid: u32,
+        pid: Option<Pid>,
+        process: Option<ProvenProcess>,
+    ) -> Peer {
+        let pid_ns = match (&process, procfs.own_pid_namespace()) {
+            (Some(p), Ok(own)) => match p.pid_namespace(procfs) {
+                Ok(ns) if ns == own => PeerNamespace::Agent,
+                Ok(ns) => PeerNamespace::Other(ns),
+                Err(_) => PeerNamespace::Unknown,
+            },
+            _ => PeerNamespace::Unknown,
+        };
+        Peer {
+            pid,
+            uid,
+            process: process.map(Arc::new),
+            pid_ns,
+        }
+    }
+
+    /// Root of the node: uid 0 in the agent's pid namespace. Root of a container's
+    /// pid namespace (uid 0 on the host without a user namespace) is not: it may
+    /// name the processes of its own namespace only, and is held to the per-user
+    /// limits.
+    pub fn is_root(&self) -> bool {
+        self.uid == 0 && self.pid_ns == PeerNamespace::Agent
     }
 }
 

@@ -172,17 +172,14 @@ pub async fn serve(
         let (slots, limits, procfs) = (slots.clone(), limits.clone(), procfs.clone());
         tokio::spawn(async move {
             let process = ProvenProcess::from_peer(&procfs, stream.as_fd(), accepted_ticks);
-            let peer = Peer {
-                pid: cred.pid(),
-                uid,
-                process: match process {
-                    Ok(p) => Some(Arc::new(p)),
-                    Err(e) => {
-                        tracing::debug!(conn, uid, error = %e, "connecting process not identified");
-                        None
-                    }
-                },
+            let process = match process {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::debug!(conn, uid, error = %e, "connecting process not identified");
+                    None
+                }
             };
+            let peer = Peer::accepted(&procfs, uid, cred.pid(), process);
             let timeout = std::time::Duration::from_millis(limits.write_timeout_ms);
             if let Err(e) = connection(conn, stream, peer, cmds, timeout).await {
                 tracing::debug!(conn, error = %e, "connection ended with an error");
@@ -351,6 +348,7 @@ mod tests {
             pid: None,
             uid: 0,
             process: None,
+            pid_ns: crate::core::PeerNamespace::Agent,
         };
         let conn = tokio::spawn(connection(1, agent_end, peer, cmds, write_timeout));
         let Some(Command::Opened { push, .. }) = rx.recv().await else {

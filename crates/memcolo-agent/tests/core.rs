@@ -3,7 +3,7 @@
 //! kills (BE only), Hermes advice (BE files only) and the registry across restarts.
 
 use memcolo_agent::config::AgentConfig;
-use memcolo_agent::core::{Core, ExitWatcher, Peer, Trigger};
+use memcolo_agent::core::{Core, ExitWatcher, Peer, PeerNamespace, Trigger};
 use memcolo_agent::eventlog::EventLog;
 use memcolo_agent::metrics::Metrics;
 use memcolo_linux::actuate::{Actuator, ActuatorCall, RecordingActuator};
@@ -178,6 +178,7 @@ fn new_core(cfg: &AgentConfig, act: &Shared, watched: &Watched) -> Core {
 }
 
 const ROOT: Peer = Peer {
+    pid_ns: PeerNamespace::Agent,
     pid: Some(1),
     uid: 0,
     process: None,

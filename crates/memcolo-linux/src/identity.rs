@@ -266,6 +266,22 @@ impl ProvenProcess {
         self.same_creds(&Credentials::of(&status))
     }
 
+    /// The pid namespace the process is in ([`ProcFs::pid_namespace`]), read and then
+    /// proved to be the proven process's ([`verify`](Self::verify) after the read).
+    pub fn pid_namespace(&self, procfs: &ProcFs) -> std::result::Result<u64, IdentityError> {
+        let ns = procfs.pid_namespace(self.pid)?;
+        self.verify(procfs)?;
+        Ok(ns)
+    }
+
+    /// The process's id in its own pid namespace (the last `NSpid` entry), read and
+    /// then proved to be the proven process's.
+    pub fn pid_in_own_namespace(&self, procfs: &ProcFs) -> std::result::Result<Pid, IdentityError> {
+        let status = procfs.read_pid_status(self.pid)?;
+        self.verify(procfs)?;
+        Ok(status.nspid.last().copied().unwrap_or(self.pid))
+    }
+
     /// [`verify`](Self::verify), then sends `sig` through the pidfd (never by pid).
     pub fn signal(&self, procfs: &ProcFs, sig: i32) -> std::result::Result<(), IdentityError> {
         self.verify(procfs)?;

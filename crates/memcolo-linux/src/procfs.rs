@@ -125,6 +125,10 @@ pub struct PidStatus {
     pub vm_swap_bytes: u64,
     /// `Threads`.
     pub threads: u64,
+    /// `NSpid`: the process's id in each pid namespace it is in, from the namespace
+    /// of the procfs mount (first) to its own (last); one entry outside any child pid
+    /// namespace. Empty when the kernel does not show it (Linux < 4.1).
+    pub nspid: Vec<Pid>,
 }
 
 /// One line of `/proc/<pid>/cgroup`: `hierarchy-ID:controller-list:cgroup-path`.
@@ -295,6 +299,50 @@ impl ProcFs {
         }
         pids.sort_unstable();
         Ok(pids)
+    }
+
+    /// The pid namespace of process `pid`: the inode number of `/proc/<pid>/ns/pid`
+    /// (namespaces(7): two processes are in the same namespace when these are equal).
+    pub fn pid_namespace(&self, pid: Pid) -> Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.root.join(pid.to_string()).join("ns").join("pid");
+        std::fs::metadata(&path)
+            .map(|m| m.ino())
+            .map_err(|e| Error::io(&path, e))
+    }
+
+    /// The pid namespace of the calling process (`/proc/self/ns/pid`).
+    pub fn own_pid_namespace(&self) -> Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.root.join("self").join("ns").join("pid");
+        std::fs::metadata(&path)
+            .map(|m| m.ino())
+            .map_err(|e| Error::io(&path, e))
+    }
+
+    /// The process whose id is `ns_pid` in pid namespace `ns` (a [`pid_namespace`]
+    /// value), as this procfs names it: a process directly in `ns` (not in a namespace
+    /// below it) whose last `NSpid` entry is `ns_pid`. `None` when there is none. Cost:
+    /// one `stat` per process of the procfs, and a `status` read per process in `ns`.
+    /// What it returns is a pid, not a proof: open it and check again.
+    ///
+    /// [`pid_namespace`]: ProcFs::pid_namespace
+    pub fn find_in_pid_namespace(&self, ns: u64, ns_pid: Pid) -> Result<Option<Pid>> {
+        if ns_pid <= 0 {
+            return Ok(None);
+        }
+        for pid in self.pids()? {
+            if self.pid_namespace(pid).ok() != Some(ns) {
+                continue;
+            }
+            if self
+                .read_pid_status(pid)
+                .is_ok_and(|s| s.nspid.last() == Some(&ns_pid))
+            {
+                return Ok(Some(pid));
+            }
+        }
+        Ok(None)
     }
 
     /// `/proc/<pid>/stat`. The command name sits between the first `(` and the *last*
@@ -702,6 +750,13 @@ pub fn parse_pid_status(text: &str, path: &Path) -> Result<PidStatus> {
             "RssShmem" => out.rss_shmem_bytes = kib()?,
             "VmSwap" => out.vm_swap_bytes = kib()?,
             "Threads" => out.threads = num()?,
+            "NSpid" => {
+                out.nspid = value
+                    .split_whitespace()
+                    .map(|v| v.parse::<Pid>())
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|_| Error::parse(path, format!("bad NSpid line `{line}`")))?
+            }
             _ => {}
         }
     }

@@ -744,3 +744,52 @@ fn scope_host_and_cgroup() {
         );
     }
 }
+
+/// A pid named inside a pid namespace maps to the process directly in that
+/// namespace whose last `NSpid` is that pid: not one of another namespace with the
+/// same id there, nor one in a namespace below it. Namespaces are `ns/pid` inodes:
+/// hard links of one file stand for one namespace.
+#[test]
+fn pids_named_in_a_pid_namespace_map_to_the_process_in_that_namespace() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let proc_ = tmp.path();
+    let ns_file = |name: &str| {
+        let p = proc_.join(name);
+        std::fs::write(&p, "").unwrap();
+        p
+    };
+    let (host, ctr_a, ctr_b, nested) = (
+        ns_file("ns-host"),
+        ns_file("ns-a"),
+        ns_file("ns-b"),
+        ns_file("ns-a-nested"),
+    );
+    // (pid, namespace, NSpid)
+    for (pid, ns, nspid) in [
+        (1, &host, "1"),
+        (100, &ctr_a, "100\t1"),
+        (101, &ctr_a, "101\t2"),
+        (200, &ctr_b, "200\t2"),
+        (300, &nested, "300\t3\t2"),
+    ] {
+        let d = proc_.join(pid.to_string());
+        std::fs::create_dir_all(d.join("ns")).unwrap();
+        std::fs::hard_link(ns, d.join("ns/pid")).unwrap();
+        std::fs::write(
+            d.join("status"),
+            format!("Name:\tp{pid}\nUid:\t0\t0\t0\t0\nNSpid:\t{nspid}\n"),
+        )
+        .unwrap();
+    }
+    let procfs = ProcFs::new(proc_);
+    let a = std::fs::metadata(&ctr_a).unwrap().ino();
+    assert_eq!(procfs.pid_namespace(100).unwrap(), a);
+    assert_eq!(procfs.read_pid_status(300).unwrap().nspid, [300, 3, 2]);
+    assert_eq!(procfs.find_in_pid_namespace(a, 1).unwrap(), Some(100));
+    assert_eq!(procfs.find_in_pid_namespace(a, 2).unwrap(), Some(101));
+    assert_eq!(procfs.find_in_pid_namespace(a, 3).unwrap(), None);
+    assert_eq!(procfs.find_in_pid_namespace(a, 0).unwrap(), None);
+    let b = std::fs::metadata(&ctr_b).unwrap().ino();
+    assert_eq!(procfs.find_in_pid_namespace(b, 2).unwrap(), Some(200));
+}

@@ -520,3 +520,102 @@ fn a_user_makes_cgroups_only_below_its_own_group_with_plain_names_and_few_of_the
         .collect();
     assert_eq!(top, vec![format!("memcolo-uid-{ATTACKER}")]);
 }
+
+/// Run in a new pid namespace (as root, with no user namespace: a container's root,
+/// which is uid 0 on the host): names the host's process `argv[2]`, then a child of
+/// its own (pid 2 in its namespace), then itself; prints each answer on a line.
+const IN_PIDNS: &str = r#"
+import os, socket, sys, time
+sock, host_pid = sys.argv[1], int(sys.argv[2])
+assert os.getpid() == 1, os.getpid()
+child = os.fork()
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sock)
+f = s.makefile()
+def ask(line):
+    s.sendall(line.encode() + b'\n')
+    print(f.readline().strip(), flush=True)
+ask('{"v":1,"type":"register","pid":%d,"class":"be","notify":"none"}' % host_pid)
+ask('{"v":1,"type":"register","pid":%d,"class":"be","notify":"none"}' % child)
+ask('{"v":1,"type":"register","class":"elastic","notify":"none"}')
+sys.stdin.readline()
+"#;
+
+/// Root in a container's pid namespace reaches `agent.sock` (the hostPath socket
+/// that elastic pods mount) and names a pid: the pid is read in the peer's own
+/// namespace, never the agent's, so a host process (which, registered BE, M3 would
+/// kill) cannot be named from inside a container; the container's own processes
+/// can, and the agent finds them under their host pids (`SO_PEERCRED` already gives
+/// the connecting process's).
+#[test]
+fn root_in_a_container_pid_namespace_names_pids_of_its_own_namespace_only() {
+    require_root();
+    let agent = Agent::start("[hermes]\nenabled = false\n");
+    let mut procs = Procs::default();
+    procs
+        .0
+        .push(Command::new("sleep").arg("600").spawn().unwrap());
+    let host_pid = procs.0[0].id();
+    let mut c = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", PYTHON, "-c", IN_PIDNS])
+        .arg(agent.socket())
+        .arg(host_pid.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let unshare_pid = c.id();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        answers.push(
+            serde_json::from_str::<Value>(line.trim())
+                .unwrap_or_else(|e| panic!("answer `{line}`: {e}")),
+        );
+    }
+    procs.0.push(c);
+    // The python process in the namespace (pid 1 there) and its child (pid 2).
+    let ns_init: u32 = children_of(unshare_pid)[0];
+    let ns_child: u32 = children_of(ns_init)[0];
+    let registered = agent.registered();
+    assert_eq!(
+        answers[0]["type"], "error",
+        "a host process was registered from a container: {}",
+        answers[0]
+    );
+    assert!(!registered.contains(&(host_pid as i64)), "{registered:?}");
+    assert_eq!(answers[1]["type"], "registered", "{}", answers[1]);
+    assert_eq!(answers[1]["pid"], ns_child, "{}", answers[1]);
+    assert_eq!(answers[2]["type"], "registered", "{}", answers[2]);
+    assert_eq!(answers[2]["pid"], ns_init, "{}", answers[2]);
+    for p in [ns_init, ns_child] {
+        assert!(registered.contains(&(p as i64)), "{p} in {registered:?}");
+    }
+}
+
+/// The children of `pid` (`/proc/PID/task/*/children`), waiting a bounded time for one.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut kids = Vec::new();
+    wait_for("a child process", Duration::from_secs(10), || {
+        kids = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+                    .flat_map(|s| {
+                        s.split_whitespace()
+                            .filter_map(|p| p.parse().ok())
+                            .collect::<Vec<u32>>()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        !kids.is_empty()
+    });
+    kids
+}

@@ -3,7 +3,7 @@
 //! `reclaimed` answers to notifications, cgroup creation, status; and the end of a
 //! registration when its process exits or can no longer be proved.
 
-use super::{err, notify_signals, unix_now_s, Core, Peer};
+use super::{err, notify_signals, unix_now_s, Core, Peer, PeerNamespace};
 use crate::registry::{self, Entry};
 use memcolo_linux::identity::{IdentityError, ProvenProcess};
 use memcolo_linux::scope::Scope;
@@ -12,6 +12,15 @@ use memcolo_proto::{ErrorCode, NotifyMode, Reply, Request};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// What a pid in a request names ([`Core::named`]).
+pub(super) enum Named {
+    /// The connecting process itself.
+    Peer,
+    /// Another process, by the agent's pid; `ns`: the peer named it as the second
+    /// member in the pid namespace of the first.
+    Other { pid: Pid, ns: Option<(u64, Pid)> },
+}
 
 impl Core {
     /// Answers one client request.
@@ -61,7 +70,7 @@ impl Core {
                 let from_seq = answered.map(|o| o.pid);
                 let target = match (from_seq, pid) {
                     (Some(p), _)
-                        if peer.uid == 0
+                        if peer.is_root()
                             || self.registry.get(p).and_then(|e| e.conn) == Some(conn)
                             || (Some(p) == peer.pid && self.self_pid(peer).is_ok()) =>
                     {
@@ -144,7 +153,7 @@ impl Core {
                 "a cgroup name is 1-64 characters of A-Z a-z 0-9 _ . - and does not start with a dot".into(),
             );
         }
-        let made = if peer.uid == 0 {
+        let made = if peer.is_root() {
             cg.create_child(name)
         } else {
             let limit = self.cfg.limits.cgroups_per_uid;
@@ -190,17 +199,101 @@ impl Core {
         }
     }
 
-    /// The pid a request acts on: the peer itself, or any pid for a root peer.
+    /// The pid a request acts on: the peer itself (`pid` absent or the peer's own), or
+    /// another process for root ([`Named`]).
     pub(super) fn target_pid(&self, peer: &Peer, pid: Option<Pid>) -> Result<Pid, Reply> {
-        match pid {
-            Some(p) if p <= 0 => Err(err(ErrorCode::BadRequest, format!("invalid pid {p}"))),
-            Some(p) if peer.uid == 0 && Some(p) != peer.pid => Ok(p),
-            Some(p) if Some(p) != peer.pid => Err(err(
+        match self.named(peer, pid)? {
+            Named::Peer => self.self_pid(peer).map(|p| p.pid()),
+            Named::Other { pid, .. } => Ok(pid),
+        }
+    }
+
+    /// What a pid in a request names. It is read where the peer lives: a peer in the
+    /// agent's pid namespace names the agent's pids; a peer in another one (a
+    /// container's) names pids of its own namespace, mapped here to the agent's
+    /// ([`memcolo_linux::procfs::ProcFs::find_in_pid_namespace`]), so that no process
+    /// outside a container can be named from inside it. Another process than the
+    /// peer may be named by root only: the node's root anywhere, a namespace's root
+    /// within it. Errors: `bad_request` (pid <= 0), `permission_denied`,
+    /// `no_such_process` (nothing of that id in the peer's namespace).
+    pub(super) fn named(&self, peer: &Peer, pid: Option<Pid>) -> Result<Named, Reply> {
+        let Some(p) = pid else {
+            return Ok(Named::Peer);
+        };
+        if p <= 0 {
+            return Err(err(ErrorCode::BadRequest, format!("invalid pid {p}")));
+        }
+        let denied = || {
+            err(
                 ErrorCode::PermissionDenied,
                 format!("only root may act on another process (pid {p})"),
+            )
+        };
+        match peer.pid_ns {
+            PeerNamespace::Agent if Some(p) == peer.pid => Ok(Named::Peer),
+            PeerNamespace::Agent if peer.uid == 0 => Ok(Named::Other { pid: p, ns: None }),
+            PeerNamespace::Agent => Err(denied()),
+            PeerNamespace::Other(ns) => {
+                let own = peer
+                    .process
+                    .as_ref()
+                    .and_then(|me| me.pid_in_own_namespace(&self.procfs).ok());
+                if own == Some(p) {
+                    return Ok(Named::Peer);
+                }
+                if peer.uid != 0 {
+                    return Err(denied());
+                }
+                match self.procfs.find_in_pid_namespace(ns, p) {
+                    Ok(Some(h)) => Ok(Named::Other {
+                        pid: h,
+                        ns: Some((ns, p)),
+                    }),
+                    Ok(None) => Err(err(
+                        ErrorCode::NoSuchProcess,
+                        format!("no process {p} in the caller's pid namespace"),
+                    )),
+                    Err(e) => Err(err(
+                        ErrorCode::Internal,
+                        format!("cannot read the caller's pid namespace: {e}"),
+                    )),
+                }
+            }
+            PeerNamespace::Unknown => Err(err(
+                ErrorCode::PermissionDenied,
+                "the connecting process could not be identified (it exited or changed credentials before the agent looked); connect again from the process itself".into(),
             )),
-            _ => self.self_pid(peer).map(|p| p.pid()),
         }
+    }
+
+    /// Opens and proves process `pid` named by a request; `ns`: it was named as
+    /// `ns_pid` in pid namespace `ns`, which is checked again once the process is
+    /// held by its pidfd (the pid may have been reused since it was looked up).
+    fn open_named(&self, pid: Pid, ns: Option<(u64, Pid)>) -> Result<ProvenProcess, Reply> {
+        let shown = ns.map(|n| n.1).unwrap_or(pid);
+        let p = match self.prover.open(pid, None) {
+            Ok(x) => x,
+            Err(e) if e.is_gone() => {
+                return Err(err(ErrorCode::NoSuchProcess, format!("no process {shown}")))
+            }
+            Err(e) => {
+                return Err(err(
+                    ErrorCode::Internal,
+                    format!("cannot read process {shown}: {e}"),
+                ))
+            }
+        };
+        if let Some((ns, ns_pid)) = ns {
+            let same = p.pid_namespace(&self.procfs).ok() == Some(ns)
+                && p.pid_in_own_namespace(&self.procfs).ok() == Some(ns_pid);
+            if !same {
+                return Err(err(
+                    ErrorCode::NoSuchProcess,
+                    format!("process {ns_pid} left the caller's pid namespace"),
+                ));
+            }
+        }
+        Ok(p)
     }
 
     /// The connecting process itself, proved again now: a peer that exited since it
@@ -287,23 +380,13 @@ impl Core {
                 );
             }
         }
-        // The process, proved: the peer itself, or (root only) any pid.
-        let proc_ = match pid {
-            Some(p) if p > 0 && peer.uid == 0 && Some(p) != peer.pid => {
-                match self.prover.open(p, None) {
-                    Ok(x) => Arc::new(x),
-                    Err(e) if e.is_gone() => {
-                        return err(ErrorCode::NoSuchProcess, format!("no process {p}"))
-                    }
-                    Err(e) => {
-                        return err(ErrorCode::Internal, format!("cannot read process {p}: {e}"))
-                    }
-                }
-            }
-            _ => match self.target_pid(peer, pid).and_then(|_| self.self_pid(peer)) {
-                Ok(x) => x,
-                Err(r) => return r,
-            },
+        // The process, proved: the peer itself, or (root only) another one.
+        let proc_ = match self.named(peer, pid).and_then(|n| match n {
+            Named::Peer => self.self_pid(peer),
+            Named::Other { pid, ns } => self.open_named(pid, ns).map(Arc::new),
+        }) {
+            Ok(x) => x,
+            Err(r) => return r,
         };
         let target = proc_.pid();
         let creds = *proc_.credentials();
@@ -312,7 +395,7 @@ impl Core {
             .get(target)
             .map(|e| e.starttime_ticks != proc_.starttime_ticks() || e.creds != Some(creds))
             .unwrap_or(true);
-        if fresh && peer.uid != 0 {
+        if fresh && !peer.is_root() {
             let limit = self.cfg.limits.registrations_per_uid;
             let held = self
                 .registry

@@ -134,6 +134,9 @@ pub(super) struct Conn {
     pub(super) proc_: Arc<ProvenProcess>,
     /// Its effective uid when proved.
     pub(super) uid: u32,
+    /// Root of the node: uid 0 in the agent's pid namespace (root of a container's
+    /// pid namespace is not, and is held to the per-user caps).
+    pub(super) root: bool,
     /// The socket, to hang up on (never written through).
     pub(super) stream: UnixStream,
     /// The socket to write through, held only while a message is written.
@@ -296,9 +299,16 @@ pub(super) fn connection(
         return;
     };
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let uid = proc_.credentials().euid();
+    let root = uid == 0
+        && matches!(
+            (proc_.pid_namespace(&shared.procfs), shared.procfs.own_pid_namespace()),
+            (Ok(a), Ok(b)) if a == b
+        );
     let conn = Arc::new(Conn {
         id,
-        uid: proc_.credentials().euid(),
+        uid,
+        root,
         proc_,
         stream: hangup,
         writer: Mutex::new(writer),
@@ -424,7 +434,7 @@ pub(super) fn handle(
     req: TierRequest,
     fds: &mut Vec<OwnedFd>,
 ) -> TierReply {
-    let (pid, uid) = (conn.pid(), conn.uid);
+    let pid = conn.pid();
     match req {
         TierRequest::TierRegister {
             start,
@@ -476,7 +486,7 @@ pub(super) fn handle(
             t_miss,
         } => {
             let target = target.unwrap_or(pid);
-            if uid != 0 && target != pid {
+            if !conn.root && target != pid {
                 return err(
                     ErrorCode::PermissionDenied,
                     format!("pid {target} is not yours"),

@@ -291,7 +291,7 @@ pub(super) fn check_scope(
             count += 1;
         }
     }
-    if conn.uid != 0 {
+    if !conn.root {
         if bytes > scope {
             return Err(too_long(format!(
                 "uid {}'s regions ({bytes} bytes)",
