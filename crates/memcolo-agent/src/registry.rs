@@ -91,6 +91,11 @@ pub struct Entry {
     /// re-registers when it reconnects.
     #[serde(skip)]
     pub conn: Option<u64>,
+    /// The pod whose process this is, for a registration Kubernetes mode made from
+    /// the pod ([`crate::core::Core::sync_pod_registrations`]); absent for one a client
+    /// asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
 }
 
 /// The longest process name a registration may carry, in bytes.
@@ -763,6 +768,7 @@ mod tests {
             failed_reclaims: 0,
             creds: None,
             conn: Some(5),
+            pod_uid: None,
         }
     }
 

@@ -5,6 +5,7 @@
 use memcolo_agent::config::AgentConfig;
 use memcolo_agent::core::{Core, ExitWatcher, Peer, PeerNamespace, Trigger};
 use memcolo_agent::eventlog::EventLog;
+use memcolo_agent::kubernetes::PodProcess;
 use memcolo_agent::metrics::Metrics;
 use memcolo_linux::actuate::{Actuator, ActuatorCall, RecordingActuator};
 use memcolo_linux::filecache::CachedFile;
@@ -1139,4 +1140,106 @@ fn answers_without_an_rss_fall_are_flagged_once_and_rates_are_in_status() {
     let st = core.status_json();
     assert!(st["processes"][0]["reclaim_reports"].as_u64().unwrap() >= 40);
     assert_eq!(st["processes"][0]["reclaim_unmatched"], false);
+}
+
+fn pod_process(pid: Pid, class: Class, notify: NotifyMode, uid: &str) -> PodProcess {
+    PodProcess {
+        pid,
+        class,
+        name: format!("ns/{uid}"),
+        notify,
+        expected_reclaim_bytes: Some(64 << 20),
+        pod_uid: uid.into(),
+    }
+}
+
+/// Kubernetes mode's pods as registrations: registered as their pods say, notified
+/// like registered processes (a signal only to a process with handlers), never
+/// killed by M3's rule (the pod is evicted through the API instead), removed when
+/// the pod goes; a client's own registration is left alone.
+#[test]
+fn pods_are_registrations_notified_as_their_annotations_say_and_never_killed_by_pid() {
+    let mut h = harness(|c| c.m3.kill_after_s = 0);
+    h.proc_.add(100, 1, "etl", 100, 2_000_000);
+    h.proc_.add(101, 100, "etl-worker", 110, 1_000_000);
+    h.proc_.add(200, 1, "cache", 200, 1_000_000);
+    h.proc_.add(300, 1, "cache-plain", 300, 1_000_000);
+    h.proc_.drop_handlers(300);
+    h.proc_.add(400, 1, "self-registered", 400, 1_000);
+    register(
+        &mut h.core,
+        1,
+        &ROOT,
+        Some(400),
+        Class::Elastic,
+        NotifyMode::Socket,
+    );
+    let pods = vec![
+        pod_process(100, Class::Be, NotifyMode::None, "be-pod"),
+        pod_process(200, Class::Elastic, NotifyMode::Signal, "cache-pod"),
+        pod_process(300, Class::Elastic, NotifyMode::Signal, "plain-pod"),
+        pod_process(400, Class::Be, NotifyMode::None, "self-pod"),
+    ];
+    h.core.sync_pod_registrations(&pods);
+    let reg: Vec<(Pid, Class, NotifyMode, Option<String>)> = h
+        .core
+        .registry()
+        .iter()
+        .map(|e| (e.pid, e.class, e.notify, e.pod_uid.clone()))
+        .collect();
+    assert_eq!(
+        reg,
+        vec![
+            (100, Class::Be, NotifyMode::None, Some("be-pod".into())),
+            (
+                200,
+                Class::Elastic,
+                NotifyMode::Signal,
+                Some("cache-pod".into())
+            ),
+            // No handlers: the first signal would kill it.
+            (
+                300,
+                Class::Elastic,
+                NotifyMode::None,
+                Some("plain-pod".into())
+            ),
+            // The client's registration stands.
+            (400, Class::Elastic, NotifyMode::Socket, None),
+        ]
+    );
+    // Yellow: the elastic pod with handlers is signalled.
+    h.proc_.set_meminfo(64 * GIB, 13 * GIB);
+    h.core.poll(Duration::from_secs(10), Trigger::Tick);
+    assert!(
+        h.act.calls().contains(&ActuatorCall::Signal {
+            pid: 200,
+            sig: libc::SIGRTMIN() + 1
+        }),
+        "{:?}",
+        h.act.calls()
+    );
+    assert!(!h
+        .act
+        .calls()
+        .iter()
+        .any(|c| matches!(c, ActuatorCall::Signal { pid: 300, .. })));
+    // Above top past kill_after: M3's rule picks the BE pod's process, and nothing is
+    // killed by pid.
+    h.proc_.set_meminfo(64 * GIB, GIB);
+    for s in 0..5 {
+        h.core.poll(Duration::from_secs(20 + s), Trigger::Tick);
+    }
+    assert!(
+        !h.act
+            .calls()
+            .iter()
+            .any(|c| matches!(c, ActuatorCall::Kill { .. })),
+        "{:?}",
+        h.act.calls()
+    );
+    // The pods go: their registrations with them, the client's stays.
+    h.core.sync_pod_registrations(&[]);
+    let left: Vec<Pid> = h.core.registry().iter().map(|e| e.pid).collect();
+    assert_eq!(left, [400]);
 }

@@ -14,6 +14,7 @@ use memcolo_linux::cgroup::MemoryCgroup;
 use memcolo_linux::procfs::ProcFs;
 use memcolo_policy::m3::Thresholds;
 use memcolo_policy::Class;
+use memcolo_proto::NotifyMode;
 use memcolo_testkit::{real_cgroup_v1_available, wait_for, Scratch};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -186,6 +187,25 @@ async fn lowest_priority_be_pod_is_evicted_through_the_api_never_lc() {
             (BE_HIGH_UID, Class::Be)
         ]
     );
+    // Each pod's process is a registration with the pod's class and options: the
+    // BestEffort pod's annotation asks for signals.
+    let procs = node.pod_processes(&pods);
+    let regs: Vec<(&str, Class, NotifyMode)> = procs
+        .iter()
+        .map(|p| (p.pod_uid.as_str(), p.class, p.notify))
+        .collect();
+    assert_eq!(
+        regs,
+        [
+            (LC_UID, Class::Lc, NotifyMode::None),
+            (BE_LOW_UID, Class::Be, NotifyMode::Signal),
+            (BE_HIGH_UID, Class::Be, NotifyMode::Signal)
+        ]
+    );
+    for (p, pod) in procs.iter().zip(&pods) {
+        assert_eq!(vec![p.pid], pod.found.all_pids());
+        assert_eq!(p.name, pod.name.clone().unwrap());
+    }
     // Where the operator trusts the namespace, the annotation is obeyed.
     let mut trusting = kube_node(&n.kubepods, &FakeApi::default(), &["batch"]);
     let high = trusting.pods(Duration::ZERO).unwrap();

@@ -102,6 +102,11 @@ impl Core {
                 .inc();
             return;
         }
+        if e.pod_uid.is_some() {
+            // A pod's process: Kubernetes mode evicts the pod through the API server
+            // by its own rule (crate::kubernetes), never a process of it by M3's.
+            return;
+        }
         let name = e.name.clone();
         // The registered process proved again: one that exec'd a set-user-ID program
         // or otherwise changed credentials since it registered is no longer the BE job

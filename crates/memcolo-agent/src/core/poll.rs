@@ -60,6 +60,7 @@ impl Core {
         if self.cfg.hermes.enabled {
             self.advise(&sample, &procs);
         }
+        let mut pod_processes = None;
         if let Some(kube) = self.kube.as_mut() {
             let stamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
             match kube.poll(
@@ -69,6 +70,7 @@ impl Core {
                 &stamp,
             ) {
                 Ok(r) => {
+                    let processes = r.processes.clone();
                     // The event log says which pods were asked to go, and how.
                     for (uid, via) in r
                         .evictions_requested
@@ -84,6 +86,7 @@ impl Core {
                                                "used_bytes": sample.working_set_bytes}),
                         );
                     }
+                    pod_processes = Some(processes);
                 }
                 Err(e) => {
                     self.metrics.errors.with_label_values(&["kubernetes"]).inc();
@@ -93,6 +96,9 @@ impl Core {
             self.metrics
                 .kubernetes_api_reachable
                 .set(i64::from(!kube.api_unreachable()));
+        }
+        if let Some(p) = pod_processes {
+            self.sync_pod_registrations(&p);
         }
         self.update_poll_metrics(&sample);
         self.last_sample = Some(sample);

@@ -479,6 +479,7 @@ impl Core {
             failed_reclaims: prev.as_ref().map(|p| p.failed_reclaims).unwrap_or(0),
             creds: Some(creds),
             conn: (notify == NotifyMode::Socket).then_some(conn),
+            pod_uid: None,
         };
         self.events.record(
             "registered",
@@ -541,6 +542,95 @@ impl Core {
                 "outside_scope",
                 json!({"pid": pid, "name": name, "scope": self.scope.describe()}),
             );
+        }
+    }
+
+    /// Kubernetes mode: the pods' processes as registrations. A process no client
+    /// registered is registered as its pod says (class, name, notify, expected
+    /// reclamation), proved like any other; a pod registration whose process left
+    /// the list (the pod went, or its class changed) is removed. A registration a
+    /// client made itself is left as it is. `notify: signal` is kept only for a
+    /// process with handlers for the three signals: without one, the first signal
+    /// would kill it, so it is registered with `none` and that is said once.
+    pub fn sync_pod_registrations(&mut self, procs: &[crate::kubernetes::PodProcess]) {
+        let want: std::collections::HashMap<Pid, &crate::kubernetes::PodProcess> =
+            procs.iter().map(|p| (p.pid, p)).collect();
+        let stale: Vec<Pid> = self
+            .registry
+            .iter()
+            .filter(|e| {
+                e.pod_uid.as_ref().is_some_and(|uid| {
+                    want.get(&e.pid)
+                        .is_none_or(|w| &w.pod_uid != uid || w.class != e.class)
+                })
+            })
+            .map(|e| e.pid)
+            .collect();
+        let mut changed = !stale.is_empty();
+        for pid in stale {
+            if let Some(e) = self.registry.remove(pid) {
+                self.forget(pid);
+                self.events.record(
+                    "unregistered",
+                    json!({"pid": pid, "name": e.name, "pod_uid": e.pod_uid}),
+                );
+            }
+        }
+        for w in procs {
+            if self.registry.get(w.pid).is_some() {
+                continue;
+            }
+            let Ok(p) = self.prover.open(w.pid, None) else {
+                continue;
+            };
+            let mut notify = w.notify;
+            if notify == NotifyMode::Signal {
+                let handled = self
+                    .procfs
+                    .read_pid_status(w.pid)
+                    .map(|st| st.sig_cgt | st.sig_ign)
+                    .unwrap_or(0);
+                if notify_signals()
+                    .iter()
+                    .any(|s| handled & (1u64 << (s - 1)) == 0)
+                {
+                    tracing::warn!(pid = w.pid, pod = %w.name,
+                        "memcolo.io/notify is signal but the process has no handler for SIGRTMIN+1..3: not signalled");
+                    notify = NotifyMode::None;
+                }
+            }
+            let entry = Entry {
+                pid: w.pid,
+                class: w.class,
+                name: w.name.chars().take(registry::MAX_NAME_BYTES).collect(),
+                starttime_ticks: p.starttime_ticks(),
+                expected_reclaim_bytes: w.expected_reclaim_bytes,
+                notify,
+                registered_unix_s: unix_now_s(),
+                notifications_sent: 0,
+                notified: Default::default(),
+                reclaimed_bytes: 0,
+                reclaim_reports: 0,
+                failed_reclaims: 0,
+                creds: Some(*p.credentials()),
+                conn: None,
+                pod_uid: Some(w.pod_uid.clone()),
+            };
+            if entry.validate().is_err() || self.track(p).is_err() {
+                continue;
+            }
+            self.monitor.forget(w.pid);
+            self.events.record(
+                "registered",
+                json!({"pid": w.pid, "class": w.class, "name": entry.name, "notify": notify,
+                       "pod_uid": w.pod_uid}),
+            );
+            self.registry.insert(entry);
+            changed = true;
+        }
+        if changed {
+            self.persist();
+            self.update_registry_metrics();
         }
     }
 

@@ -1,8 +1,10 @@
 //! The agent on a Kubernetes node (`[kubernetes]`, `--kubernetes`): pods found in
 //! the kubelet's cgroup tree ([`memcolo_linux::kubepods`]), classed by annotation or
 //! QoS class ([`memcolo_policy::kubernetes::pod_class`]), BE pods evicted through the
-//! Eviction API when M3's kill rule picks them, and the node's memory signals
-//! published on its Node object.
+//! Eviction API when M3's kill rule picks them, the node's memory signals
+//! published on its Node object, and the pods' processes handed to the core as
+//! registrations ([`PodProcess`]) so that M3's notifications, Hermes' advice and
+//! Hermit's reclaim reach them.
 //!
 //! [`KubeNode::poll`] is called once per poll with the scope's usage and M3's
 //! thresholds. It never blocks on the API server: requests go to an [`ApiWorker`]
@@ -71,6 +73,25 @@ pub struct PodState {
     /// `namespace/name`, when the API server has told it.
     pub name: Option<String>,
     pub memory_bytes: u64,
+    /// Per-pod options from its annotations.
+    pub options: memcolo_policy::kubernetes::PodOptions,
+}
+
+/// A pod's process as a registration: each container's top processes (those whose
+/// parent is not in the same pod) with the pod's class, name and per-pod options, so
+/// that M3's notifications, Hermes' advice and Hermit's reclaim reach pods as they
+/// reach registered processes ([`crate::core::Core::sync_pod_registrations`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodProcess {
+    pub pid: memcolo_policy::Pid,
+    pub class: Class,
+    /// `namespace/name`, else `pod:<uid>`.
+    pub name: String,
+    /// `memcolo.io/notify`: signal or none.
+    pub notify: memcolo_proto::NotifyMode,
+    /// `memcolo.io/expected-reclaim-bytes`.
+    pub expected_reclaim_bytes: Option<u64>,
+    pub pod_uid: String,
 }
 
 /// What one poll did.
@@ -84,6 +105,8 @@ pub struct PollReport {
     pub killed: Vec<String>,
     /// Whether node signals were queued.
     pub published: bool,
+    /// The pods' processes as registrations.
+    pub processes: Vec<PodProcess>,
 }
 
 /// The Kubernetes side of the agent.
@@ -205,6 +228,7 @@ impl KubeNode {
                 )
             });
             let (class, source) = pod_class(ann, qos, self.cfg.burstable_class, trusted);
+            let options = memcolo_policy::kubernetes::pod_options(ann);
             let truncated = f.containers.iter().any(|c| c.truncated);
             if (truncated
                 || !matches!(
@@ -252,6 +276,7 @@ impl KubeNode {
                 priority: meta.map(|m| m.priority).unwrap_or(0),
                 name: meta.map(|m| format!("{}/{}", m.namespace, m.name)),
                 memory_bytes,
+                options,
                 found: f,
             });
         }
@@ -261,6 +286,45 @@ impl KubeNode {
         self.in_flight.retain(|k, _| live.contains(k.as_str()));
         self.reported.retain(|k| live.contains(k.as_str()));
         Ok(out)
+    }
+
+    /// The pods' processes as registrations: in each pod, the processes whose parent
+    /// is not in the pod (a container's init, or a process the runtime started in it),
+    /// since a registration covers its process's descendants. Pods whose eviction is in
+    /// flight are left out.
+    pub fn pod_processes(&self, pods: &[PodState]) -> Vec<PodProcess> {
+        use memcolo_policy::kubernetes::PodNotify;
+        let mut out = Vec::new();
+        for p in pods {
+            if self.in_flight.contains_key(&p.found.pod.uid) {
+                continue;
+            }
+            let all = p.found.all_pids();
+            let name = p
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("pod:{}", p.found.pod.uid));
+            for &pid in &all {
+                let Ok(st) = self.procfs.read_pid_stat(pid) else {
+                    continue;
+                };
+                if all.binary_search(&st.ppid).is_ok() {
+                    continue;
+                }
+                out.push(PodProcess {
+                    pid,
+                    class: p.class,
+                    name: name.clone(),
+                    notify: match p.options.notify {
+                        PodNotify::Signal => memcolo_proto::NotifyMode::Signal,
+                        PodNotify::None => memcolo_proto::NotifyMode::None,
+                    },
+                    expected_reclaim_bytes: p.options.expected_reclaim_bytes,
+                    pod_uid: p.found.pod.uid.clone(),
+                });
+            }
+        }
+        out
     }
 
     /// One poll: `used_bytes` of the scope against M3's thresholds `th`, `now` on the
@@ -285,6 +349,7 @@ impl KubeNode {
                 .iter()
                 .map(|p| (p.found.pod.uid.clone(), (p.class, p.memory_bytes)))
                 .collect(),
+            processes: self.pod_processes(&pods),
             ..Default::default()
         };
         let zone = th.zone_of(used_bytes);
