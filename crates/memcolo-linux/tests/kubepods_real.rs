@@ -1,11 +1,14 @@
-//! Pod discovery ([`memcolo_linux::kubepods`]) on real cgroup v1 memory trees laid out
+//! Pod discovery ([`memcolo_linux::kubepods`]) on real memory cgroup trees laid out
 //! exactly as the kubelet and the container runtimes lay them out, for both cgroup
 //! drivers, inside a scratch group below this test's own group, with real processes
-//! (`sleep`) in the containers. A fake tree (plain directories) checks the v2 file
-//! names. The scratch tree is removed afterwards, also on failure (Drop guard).
+//! (`sleep`) in the containers: on cgroup v1 here, and on v2 in the guest of
+//! `scripts/v2bed` (every level given the memory controller, as the kubelet does).
+//! A fake tree (plain directories) checks the v2 file names on any machine. The
+//! scratch tree is removed afterwards, also on failure (Drop guard).
 
+use memcolo_linux::cgroup::{CgroupVersion, MemoryCgroup};
 use memcolo_linux::kubepods::{discover, CgroupDriver, QosClass, Runtime};
-use memcolo_testkit::{real_cgroup_v1_available, Scratch};
+use memcolo_testkit::{real_memory_cgroup_available, Scratch};
 use std::path::Path;
 use std::process::{Child, Command};
 
@@ -20,8 +23,9 @@ impl Drop for Sleeper {
 }
 
 /// Three pods, one per QoS class, each with a container (a sleep in it) and, for the
-/// Burstable pod, a second container and a process in the pod group itself (a pause
-/// process, as the kubelet runs on cgroupfs with Docker).
+/// Burstable pod, a second container and, on v1, a process in the pod group itself (a
+/// pause process, as the kubelet runs on cgroupfs with Docker; v2's "no internal
+/// processes" rule keeps the kubelet from doing that there).
 struct Layout {
     root: &'static str,
     guaranteed: String,
@@ -79,8 +83,22 @@ fn sleep_in(dir: &Path) -> Sleeper {
     child
 }
 
+/// `rel` below `base`, each level made a memory cgroup (on v2 its parent delegates the
+/// controller, as the kubelet's groups have it).
+fn groups(base: &MemoryCgroup, rel: &str) -> std::path::PathBuf {
+    let mut cg = base.clone();
+    for part in Path::new(rel).components() {
+        let name = part.as_os_str().to_str().unwrap();
+        cg = cg
+            .create_child(name)
+            .unwrap_or_else(|e| panic!("mkdir {}/{name}: {e}", cg.path().display()));
+    }
+    cg.path().to_path_buf()
+}
+
 fn check_layout(tag: &str, layout: Layout, driver: CgroupDriver) {
     let scratch = Scratch::new(tag);
+    let v2 = scratch.cg.version() == CgroupVersion::V2;
     let kubepods = scratch.cg.path().join(layout.root);
     let pods = [&layout.guaranteed, &layout.burstable, &layout.besteffort];
     let mut sleepers = Vec::new();
@@ -94,21 +112,23 @@ fn check_layout(tag: &str, layout: Layout, driver: CgroupDriver) {
         ])
         .enumerate()
     {
-        let pod_dir = kubepods.join(rel);
+        let pod_dir = groups(&scratch.cg, &format!("{}/{rel}", layout.root));
         let mut ctrs = Vec::new();
         let mut cids = vec![CIDS[i]];
         if qos == QosClass::Burstable {
             cids.push(CIDS[3]);
         }
         for cid in cids {
-            let d = pod_dir.join((layout.container)(cid));
-            mkdirs(&d);
+            let d = groups(
+                &MemoryCgroup::open(&pod_dir).unwrap(),
+                &(layout.container)(cid),
+            );
             let s = sleep_in(&d);
             ctrs.push((cid.to_string(), s.0.id() as i32));
             sleepers.push(s);
         }
         let mut pod_pids = Vec::new();
-        if qos == QosClass::Burstable {
+        if qos == QosClass::Burstable && !v2 {
             let s = sleep_in(&pod_dir);
             pod_pids.push(s.0.id() as i32);
             sleepers.push(s);
@@ -150,16 +170,16 @@ fn check_layout(tag: &str, layout: Layout, driver: CgroupDriver) {
 }
 
 #[test]
-fn discovers_cgroupfs_driver_pods_on_real_v1_tree() {
-    if !real_cgroup_v1_available("discovers_cgroupfs_driver_pods_on_real_v1_tree") {
+fn discovers_cgroupfs_driver_pods_on_a_real_tree() {
+    if !real_memory_cgroup_available("discovers_cgroupfs_driver_pods_on_a_real_tree") {
         return;
     }
     check_layout("kubepods-cgroupfs", cgroupfs(), CgroupDriver::Cgroupfs);
 }
 
 #[test]
-fn discovers_systemd_driver_pods_on_real_v1_tree() {
-    if !real_cgroup_v1_available("discovers_systemd_driver_pods_on_real_v1_tree") {
+fn discovers_systemd_driver_pods_on_a_real_tree() {
+    if !real_memory_cgroup_available("discovers_systemd_driver_pods_on_a_real_tree") {
         return;
     }
     check_layout("kubepods-systemd", systemd(), CgroupDriver::Systemd);
