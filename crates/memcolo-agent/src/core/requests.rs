@@ -400,7 +400,8 @@ impl Core {
             let held = self
                 .registry
                 .iter()
-                .filter(|e| e.creds.is_some_and(|c| c.ruid() == peer.uid))
+                // Registrations the agent made for pods are not the user's.
+                .filter(|e| e.pod_uid.is_none() && e.creds.is_some_and(|c| c.ruid() == peer.uid))
                 .count();
             if held >= limit {
                 self.metrics
