@@ -19,6 +19,7 @@ pub mod mechanisms;
 pub mod metrics;
 pub mod registry;
 pub mod server;
+pub mod slots;
 pub mod snapshot;
 pub mod tier;
 

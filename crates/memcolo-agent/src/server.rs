@@ -8,10 +8,10 @@
 
 use crate::config::LimitsSection;
 use crate::core::Peer;
+use crate::slots::{SlotLimits, SlotOwner, Slots};
 use memcolo_linux::identity::ProvenProcess;
 use memcolo_linux::procfs::ProcFs;
 use memcolo_proto::{decode_request, encode, ErrorCode, Reply, Request, MAX_LINE_BYTES};
-use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -79,54 +79,6 @@ fn prepare_alloc_stats_dir(socket_dir: &Path) {
     }
 }
 
-/// Connections held per user, and all together, against `[limits]`.
-#[derive(Default)]
-struct Slots {
-    total: usize,
-    per_uid: HashMap<u32, usize>,
-}
-
-impl Slots {
-    /// Takes a slot for a connection of `uid`, or says which limit it would cross.
-    /// Root may use every connection; other users share all but the reserved ones,
-    /// and each holds at most `connections_per_uid`.
-    fn take(&mut self, uid: u32, l: &LimitsSection) -> Result<(), String> {
-        let mine = self.per_uid.get(&uid).copied().unwrap_or(0);
-        if self.total >= l.connections {
-            return Err(format!(
-                "the agent serves {} connections already",
-                self.total
-            ));
-        }
-        if uid != 0 {
-            if self.total >= l.connections - l.root_reserved_connections {
-                return Err(format!(
-                    "the last {} connections are kept for root",
-                    l.root_reserved_connections
-                ));
-            }
-            if mine >= l.connections_per_uid {
-                return Err(format!(
-                    "user {uid} holds {mine} connections (limits.connections_per_uid)"
-                ));
-            }
-        }
-        self.total += 1;
-        *self.per_uid.entry(uid).or_default() += 1;
-        Ok(())
-    }
-
-    fn give_back(&mut self, uid: u32) {
-        self.total = self.total.saturating_sub(1);
-        if let Some(n) = self.per_uid.get_mut(&uid) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_uid.remove(&uid);
-            }
-        }
-    }
-}
-
 /// Accepts connections until the listener fails; each gets its own task. A
 /// connection over `limits` is answered `limit_exceeded` (without waiting for the
 /// client to read it) and closed.
@@ -157,7 +109,13 @@ pub async fn serve(
             }
         };
         let uid = cred.uid();
-        if let Err(why) = slots.lock().unwrap().take(uid, &limits) {
+        let who = SlotOwner::of(&procfs, uid, cred.pid());
+        let caps = SlotLimits {
+            total: limits.connections,
+            root_reserved: limits.root_reserved_connections,
+            per_owner: limits.connections_per_uid,
+        };
+        if let Err(why) = slots.lock().unwrap().take(who, &caps) {
             let reply = Reply::Error {
                 code: ErrorCode::LimitExceeded,
                 message: format!("connection refused: {why}"),
@@ -184,7 +142,7 @@ pub async fn serve(
             if let Err(e) = connection(conn, stream, peer, cmds, timeout).await {
                 tracing::debug!(conn, error = %e, "connection ended with an error");
             }
-            slots.lock().unwrap().give_back(uid);
+            slots.lock().unwrap().give_back(who);
         });
     }
 }

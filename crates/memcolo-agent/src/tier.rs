@@ -135,7 +135,7 @@ struct Shared {
     /// The open connections, by connection id.
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     /// Connections accepted and not yet closed, by peer uid (the caps).
-    slots: Mutex<HashMap<u32, usize>>,
+    slots: Mutex<crate::slots::Slots>,
     procfs: ProcFs,
     /// Regions registered so far (their `tier status` numbers); hashed with
     /// [`Shared::ids`] into region keys.
@@ -230,7 +230,7 @@ impl TierService {
             node,
             regions: Mutex::new(Vec::new()),
             conns: Mutex::new(HashMap::new()),
-            slots: Mutex::new(HashMap::new()),
+            slots: Mutex::new(crate::slots::Slots::default()),
             procfs: procfs.clone(),
             next_region: AtomicU64::new(1),
             ids: Default::default(),

@@ -619,3 +619,31 @@ fn children_of(pid: u32) -> Vec<u32> {
     });
     kids
 }
+
+/// Root of a container's pid namespace is uid 0 to `SO_PEERCRED`; holding every
+/// connection it can must not lock the node's root out, as a user's cannot.
+#[test]
+fn root_in_a_container_pid_namespace_holding_connections_locks_out_neither_root() {
+    require_root();
+    let agent = Agent::start("[hermes]\nenabled = false\n");
+    let mut procs = Procs::default();
+    let mut c = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", PYTHON, "-c", HOLD])
+        .arg(agent.socket())
+        .arg("1100")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = first_line(&mut c);
+    procs.0.push(c);
+    assert_eq!(line.trim(), "1100", "the container could not connect");
+    // Let the agent take in (or refuse) all 1,100.
+    std::thread::sleep(Duration::from_secs(1));
+    let ping = r#"{"v":1,"type":"ping"}"#.to_string() + "\n";
+    assert_eq!(
+        call(&agent.socket(), &ping)["type"],
+        "pong",
+        "the node's root is locked out by a container's root"
+    );
+}

@@ -9,6 +9,7 @@ use super::{
     lock, release, Region, Shared, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_UID, MAX_FDS,
     ROOT_RESERVED_CONNECTIONS, WRITE_TIMEOUT,
 };
+use crate::slots::{SlotLimits, SlotOwner};
 use memcolo_linux::identity::{peer_cred, ticks_since_boot, ProvenProcess};
 use memcolo_policy::{Pid, PolicyError};
 use memcolo_proto::tier::{decode_tier_request, TierReply, TierRequest};
@@ -24,46 +25,30 @@ use std::time::Duration;
 /// A connection's place in the caps; given back when dropped.
 pub(super) struct Slot {
     pub(super) shared: Arc<Shared>,
-    pub(super) uid: u32,
+    pub(super) owner: SlotOwner,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut slots = lock(&self.shared.slots);
-        if let Some(n) = slots.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
-                slots.remove(&self.uid);
-            }
-        }
+        lock(&self.shared.slots).give_back(self.owner);
     }
 }
 
-/// A place for a connection of `uid`, or why not: [`MAX_CONNECTIONS`] in all, of
-/// which [`ROOT_RESERVED_CONNECTIONS`] only for root, and
-/// [`MAX_CONNECTIONS_PER_UID`] per other uid.
-pub(super) fn take_slot(shared: &Arc<Shared>, uid: u32) -> Result<Slot, String> {
-    let mut slots = lock(&shared.slots);
-    let total: usize = slots.values().sum();
-    let mine = slots.get(&uid).copied().unwrap_or(0);
-    if uid == 0 {
-        if total >= MAX_CONNECTIONS {
-            return Err(format!("{total} connections open (cap {MAX_CONNECTIONS})"));
-        }
-    } else if mine >= MAX_CONNECTIONS_PER_UID {
-        return Err(format!(
-            "uid {uid} holds {mine} connections (cap {MAX_CONNECTIONS_PER_UID} per uid)"
-        ));
-    } else if total >= MAX_CONNECTIONS - ROOT_RESERVED_CONNECTIONS {
-        return Err(format!(
-            "{total} connections open (cap {} for non-root peers)",
-            MAX_CONNECTIONS - ROOT_RESERVED_CONNECTIONS
-        ));
-    }
-    *slots.entry(uid).or_insert(0) += 1;
+/// A place for a connection of `owner`, or why not: [`MAX_CONNECTIONS`] in all, of
+/// which [`ROOT_RESERVED_CONNECTIONS`] only for the node's root, and
+/// [`MAX_CONNECTIONS_PER_UID`] per other owner ([`crate::slots`]).
+pub(super) fn take_slot(shared: &Arc<Shared>, owner: SlotOwner) -> Result<Slot, String> {
+    lock(&shared.slots).take(
+        owner,
+        &SlotLimits {
+            total: MAX_CONNECTIONS,
+            root_reserved: ROOT_RESERVED_CONNECTIONS,
+            per_owner: MAX_CONNECTIONS_PER_UID,
+        },
+    )?;
     Ok(Slot {
         shared: shared.clone(),
-        uid,
+        owner,
     })
 }
 
@@ -103,14 +88,15 @@ pub(super) fn accept_loop(shared: &Arc<Shared>, listener: UnixListener) {
         };
         let accepted_at = ticks_since_boot();
         let _ = stream.set_nonblocking(false);
-        let uid = match peer_cred(stream.as_fd()) {
-            Ok(c) => c.uid,
+        let (uid, pid) = match peer_cred(stream.as_fd()) {
+            Ok(c) => (c.uid, c.pid),
             Err(e) => {
                 tracing::warn!(error = %e, "tiering: no peer credentials");
                 continue;
             }
         };
-        let slot = match take_slot(shared, uid) {
+        let owner = SlotOwner::of(&shared.procfs, uid, Some(pid));
+        let slot = match take_slot(shared, owner) {
             Ok(s) => s,
             Err(why) => {
                 tracing::warn!(uid, reason = %why, "tiering: connection refused");
