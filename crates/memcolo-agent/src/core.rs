@@ -256,6 +256,8 @@ pub struct Core {
     mechanisms: crate::mechanisms::Mechanisms,
     /// The node's pods, in Kubernetes mode ([`crate::kubernetes`]).
     kube: Option<crate::kubernetes::KubeNode>,
+    /// Where the pods' `memcolo.io/t-miss` go, when tiering runs.
+    tier_defaults: Option<crate::tier::TierDefaults>,
 }
 
 impl Core {
@@ -334,6 +336,7 @@ impl Core {
             state_write_failing: false,
             mechanisms: crate::mechanisms::Mechanisms::from_config(&cfg),
             kube: None,
+            tier_defaults: None,
             cfg,
         };
         let mut kept = 0;
@@ -416,6 +419,11 @@ impl Core {
     /// working set and M3's thresholds.
     pub fn attach_kubernetes(&mut self, node: crate::kubernetes::KubeNode) {
         self.kube = Some(node);
+    }
+
+    /// Kubernetes mode with tiering: pods' tier targets go to `d` at every poll.
+    pub fn attach_tier_defaults(&mut self, d: crate::tier::TierDefaults) {
+        self.tier_defaults = Some(d);
     }
 }
 

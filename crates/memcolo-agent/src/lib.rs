@@ -397,6 +397,9 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
     });
     if let Some(k) = kube {
         core.attach_kubernetes(k);
+        if let Some(t) = &tier {
+            core.attach_tier_defaults(t.defaults());
+        }
     }
     tracing::info!("mechanisms: {}", mechanisms.summary());
     core.set_mechanisms(mechanisms);

@@ -154,7 +154,28 @@ struct Shared {
     metrics: Metricset,
     /// Processes stopped because a page could not come back: `(pid, reason)`.
     stopped: Mutex<Vec<(Pid, String)>>,
+    /// Targets for regions registered without one ([`TierDefaults`]).
+    defaults: TierDefaults,
     epoch: AtomicU64,
+}
+
+/// Per-process targets for regions that register without a `t_miss` of their own:
+/// Kubernetes mode fills it from pods' `memcolo.io/t-miss` annotations. Keyed by pid
+/// as the last poll saw it; a pid reused since then only changes the starting target
+/// of the new process's regions (which it may set itself with `tier_target`).
+#[derive(Clone, Debug, Default)]
+pub struct TierDefaults(Arc<Mutex<HashMap<Pid, f64>>>);
+
+impl TierDefaults {
+    /// Replaces every target.
+    pub fn replace(&self, targets: HashMap<Pid, f64>) {
+        *lock(&self.0) = targets;
+    }
+
+    /// The target for `pid`'s regions, if one was given.
+    pub fn get(&self, pid: Pid) -> Option<f64> {
+        lock(&self.0).get(&pid).copied()
+    }
 }
 
 /// The running tiering service; [`TierService::stop`] hands every region back.
@@ -238,6 +259,7 @@ impl TierService {
             stop: AtomicBool::new(false),
             pause: AtomicBool::new(false),
             metrics: Metricset::new(metrics),
+            defaults: TierDefaults::default(),
             stopped: Mutex::new(Vec::new()),
             epoch: AtomicU64::new(0),
         });
@@ -263,6 +285,11 @@ impl TierService {
     }
 
     /// The tiering state, as `tier_status` answers it.
+    /// Where Kubernetes mode writes pods' tier targets.
+    pub fn defaults(&self) -> TierDefaults {
+        self.shared.defaults.clone()
+    }
+
     pub fn status(&self) -> serde_json::Value {
         status_json(&self.shared)
     }

@@ -75,7 +75,9 @@ fn fixture(name: &str) -> Vec<u8> {
 
 /// The three pods' metadata, as the pod watch would give it.
 fn metas() -> Vec<PodMeta> {
-    let lc = PodMeta::from_json(&fixture("pod-guaranteed.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&fixture("pod-guaranteed.json")).unwrap();
+    v["metadata"]["annotations"]["memcolo.io/t-miss"] = "0.05".into();
+    let lc = PodMeta::from_json(&serde_json::to_vec(&v).unwrap()).unwrap();
     let low = PodMeta::from_json(&fixture("pod-besteffort.json")).unwrap();
     let mut v: serde_json::Value = serde_json::from_slice(&fixture("pod-besteffort.json")).unwrap();
     v["metadata"]["uid"] = BE_HIGH_UID.into();
@@ -226,6 +228,9 @@ async fn lowest_priority_be_pod_is_evicted_through_the_api_never_lc() {
         .unwrap();
     assert!(r.evictions_requested.is_empty() && r.killed.is_empty());
     assert!(r.published);
+    // The LC pod's memcolo.io/t-miss, for its processes' tiered regions.
+    let lc_pids = pods[0].found.all_pids();
+    assert_eq!(r.tier_targets, lc_pids.iter().map(|p| (*p, 0.05)).collect());
 
     // 16 MiB above top: the BE pod of priority -10 alone covers it.
     let r = node

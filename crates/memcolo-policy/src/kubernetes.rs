@@ -26,8 +26,9 @@
 //!
 //! **Per-pod options** ([`pod_options`]), only where a registration setting exists:
 //! `memcolo.io/notify` (`signal` or `none`: M3's real-time signals to the pod's
-//! processes, or none) and `memcolo.io/expected-reclaim-bytes` (M3 §5.1's expected
-//! reclamation per signal).
+//! processes, or none), `memcolo.io/expected-reclaim-bytes` (M3 §5.1's expected
+//! reclamation per signal) and `memcolo.io/t-miss` (MaxMem §3's target fast-memory
+//! miss ratio of the pod's tiered regions, in ]0, 1]).
 //!
 //! **Eviction** ([`pick_evictions`]): M3's kill rule (R5, M3 §5.1) on pods: once
 //! usage has been above top for `kill_after`, BE pods are taken in order until the
@@ -48,6 +49,8 @@ pub const CLASS_ANNOTATION: &str = "memcolo.io/class";
 pub const NOTIFY_ANNOTATION: &str = "memcolo.io/notify";
 /// The annotation that sets a pod's expected reclamation per signal, in bytes.
 pub const EXPECTED_RECLAIM_ANNOTATION: &str = "memcolo.io/expected-reclaim-bytes";
+/// The annotation that sets the target miss ratio of a pod's tiered regions.
+pub const T_MISS_ANNOTATION: &str = "memcolo.io/t-miss";
 
 /// A pod's Kubernetes QoS class (`status.qosClass`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -156,11 +159,14 @@ pub enum PodNotify {
 }
 
 /// Per-pod options read from annotations.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct PodOptions {
     pub notify: PodNotify,
     /// Expected reclamation per signal, bytes (M3 §5.1).
     pub expected_reclaim_bytes: Option<u64>,
+    /// Target fast-memory miss ratio of the pod's tiered regions (MaxMem §3), in
+    /// ]0, 1]; a region's own `t_miss` at registration wins.
+    pub t_miss: Option<f64>,
     /// Annotations that were present but did not parse: `(key, value)`, values cut to
     /// 64 characters.
     pub ignored: Vec<(String, String)>,
@@ -181,6 +187,12 @@ pub fn pod_options(annotations: &BTreeMap<String, String>) -> PodOptions {
         match v.trim().parse::<u64>() {
             Ok(b) => o.expected_reclaim_bytes = Some(b),
             Err(_) => o.ignored.push((EXPECTED_RECLAIM_ANNOTATION.into(), cut(v))),
+        }
+    }
+    if let Some(v) = annotations.get(T_MISS_ANNOTATION) {
+        match v.trim().parse::<f64>() {
+            Ok(t) if crate::maxmem::validate_t_miss(t).is_ok() => o.t_miss = Some(t),
+            _ => o.ignored.push((T_MISS_ANNOTATION.into(), cut(v))),
         }
     }
     o
@@ -338,13 +350,19 @@ mod tests {
         ]));
         assert_eq!(o.notify, PodNotify::Signal);
         assert_eq!(o.expected_reclaim_bytes, Some(1 << 20));
+        assert_eq!(
+            pod_options(&ann(&[(T_MISS_ANNOTATION, "0.05")])).t_miss,
+            Some(0.05)
+        );
         let o = pod_options(&ann(&[
             (NOTIFY_ANNOTATION, "socket"),
             (EXPECTED_RECLAIM_ANNOTATION, "-1"),
+            (T_MISS_ANNOTATION, "1.5"),
         ]));
         assert_eq!(o.notify, PodNotify::None);
         assert_eq!(o.expected_reclaim_bytes, None);
-        assert_eq!(o.ignored.len(), 2);
+        assert_eq!(o.t_miss, None);
+        assert_eq!(o.ignored.len(), 3);
     }
 
     fn pv(uid: &str, class: Class, priority: i32, started_s: u64, mib: u64) -> PodView {

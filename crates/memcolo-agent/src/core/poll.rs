@@ -71,6 +71,9 @@ impl Core {
             ) {
                 Ok(r) => {
                     let processes = r.processes.clone();
+                    if let Some(d) = &self.tier_defaults {
+                        d.replace(r.tier_targets.clone());
+                    }
                     // The event log says which pods were asked to go, and how.
                     for (uid, via) in r
                         .evictions_requested

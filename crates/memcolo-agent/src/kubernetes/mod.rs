@@ -65,7 +65,7 @@ pub struct KubeNodeConfig {
 }
 
 /// One pod as the last poll saw it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PodState {
     pub found: DiscoveredPod,
     pub class: Class,
@@ -95,7 +95,7 @@ pub struct PodProcess {
 }
 
 /// What one poll did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PollReport {
     /// Pods found, by UID.
     pub pods: BTreeMap<String, (Class, u64)>,
@@ -107,6 +107,9 @@ pub struct PollReport {
     pub published: bool,
     /// The pods' processes as registrations.
     pub processes: Vec<PodProcess>,
+    /// `memcolo.io/t-miss` of every process of the pods that have it: the target a
+    /// tiered region of that process gets when it registers without one of its own.
+    pub tier_targets: HashMap<memcolo_policy::Pid, f64>,
 }
 
 /// The Kubernetes side of the agent.
@@ -350,6 +353,11 @@ impl KubeNode {
                 .map(|p| (p.found.pod.uid.clone(), (p.class, p.memory_bytes)))
                 .collect(),
             processes: self.pod_processes(&pods),
+            tier_targets: pods
+                .iter()
+                .filter_map(|p| p.options.t_miss.map(|t| (p, t)))
+                .flat_map(|(p, t)| p.found.all_pids().into_iter().map(move |pid| (pid, t)))
+                .collect(),
             ..Default::default()
         };
         let zone = th.zone_of(used_bytes);

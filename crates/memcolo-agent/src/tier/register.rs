@@ -43,6 +43,12 @@ impl RegionFds {
     }
 }
 
+/// The target of a new region of `pid`: its own (`asked`), else its pod's
+/// ([`super::TierDefaults`]), else `tier.default_t_miss`.
+fn region_t_miss(asked: Option<f64>, pods: &super::TierDefaults, pid: Pid, default: f64) -> f64 {
+    asked.or_else(|| pods.get(pid)).unwrap_or(default)
+}
+
 /// `tier_register` (`recover` None: a new region), or `tier_recover` of the region
 /// whose id and slow-tier instance the dead agent gave (`recover`).
 #[allow(clippy::too_many_arguments)]
@@ -63,7 +69,7 @@ pub(super) fn register(
             format!("region {start:#x}+{length} is not page aligned"),
         );
     }
-    let t_miss = t_miss.unwrap_or(shared.cfg.default_t_miss);
+    let t_miss = region_t_miss(t_miss, &shared.defaults, pid, shared.cfg.default_t_miss);
     if let Err(e) = validate_t_miss(t_miss) {
         return err(ErrorCode::BadRequest, e.to_string());
     }
@@ -350,5 +356,19 @@ pub(super) fn apply_fault_priority(shared: &Shared, pid: Pid) {
                 tracing::warn!(pid, error = %e, "tiering: tier threads' SCHED_IDLE");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_regions_target_is_its_own_then_its_pods_then_the_default() {
+        let pods = super::super::TierDefaults::default();
+        pods.replace([(7, 0.05)].into());
+        assert_eq!(region_t_miss(Some(0.5), &pods, 7, 1.0), 0.5);
+        assert_eq!(region_t_miss(None, &pods, 7, 1.0), 0.05);
+        assert_eq!(region_t_miss(None, &pods, 8, 1.0), 1.0);
     }
 }
