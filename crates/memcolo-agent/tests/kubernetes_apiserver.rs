@@ -605,6 +605,22 @@ async fn kubernetes_mode_against_a_real_api_server() {
     assert_eq!(items[0]["involvedObject"]["uid"], low_uid.as_str());
     record("event.json", &items[0]);
 
+    // The kubelet would delete the pod for good once its containers stopped; the
+    // watch then drops it.
+    call(
+        &admin,
+        "DELETE",
+        "/api/v1/namespaces/batch/pods/etl-low",
+        Some(json!({
+        "apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})),
+    )
+    .await
+    .unwrap();
+    wait_for_snapshot(&mut feed, "etl-low gone", |s| {
+        s.len() == 2 && s.iter().all(|p| p.uid != low_uid)
+    })
+    .await;
+
     // etl-high runs (its status written as a kubelet would) and a
     // PodDisruptionBudget allows no disruption of it: the eviction is refused with
     // 429, reported once, with no Event.
@@ -715,27 +731,20 @@ async fn kubernetes_mode_against_a_real_api_server() {
     assert_eq!(node["status"]["capacity"]["memory"], "24Gi");
     record("node.json", &node);
 
-    // The watch, as the API server writes it from the list's resourceVersion: the
-    // changes above (ending after a second), and the 410 Gone of a watch too old.
+    // The watch's lines as the API server writes them, from the list's
+    // resourceVersion: the changes above (the server ends the watch after a second).
     if std::env::var_os("MEMCOLO_RECORD_FIXTURES").is_some() {
-        let watch = |rv: String| {
-            let agent = agent.clone();
-            async move {
-                let req = http::Request::get(format!(
-                    "/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}&watch=1&resourceVersion={rv}&timeoutSeconds=1"
-                ))
-                .body(Vec::new())
-                .unwrap();
-                let text = agent.request_text(req).await.unwrap();
-                Value::Array(
-                    text.lines()
-                        .map(|l| serde_json::from_str(l).unwrap())
-                        .collect(),
-                )
-            }
-        };
-        record("watch.jsonl", &watch(list_rv).await);
-        record("watch-gone.jsonl", &watch("1".into()).await);
+        let req = http::Request::get(format!(
+            "/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}&watch=1&resourceVersion={list_rv}&timeoutSeconds=1"
+        ))
+        .body(Vec::new())
+        .unwrap();
+        let text = agent.request_text(req).await.unwrap();
+        let lines = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        record("watch.jsonl", &Value::Array(lines));
     }
     eprintln!(
         "{test}: API server ready after {:.1} s, test done after {:.1} s",
