@@ -16,7 +16,11 @@
 //! Warning Event appears on the pod; a PodDisruptionBudget that forbids the other BE
 //! pod's eviction gets a 429, which the client reports after exactly one request (the
 //! API server's audit log counts them); the `memcolo.io/memory` annotation and the
-//! `kubernetes.io/batch-memory` extended resource appear on the Node.
+//! `kubernetes.io/batch-memory` extended resource appear on the Node. The second test
+//! runs Kubernetes mode whole ([`KubeNode`]) on a real cgroup v1 tree laid out as the
+//! kubelet's, against the same kind of API server: the lowest-priority BE pod is
+//! evicted through it, never the LC pod, and a PodDisruptionBudget's refusal is not
+//! taken for an absent API server (no SIGKILL).
 //!
 //! With `MEMCOLO_RECORD_FIXTURES=<dir>`, the objects the API server returned are also
 //! written there (tests/fixtures/kubernetes/recorded was made so).
@@ -28,8 +32,14 @@ use memcolo_agent::kubernetes::api::{
     ApiRequest, ApiWorker, NodeSignals, PodMeta, BATCH_MEMORY, NODE_ANNOTATION,
 };
 use memcolo_agent::kubernetes::client::{client, spawn_pod_watch, KubeRsApi, PodSnapshot};
+use memcolo_agent::kubernetes::{KubeNode, KubeNodeConfig};
+use memcolo_linux::actuate::LinuxActuator;
+use memcolo_linux::cgroup::MemoryCgroup;
+use memcolo_linux::procfs::ProcFs;
 use memcolo_policy::kubernetes::QosClass;
-use memcolo_testkit::cannot_run;
+use memcolo_policy::m3::Thresholds;
+use memcolo_policy::Class;
+use memcolo_testkit::{cannot_run, real_cgroup_v1_available, Scratch};
 use serde_json::{json, Value};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -372,16 +382,20 @@ fn record(name: &str, v: &Value) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubernetes_mode_against_a_real_api_server() {
-    let test = "kubernetes_mode_against_a_real_api_server";
+/// A running API server with the namespaces `memcolo-system`, `batch` and `prod`, the
+/// priority classes `lc-critical` (1000), `batch-low` (-10) and `batch-high` (5), and
+/// the Node; the administrator's client and the agent's (the chart's service
+/// account, allowed nothing until [`apply_chart_rbac`]). `None` when the tools are
+/// missing and [`cannot_run`] let the test skip.
+async fn cluster(test: &str) -> Option<Setup> {
     let bin = tools().join("bin");
     for b in ["etcd", "kube-apiserver", "helm"] {
         if !bin.join(b).is_file() {
-            return cannot_run(
+            cannot_run(
                 test,
                 &format!("{} missing: run scripts/setup.sh", bin.join(b).display()),
             );
+            return None;
         }
     }
     let started = Instant::now();
@@ -445,10 +459,51 @@ async fn kubernetes_mode_against_a_real_api_server() {
         "status": {"capacity": {"cpu": "2", "memory": "24Gi", "pods": "110"}}}),
     )
     .await;
+    let agent = kube_client(&cluster.kubeconfig("agent", AGENT_TOKEN)).await;
+    eprintln!(
+        "{test}: API server ready after {:.1} s",
+        ready_after.as_secs_f64()
+    );
+    Some(Setup {
+        cluster,
+        admin,
+        agent,
+        helm: bin.join("helm"),
+    })
+}
 
+struct Setup {
+    cluster: Cluster,
+    admin: kube::Client,
+    agent: kube::Client,
+    helm: PathBuf,
+}
+
+/// Applies the Helm chart's ServiceAccount, ClusterRole and ClusterRoleBinding.
+async fn apply_chart_rbac(s: &Setup) {
+    let admin = &s.admin;
+    let version = get(admin, "/version").await;
+    for obj in chart_rbac(&s.helm, version["gitVersion"].as_str().unwrap()) {
+        let path = match obj["kind"].as_str().unwrap() {
+            "ServiceAccount" => format!("/api/v1/namespaces/{RELEASE_NS}/serviceaccounts"),
+            "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles".into(),
+            "ClusterRoleBinding" => "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings".into(),
+            other => panic!("unexpected kind {other} in the chart's RBAC"),
+        };
+        create(admin, &path, obj).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_mode_against_a_real_api_server() {
+    let test = "kubernetes_mode_against_a_real_api_server";
+    let started = Instant::now();
+    let Some(setup) = cluster(test).await else {
+        return;
+    };
+    let (cluster, admin, agent) = (&setup.cluster, &setup.admin, &setup.agent);
     // The agent, as the chart's service account: nothing is allowed before the
     // chart's RBAC is applied.
-    let agent = kube_client(&cluster.kubeconfig("agent", AGENT_TOKEN)).await;
     let mut worker = ApiWorker::spawn(KubeRsApi::new(agent.clone()));
     let signals = NodeSignals {
         zone: "yellow".into(),
@@ -470,22 +525,13 @@ async fn kubernetes_mode_against_a_real_api_server() {
         } => {}
         other => panic!("without the chart's RBAC the node patch must be forbidden: {other:?}"),
     }
-    let version = get(&admin, "/version").await;
-    for obj in chart_rbac(&bin.join("helm"), version["gitVersion"].as_str().unwrap()) {
-        let path = match obj["kind"].as_str().unwrap() {
-            "ServiceAccount" => format!("/api/v1/namespaces/{RELEASE_NS}/serviceaccounts"),
-            "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles".into(),
-            "ClusterRoleBinding" => "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings".into(),
-            other => panic!("unexpected kind {other} in the chart's RBAC"),
-        };
-        create(&admin, &path, obj).await;
-    }
+    apply_chart_rbac(&setup).await;
 
     // The pods, bound to the node; a pod of another node that the watch must not see.
     let mut feed = spawn_pod_watch(agent.clone(), NODE);
     let job_uid = "9a1c3e5f-0b2d-4f6a-8c1e-3d5f7a9b1c2e";
     let lc = create(
-        &admin,
+        admin,
         "/api/v1/namespaces/prod/pods",
         pod(
             "cache-0",
@@ -499,7 +545,7 @@ async fn kubernetes_mode_against_a_real_api_server() {
     )
     .await;
     let low = create(
-        &admin,
+        admin,
         "/api/v1/namespaces/batch/pods",
         pod(
             "etl-low",
@@ -513,13 +559,13 @@ async fn kubernetes_mode_against_a_real_api_server() {
     )
     .await;
     let high = create(
-        &admin,
+        admin,
         "/api/v1/namespaces/batch/pods",
         pod("etl-high", "batch", "batch-high", json!({})),
     )
     .await;
     create(
-        &admin,
+        admin,
         "/api/v1/namespaces/batch/pods",
         pod(
             "elsewhere",
@@ -547,7 +593,7 @@ async fn kubernetes_mode_against_a_real_api_server() {
         ("batch", NODE)
     );
     let list = get(
-        &agent,
+        agent,
         &format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}"),
     )
     .await;
@@ -559,7 +605,7 @@ async fn kubernetes_mode_against_a_real_api_server() {
 
     // A change of annotation reaches the watch.
     call(
-        &admin,
+        admin,
         "PATCH",
         "/api/v1/namespaces/batch/pods/etl-high",
         Some(json!({"metadata": {"annotations": {"memcolo.io/class": "be"}}})),
@@ -590,11 +636,11 @@ async fn kubernetes_mode_against_a_real_api_server() {
             uid: low_uid.clone()
         }
     );
-    let gone = get(&admin, "/api/v1/namespaces/batch/pods/etl-low").await;
+    let gone = get(admin, "/api/v1/namespaces/batch/pods/etl-low").await;
     assert!(gone["metadata"]["deletionTimestamp"].is_string(), "{gone}");
     assert_eq!(gone["metadata"]["deletionGracePeriodSeconds"], 30);
     let events = get(
-        &admin,
+        admin,
         "/api/v1/namespaces/batch/events?fieldSelector=involvedObject.name%3Detl-low",
     )
     .await;
@@ -608,7 +654,7 @@ async fn kubernetes_mode_against_a_real_api_server() {
     // The kubelet would delete the pod for good once its containers stopped; the
     // watch then drops it.
     call(
-        &admin,
+        admin,
         "DELETE",
         "/api/v1/namespaces/batch/pods/etl-low",
         Some(json!({
@@ -625,7 +671,7 @@ async fn kubernetes_mode_against_a_real_api_server() {
     // PodDisruptionBudget allows no disruption of it: the eviction is refused with
     // 429, reported once, with no Event.
     call(
-        &admin,
+        admin,
         "PATCH",
         "/api/v1/namespaces/batch/pods/etl-high/status",
         Some(json!({"status": {
@@ -635,7 +681,7 @@ async fn kubernetes_mode_against_a_real_api_server() {
     .await
     .unwrap();
     create(
-        &admin,
+        admin,
         "/apis/policy/v1/namespaces/batch/poddisruptionbudgets",
         json!({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
@@ -645,7 +691,7 @@ async fn kubernetes_mode_against_a_real_api_server() {
     .await;
     // What the disruption controller (not running here) would write.
     call(
-        &admin,
+        admin,
         "PATCH",
         "/apis/policy/v1/namespaces/batch/poddisruptionbudgets/etl-high/status",
         Some(
@@ -670,10 +716,10 @@ async fn kubernetes_mode_against_a_real_api_server() {
         }
         other => panic!("a PodDisruptionBudget must refuse the eviction with 429: {other:?}"),
     }
-    let still = get(&admin, "/api/v1/namespaces/batch/pods/etl-high").await;
+    let still = get(admin, "/api/v1/namespaces/batch/pods/etl-high").await;
     assert!(still["metadata"]["deletionTimestamp"].is_null(), "{still}");
     let events = get(
-        &admin,
+        admin,
         "/api/v1/namespaces/batch/events?fieldSelector=involvedObject.name%3Detl-high",
     )
     .await;
@@ -710,7 +756,7 @@ async fn kubernetes_mode_against_a_real_api_server() {
         patch: batch_memory_patch(3 << 30),
     }));
     assert_eq!(outcome(&mut worker).await, ApiOutcome::NodePatched);
-    let node = get(&agent, &format!("/api/v1/nodes/{NODE}")).await;
+    let node = get(agent, &format!("/api/v1/nodes/{NODE}")).await;
     let ann: Value = serde_json::from_str(
         node["metadata"]["annotations"][NODE_ANNOTATION]
             .as_str()
@@ -747,8 +793,301 @@ async fn kubernetes_mode_against_a_real_api_server() {
         record("watch.jsonl", &Value::Array(lines));
     }
     eprintln!(
-        "{test}: API server ready after {:.1} s, test done after {:.1} s",
-        ready_after.as_secs_f64(),
+        "{test}: done after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// A process in `dir` (a container group) that touches `mib` MiB of anonymous memory
+/// and sleeps; it joins the group before allocating, so the memory is charged there.
+struct Hog(Child);
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn hog_in(dir: &Path, mib: u64) -> Hog {
+    use std::io::{BufRead, Write};
+    let mut child = Hog(Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import sys,time; sys.stdin.readline(); b=bytearray({mib}<<20); \
+                 [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; \
+                 print('ready', flush=True); time.sleep(600)"
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap());
+    std::fs::write(dir.join("cgroup.procs"), child.0.id().to_string()).unwrap();
+    child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.0.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    child
+}
+
+/// Kubernetes mode whole ([`KubeNode`], as the agent runs it) against the real API
+/// server: the three pods' containers are real processes holding memory in a cgroup
+/// v1 tree laid out as the kubelet's cgroupfs driver lays it out (in a scratch group
+/// below this test's own), named by the UIDs the API server gave the pods. Above top,
+/// the lowest-priority BE pod is evicted through the API server with an Event, never
+/// the LC pod; a BE pod that a PodDisruptionBudget protects is refused (429), which
+/// is an answer: its processes are not killed, and it is asked again at most once a
+/// poll. The node's signals appear on the Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_node_evicts_through_a_real_api_server() {
+    let test = "kube_node_evicts_through_a_real_api_server";
+    if !real_cgroup_v1_available(test) {
+        return;
+    }
+    let started = Instant::now();
+    let Some(setup) = cluster(test).await else {
+        return;
+    };
+    apply_chart_rbac(&setup).await;
+    let (cluster, admin, agent) = (&setup.cluster, &setup.admin, &setup.agent);
+    let guaranteed = json!({"spec": {"containers": [{"name": "main",
+        "image": "registry.invalid/memcolo-test:1",
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                      "limits": {"cpu": "100m", "memory": "128Mi"}}}]}});
+    let lc = create(
+        admin,
+        "/api/v1/namespaces/prod/pods",
+        pod("cache-0", "prod", "lc-critical", guaranteed),
+    )
+    .await;
+    let low = create(
+        admin,
+        "/api/v1/namespaces/batch/pods",
+        pod("etl-low", "batch", "batch-low", json!({})),
+    )
+    .await;
+    let high = create(
+        admin,
+        "/api/v1/namespaces/batch/pods",
+        pod("etl-high", "batch", "batch-high", json!({})),
+    )
+    .await;
+    let uid = |p: &Value| p["metadata"]["uid"].as_str().unwrap().to_string();
+    let (lc_uid, low_uid, high_uid) = (uid(&lc), uid(&low), uid(&high));
+
+    // The kubelet's cgroupfs layout, each container running a process.
+    let scratch = Scratch::new("k8s-apiserver");
+    let kubepods = scratch.cg.path().join("kubepods");
+    let mut hogs = Vec::new();
+    for (pod, cid, mib) in [
+        (format!("pod{lc_uid}"), "a".repeat(64), 96),
+        (format!("besteffort/pod{low_uid}"), "c".repeat(64), 48),
+        (format!("besteffort/pod{high_uid}"), "d".repeat(64), 48),
+    ] {
+        let dir = kubepods.join(pod).join(cid);
+        std::fs::create_dir_all(&dir).unwrap();
+        hogs.push(hog_in(&dir, mib));
+    }
+    let cg = MemoryCgroup::open(&kubepods).unwrap();
+    let used = cg
+        .read_usage_bytes()
+        .unwrap()
+        .saturating_sub(cg.read_memory_stat().unwrap().inactive_file_bytes);
+    let below = |overshoot: u64| {
+        let top = used - overshoot;
+        Thresholds {
+            low_bytes: top / 2,
+            high_bytes: top * 3 / 4,
+            top_bytes: top,
+        }
+    };
+
+    let mut node = KubeNode::new(
+        KubeNodeConfig {
+            node: NODE.into(),
+            kubepods: kubepods.clone(),
+            burstable_class: Class::Lc,
+            eviction_grace_period_s: Some(30),
+            kill_after: Duration::ZERO,
+            publish_interval: Duration::from_secs(3600),
+        },
+        ProcFs::root(),
+        Box::new(LinuxActuator),
+        ApiWorker::spawn(KubeRsApi::new(agent.clone())),
+    );
+    node.attach_pod_feed(spawn_pod_watch(agent.clone(), NODE));
+    let now = "2026-11-28T11:00:00Z";
+
+    // Below top until the watch has told the three pods: nothing evicted, the node's
+    // signals published (once: the interval is long).
+    let mut t = 0;
+    let mut published = 0;
+    while node.cache.len() < 3 {
+        t += 1;
+        let r = node
+            .poll(Duration::from_secs(t), used, below(0), now)
+            .unwrap();
+        assert!(
+            r.evictions_requested.is_empty() && r.killed.is_empty(),
+            "{r:?}"
+        );
+        published += r.published as u32;
+        assert!(t < 600, "the pod watch never told the three pods");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(published, 1);
+    let classes: Vec<(String, Class, i32)> = node
+        .pods(Duration::from_secs(t))
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.found.pod.uid, p.class, p.priority))
+        .collect();
+    for (u, class, prio) in [
+        (&lc_uid, Class::Lc, 1000),
+        (&low_uid, Class::Be, -10),
+        (&high_uid, Class::Be, 5),
+    ] {
+        assert!(
+            classes.contains(&(u.clone(), class, prio)),
+            "{u}: {classes:?}"
+        );
+    }
+    let mut signals = Value::Null;
+    for _ in 0..300 {
+        let n = get(admin, &format!("/api/v1/nodes/{NODE}")).await;
+        if let Some(a) = n["metadata"]["annotations"][NODE_ANNOTATION].as_str() {
+            signals = serde_json::from_str(a).unwrap();
+            assert!(n["status"]["capacity"][BATCH_MEMORY].is_string(), "{n}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(signals["used_bytes"], used, "{signals}");
+    assert_eq!(signals["top_bytes"], used, "{signals}");
+
+    // 16 MiB above top: the BE pod of priority -10 alone covers it.
+    t += 1;
+    let r = node
+        .poll(Duration::from_secs(t), used, below(16 << 20), now)
+        .unwrap();
+    assert_eq!(r.evictions_requested, std::slice::from_ref(&low_uid));
+    assert!(r.killed.is_empty());
+    let mut evicted = Value::Null;
+    for _ in 0..300 {
+        evicted = get(admin, "/api/v1/namespaces/batch/pods/etl-low").await;
+        if evicted["metadata"]["deletionTimestamp"].is_string() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        evicted["metadata"]["deletionGracePeriodSeconds"], 30,
+        "{evicted}"
+    );
+    let mut events = Value::Null;
+    for _ in 0..300 {
+        events = get(
+            admin,
+            "/api/v1/namespaces/batch/events?fieldSelector=involvedObject.name%3Detl-low",
+        )
+        .await;
+        if !events["items"].as_array().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let msg = events["items"][0]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("priority -10"), "{events}");
+
+    // etl-high runs and a PodDisruptionBudget allows no disruption of it. Far above
+    // top, only etl-high is asked for (etl-low's eviction is in flight, the LC pod
+    // never), the API server refuses it, and it is not killed either.
+    call(
+        admin,
+        "PATCH",
+        "/api/v1/namespaces/batch/pods/etl-high/status",
+        Some(json!({"status": {
+        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+    create(
+        admin,
+        "/apis/policy/v1/namespaces/batch/poddisruptionbudgets",
+        json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "etl-high"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "etl-high"}}}}),
+    )
+    .await;
+    call(
+        admin,
+        "PATCH",
+        "/apis/policy/v1/namespaces/batch/poddisruptionbudgets/etl-high/status",
+        Some(
+            json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
+            "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let polls = 10;
+    let mut asked = Vec::new();
+    for _ in 0..polls {
+        t += 1;
+        let r = node
+            .poll(Duration::from_secs(t), used, below(used - (1 << 20)), now)
+            .unwrap();
+        assert!(r.killed.is_empty(), "{r:?}");
+        asked.extend(r.evictions_requested);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !asked.is_empty() && asked.iter().all(|u| *u == high_uid),
+        "{asked:?}"
+    );
+    assert!(!node.api_unreachable(), "a refusal is an answer");
+    assert_eq!(node.evictions, 1);
+    assert_eq!(node.fallback_kills, 0);
+    let audit = std::fs::read_to_string(cluster.path("audit.log")).unwrap();
+    let refusals: Vec<Value> = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["objectRef"]["subresource"] == "eviction")
+        .filter(|e| e["objectRef"]["name"] == "etl-high" || e["objectRef"]["name"] == "cache-0")
+        .map(|e| json!([e["objectRef"]["name"], e["responseStatus"]["code"]]))
+        .collect();
+    assert!(
+        !refusals.is_empty(),
+        "no eviction of etl-high reached the API server"
+    );
+    assert!(
+        refusals.len() <= polls,
+        "more than one eviction request a poll: {refusals:?}"
+    );
+    assert!(
+        refusals.iter().all(|r| *r == json!(["etl-high", 429])),
+        "{refusals:?}"
+    );
+    let still = get(admin, "/api/v1/namespaces/batch/pods/etl-high").await;
+    assert!(still["metadata"]["deletionTimestamp"].is_null(), "{still}");
+    let lc_now = get(admin, "/api/v1/namespaces/prod/pods/cache-0").await;
+    assert!(
+        lc_now["metadata"]["deletionTimestamp"].is_null(),
+        "{lc_now}"
+    );
+    for u in [&lc_uid, &high_uid] {
+        let pods = memcolo_linux::kubepods::discover(&kubepods).unwrap();
+        let p = pods.iter().find(|p| p.pod.uid == *u).unwrap();
+        assert_eq!(p.all_pids().len(), 1, "pod {u} lost its process");
+    }
+    drop(hogs);
+    eprintln!(
+        "{test}: done after {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }
