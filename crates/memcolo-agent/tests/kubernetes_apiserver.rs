@@ -67,6 +67,23 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A command for a server that dies with the thread that started it, should this
+/// test be killed before its [`Cluster`] is dropped.
+fn server(program: PathBuf) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(program);
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
 /// etcd and kube-apiserver, killed and their directory removed on drop.
 struct Cluster {
     children: Vec<Child>,
@@ -126,7 +143,7 @@ impl Cluster {
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         cluster.children.push(
-            Command::new(bin.join("etcd"))
+            server(bin.join("etcd"))
                 .arg("--name=memcolo-test")
                 .arg(format!("--data-dir={}", d.join("etcd").display()))
                 .arg(format!("--listen-client-urls={etcd_url}"))
@@ -175,7 +192,7 @@ impl Cluster {
         )
         .unwrap();
         cluster.children.push(
-            Command::new(bin.join("kube-apiserver"))
+            server(bin.join("kube-apiserver"))
                 .arg(format!("--etcd-servers={etcd_url}"))
                 .arg("--bind-address=127.0.0.1")
                 .arg("--advertise-address=127.0.0.1")
