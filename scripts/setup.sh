@@ -17,7 +17,7 @@ PKGS=(
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
   systemd  # systemd-analyze: `make test-install` verifies the unit (PID 1 need not be systemd)
   python3 python3-matplotlib python3-numpy python3-pip python3-venv
-  python3-yaml  # crates/memcolo-agent/tests/kubernetes_apiserver.rs reads the chart's RBAC
+  python3-yaml openssl  # crates/memcolo-agent/tests/kubernetes_apiserver.rs: the chart's RBAC, a signing key
   systemd-container debootstrap
   qemu-system-x86 linux-image-cloud-amd64 busybox-static  # scripts/v2bed: the cgroup v2 guest
 )
