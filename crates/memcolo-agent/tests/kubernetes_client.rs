@@ -3,7 +3,10 @@
 //! shaped like kube-apiserver's (tests/fixtures/kubernetes): the pod list and watch
 //! with the node's field selector, an eviction accepted (201) and one refused by a
 //! PodDisruptionBudget (429), the Event, the Node patches; and an API server that is
-//! not there, which is "unreachable". No real API server runs here.
+//! not there, which is "unreachable"; and the objects a real kube-apiserver wrote
+//! (tests/fixtures/kubernetes/recorded, from tests/kubernetes_apiserver.rs) read as
+//! the agent reads them. The client against the real API server itself is
+//! tests/kubernetes_apiserver.rs.
 
 #![cfg(feature = "kube-client")]
 
@@ -12,8 +15,12 @@ use axum::extract::{Path as UrlPath, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, patch, post};
 use axum::Router;
-use memcolo_agent::kubernetes::api::{eviction_body, ApiError, KubeApi, PodMeta};
+use memcolo_agent::kubernetes::api::{
+    eviction_body, parse_watch_event, pods_from_list, ApiError, KubeApi, PodCache, PodMeta,
+    WatchEvent,
+};
 use memcolo_agent::kubernetes::client::{spawn_pod_watch, KubeRsApi};
+use memcolo_policy::kubernetes::QosClass;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -325,4 +332,40 @@ async fn pod_watch_lists_then_follows_this_nodes_pods() {
         assert!(q.contains("fieldSelector=spec.nodeName%3Dworker-1"), "{q}");
     }
     assert!(gets.iter().any(|q| q.contains("watch=true")), "{gets:?}");
+}
+
+/// The list and watch lines kube-apiserver v1.37 wrote for worker-1's pods: an LC
+/// pod, two BE pods; one BE pod annotated, evicted (terminating, then deleted), the
+/// other set Running.
+#[test]
+fn recorded_list_and_watch_of_a_real_api_server() {
+    let (pods, bad) = pods_from_list(&fixture("recorded/podlist.json")).unwrap();
+    assert!(bad.is_empty(), "{bad:?}");
+    let mut cache = PodCache::new("worker-1");
+    cache.replace(pods.clone());
+    let find = |name: &str| pods.iter().find(|p| p.name == name).unwrap().clone();
+    let (lc, low, high) = (find("cache-0"), find("etl-low"), find("etl-high"));
+    assert_eq!((lc.qos, lc.priority), (Some(QosClass::Guaranteed), 1000));
+    assert_eq!((low.qos, low.priority), (Some(QosClass::BestEffort), -10));
+    assert_eq!((high.qos, high.priority), (Some(QosClass::BestEffort), 5));
+    assert_eq!(low.owner, Some(("Job".into(), "etl-nightly".into())));
+    assert_eq!(low.annotations["memcolo.io/class"], "be");
+    assert_eq!(low.node_name, "worker-1");
+    let single = PodMeta::from_json(&fixture("recorded/pod-besteffort.json")).unwrap();
+    assert_eq!(single, low);
+    assert!(high.annotations.is_empty());
+    let text = String::from_utf8(fixture("recorded/watch.jsonl")).unwrap();
+    let mut deleted = 0;
+    for line in text.lines() {
+        let ev = parse_watch_event(line.as_bytes()).unwrap();
+        deleted += matches!(ev, WatchEvent::Deleted(_)) as usize;
+        cache.apply(ev);
+    }
+    assert_eq!(deleted, 1);
+    assert!(cache.get(&low.uid).is_none());
+    assert_eq!(
+        cache.get(&high.uid).unwrap().annotations["memcolo.io/class"],
+        "be"
+    );
+    assert_eq!(cache.len(), 2);
 }
