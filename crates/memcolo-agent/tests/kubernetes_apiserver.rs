@@ -928,6 +928,7 @@ async fn kube_node_evicts_through_a_real_api_server() {
             node: NODE.into(),
             kubepods: kubepods.clone(),
             burstable_class: Class::Lc,
+            trusted_namespaces: Vec::new(),
             eviction_grace_period_s: Some(30),
             kill_after: Duration::ZERO,
             publish_interval: Duration::from_secs(3600),
