@@ -364,3 +364,46 @@ async fn api_unreachable_above_top_kills_the_be_pod_through_pidfds() {
         assert!(r.killed.is_empty() && r.evictions_requested.is_empty());
     }
 }
+
+/// A PodDisruptionBudget refuses the eviction of the BE pod that alone would cover the
+/// overshoot (429): that pod is not asked again at every poll, and the next BE pod
+/// is evicted instead, so the node does not stay above top while the budget holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_its_budget_protects_is_passed_over_for_the_next_be_pod() {
+    if !real_cgroup_v1_available("a_pod_its_budget_protects_is_passed_over_for_the_next_be_pod") {
+        return;
+    }
+    let n = lay_out("k8s-pdb");
+    let fake = FakeApi::default();
+    fake.budget_blocks
+        .lock()
+        .unwrap()
+        .push("etl-nightly-28871230-x7k2p".into());
+    let mut node = kube_node(&n.kubepods, &fake, &[]);
+    let used = working_set(&n.kubepods);
+    let above = thresholds_below(used, 16 * MIB);
+    let mut t = 1;
+    let mut poll = |node: &mut KubeNode| {
+        t += 1;
+        node.poll(Duration::from_secs(t), used, above, "2026-11-28T11:00:00Z")
+            .unwrap()
+    };
+    assert_eq!(poll(&mut node).evictions_requested, [BE_LOW_UID]);
+    wait_for("the refused eviction", Duration::from_secs(10), || {
+        !evictions(&fake).is_empty()
+    });
+    // The refusal is read at the next poll, which picks the next BE pod.
+    let mut asked = Vec::new();
+    for _ in 0..5 {
+        asked.extend(poll(&mut node).evictions_requested);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(asked, [BE_HIGH_UID], "{:?}", evictions(&fake));
+    wait_for("the second eviction", Duration::from_secs(10), || {
+        evictions(&fake).len() == 2
+    });
+    assert_eq!(
+        evictions(&fake),
+        ["etl-nightly-28871230-x7k2p", "etl-weekly-0"]
+    );
+}

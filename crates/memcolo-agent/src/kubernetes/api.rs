@@ -472,6 +472,9 @@ pub struct FakeApi {
     pub calls: std::sync::Arc<std::sync::Mutex<Vec<FakeCall>>>,
     /// Every call fails with this when set.
     pub fail_with: std::sync::Arc<std::sync::Mutex<Option<ApiError>>>,
+    /// Evictions of these pods (by name) are refused with 429, as a
+    /// PodDisruptionBudget makes the API server refuse them.
+    pub budget_blocks: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// One call a [`FakeApi`] received.
@@ -509,7 +512,14 @@ impl KubeApi for FakeApi {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             body: body.clone(),
-        })
+        })?;
+        if self.budget_blocks.lock().unwrap().contains(&pod.name) {
+            return Err(ApiError::Status {
+                code: 429,
+                message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+            });
+        }
+        Ok(())
     }
     fn create_event(&mut self, namespace: &str, body: &Value) -> Result<(), ApiError> {
         self.answer(FakeCall::Event {

@@ -15,8 +15,9 @@
 //! until the memory they hold covers the overshoot; each is evicted through
 //! `policy/v1` Eviction (which respects PodDisruptionBudgets) with the configured
 //! grace period, and an Event on the pod says why. A pod whose eviction is in flight
-//! is not asked again while it still shows in the tree; a refused eviction (429: a
-//! PodDisruptionBudget) is asked again at a later poll. **SIGKILL** of a pod's
+//! is not asked again while it still shows in the tree; a pod whose eviction is
+//! refused (429: a PodDisruptionBudget) is passed over for [`REFUSED_BACKOFF`],
+//! doubling while refusals go on, so that the next BE pod is evicted instead. **SIGKILL** of a pod's
 //! processes is the fallback only while the API server is unreachable (its last
 //! answer was none) and the node is above top: each process is opened by pidfd, found
 //! again in the same pod's cgroup, and killed through that pidfd. LC and elastic pods
@@ -44,6 +45,12 @@ use memcolo_policy::Class;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// How long a pod whose eviction was refused (429) is passed over, doubling with each
+/// refusal in a row up to [`REFUSED_BACKOFF_MAX`].
+pub const REFUSED_BACKOFF: Duration = Duration::from_secs(10);
+/// The longest a refused pod is passed over.
+pub const REFUSED_BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// What [`KubeNode`] needs to know.
 #[derive(Clone, Debug)]
@@ -131,6 +138,12 @@ pub struct KubeNode {
     pub evictions: u64,
     /// Pods whose processes were killed because the API server was unreachable.
     pub fallback_kills: u64,
+    /// Pods whose eviction the API server refused (429: a PodDisruptionBudget), with
+    /// when they may be asked again and how many refusals in a row: passed over by
+    /// the kill rule until then, so that the next BE pod is evicted instead.
+    refused: HashMap<String, (Duration, u32)>,
+    /// The time of the last poll, for outcomes read at the next.
+    last_now: Duration,
     /// Pods already reported for a refused class annotation or a truncated walk, so
     /// each is said once while the pod lives, not at every poll.
     reported: std::collections::HashSet<String>,
@@ -161,6 +174,8 @@ impl KubeNode {
             fallback_kills: 0,
             feed: None,
             reported: Default::default(),
+            refused: HashMap::new(),
+            last_now: Duration::ZERO,
         }
     }
 
@@ -182,6 +197,7 @@ impl KubeNode {
         for o in self.api.outcomes() {
             match o {
                 ApiOutcome::Evicted { uid } => {
+                    self.refused.remove(&uid);
                     self.set_reachable(true);
                     self.evictions += 1;
                     tracing::info!(pod_uid = %uid, "pod evicted through the API server");
@@ -189,7 +205,19 @@ impl KubeNode {
                 ApiOutcome::EvictFailed { uid, error } => {
                     self.in_flight.remove(&uid);
                     self.set_reachable(!matches!(error, ApiError::Unreachable(_)));
-                    tracing::warn!(pod_uid = %uid, %error, "eviction failed");
+                    if let ApiError::Status { code: 429, .. } = error {
+                        // A budget protects the pod now: pass it over, asking again
+                        // after REFUSED_BACKOFF, doubling while refusals go on.
+                        let n = self.refused.get(&uid).map_or(1, |r| r.1 + 1);
+                        let wait = REFUSED_BACKOFF
+                            .saturating_mul(1 << (n - 1).min(5))
+                            .min(REFUSED_BACKOFF_MAX);
+                        self.refused.insert(uid.clone(), (self.last_now + wait, n));
+                        tracing::info!(pod_uid = %uid, %error, again_in_s = wait.as_secs(),
+                            "eviction refused: the next BE pod is taken instead");
+                    } else {
+                        tracing::warn!(pod_uid = %uid, %error, "eviction failed");
+                    }
                 }
                 ApiOutcome::NodePatched => self.set_reachable(true),
                 ApiOutcome::NodePatchFailed { error } => {
@@ -288,6 +316,7 @@ impl KubeNode {
         self.first_seen.retain(|k, _| live.contains(k.as_str()));
         self.in_flight.retain(|k, _| live.contains(k.as_str()));
         self.reported.retain(|k| live.contains(k.as_str()));
+        self.refused.retain(|k, _| live.contains(k.as_str()));
         Ok(out)
     }
 
@@ -339,6 +368,7 @@ impl KubeNode {
         th: Thresholds,
         now_rfc3339: &str,
     ) -> memcolo_linux::Result<PollReport> {
+        self.last_now = now;
         self.read_outcomes();
         if let Some(feed) = self.feed.as_mut() {
             if feed.has_changed().unwrap_or(false) {
@@ -370,6 +400,11 @@ impl KubeNode {
         if above_for.is_some_and(|d| d >= self.cfg.kill_after) {
             let views: Vec<PodView> = pods
                 .iter()
+                .filter(|p| {
+                    self.refused
+                        .get(&p.found.pod.uid)
+                        .is_none_or(|r| now >= r.0)
+                })
                 .map(|p| PodView {
                     uid: p.found.pod.uid.clone(),
                     class: p.class,
