@@ -12,6 +12,7 @@
 //! - [`node`]: [`Node`], the model and the policy wiring.
 //! - [`scenario`]: the workloads of `memcolo sim SCENARIO`.
 //! - [`fleet`]: fleet mode, N nodes with sampled mixes and an A/B of the management.
+//! - [`subrelease`]: libmemcolo's adaptive subrelease decisions (its C file, linked).
 //! - [`maxmem`]: MaxMem's six-process timeline through the policy's MaxMem.
 //! - [`trace`]: a node and its processes read from a JSON trace.
 //! - [`cli`]: `memcolo sim`'s arguments, table and report.
@@ -27,6 +28,7 @@ pub mod fleet;
 pub mod maxmem;
 pub mod node;
 pub mod scenario;
+pub mod subrelease;
 pub mod trace;
 pub mod validate;
 
