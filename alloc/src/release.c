@@ -8,7 +8,10 @@
 #include <time.h>
 
 #include "internal.h"
-#include "subrelease.h"
+/* The decisions are compiled into this file (one translation unit, so the calls at
+ * every page heap change inline as they did before the split); memcolo-sim compiles
+ * subrelease.c on its own. */
+#include "subrelease.c"
 
 _Static_assert(MC_SR_PAGE_SHIFT == MC_PAGE_SHIFT, "subrelease.c counts the page heap's pages");
 

@@ -5,7 +5,8 @@
  * the caller passes the time (ms, any monotonic origin > 0) and the page heap's state
  * (used and free-but-mapped pages, 4 KiB each) into every call, and carries out the
  * release it is told to. libmemcolo keeps one process-wide instance under mc_heap.lock
- * (release.c); memcolo-sim keeps one per simulated heap (crates/memcolo-sim/src/heap.rs)
+ * (release.c, which includes subrelease.c so that the page heap's calls inline);
+ * memcolo-sim keeps one per simulated heap (crates/memcolo-sim/src/heap.rs)
  * through a Rust binding of this same file.
  *
  *   - Time series of 1 s epochs; each records the minimum and maximum of used and of
