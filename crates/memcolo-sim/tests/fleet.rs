@@ -214,3 +214,48 @@ fn skip_subrelease_ab_on_the_same_nodes() {
     assert!(d60.heap_free_ratio > d0.heap_free_ratio);
     assert!(d60.subreleased_tib < d0.subreleased_tib);
 }
+
+#[test]
+fn ab_and_set_from_the_command_line() {
+    let args = |extra: &[&str]| {
+        let mut v = vec![
+            "sim",
+            "fleet",
+            "--nodes",
+            "2",
+            "--duration",
+            "600",
+            "--modes",
+            "memcolo",
+            "--threads",
+            "1",
+        ];
+        v.extend_from_slice(extra);
+        memcolo_sim::parse_args(v).unwrap()
+    };
+    let r = memcolo_sim::cli::report(&args(&[
+        "--set",
+        "release_rate_bytes=67108864",
+        "--ab",
+        "skip_subrelease_s=0,60",
+    ]))
+    .unwrap();
+    let arms: Vec<&str> = r
+        .rows
+        .iter()
+        .map(|row| row["arm"].as_str().unwrap())
+        .collect();
+    assert_eq!(arms, ["skip_subrelease_s=0", "skip_subrelease_s=60"]);
+    assert!(r.rows[0]["hugepage_coverage"].as_f64().is_some());
+    let plain = memcolo_sim::cli::report(&args(&[])).unwrap();
+    assert_eq!(plain.rows.len(), 1);
+    assert_eq!(plain.rows[0]["arm"], "");
+    for bad in [
+        &["--set", "release_rate_bytes"][..],
+        &["--set", "nope=1"],
+        &["--ab", "skip_subrelease_s"],
+        &["--ab", "t_schedule_s=0,300"],
+    ] {
+        assert!(memcolo_sim::cli::report(&args(bad)).is_err(), "{bad:?}");
+    }
+}
