@@ -99,9 +99,6 @@ pub struct Subrelease {
     settings: Settings,
 }
 
-// The C state is plain memory with no pointers into itself or elsewhere.
-unsafe impl Send for Subrelease {}
-
 impl Subrelease {
     /// A fresh instance.
     pub fn new(settings: Settings) -> Subrelease {
