@@ -6,20 +6,25 @@
  *     to the canonical lines of the messages it can express;
  *   - replies.json: every valid reply decoded to its meaning (the fields agent.c acts
  *     on), every invalid one ignored with the error kind of its `code`, and the
- *     over-long line longer than agent.c's line limit.
- * The vectors are found in $MEMCOLO_VECTORS_DIR, by default ../sdk/testvectors (run
- * from alloc/, as test/run.sh does). */
+ *     over-long line longer than agent.c's line limit;
+ *   - test/vectors/subrelease.json (the allocator's own, not the protocol's): the
+ *     adaptive subrelease decisions of subrelease.c (ISMM'21 §3-4) replayed step by
+ *     step, as memcolo-sim replays them through its Rust binding of the same file.
+ * The vectors are found in $MEMCOLO_VECTORS_DIR, by default ../sdk/testvectors, and
+ * $MEMCOLO_ALLOC_VECTORS_DIR, by default test/vectors (run from alloc/, as test/run.sh
+ * does). */
 #define _GNU_SOURCE
 #include <json-c/json.h>
 #include <math.h>
 
 #include "internal.h"
+#include "subrelease.h"
 #include "test.h"
 
-static json_object *load(const char *name) {
-  const char *dir = getenv("MEMCOLO_VECTORS_DIR");
+static json_object *load_from(const char *env, const char *fallback, const char *name) {
+  const char *dir = getenv(env);
   char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "../sdk/testvectors", name);
+  snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : fallback, name);
   json_object *v = json_object_from_file(path);
   if (v == NULL) {
     fprintf(stderr, "FAIL cannot read %s: %s\n", path, json_util_get_last_err());
@@ -27,6 +32,8 @@ static json_object *load(const char *name) {
   }
   return v;
 }
+
+static json_object *load(const char *name) { return load_from("MEMCOLO_VECTORS_DIR", "../sdk/testvectors", name); }
 
 static json_object *get(json_object *o, const char *key) {
   json_object *v = NULL;
@@ -185,10 +192,70 @@ TEST(reply_vectors) {
   json_object_put(f);
 }
 
+/* ------------------------------------------------------------------ subrelease.json */
+static uint64_t u64(json_object *o, const char *key) { return json_object_get_uint64(get(o, key)); }
+
+static void expect_u64(const char *name, size_t i, const char *what, uint64_t got, json_object *want) {
+  if (want == NULL) return;
+  uint64_t w = json_object_get_uint64(want);
+  CHECK(got == w);
+  if (got != w) fprintf(stderr, "  %s step %zu: %s %llu, want %llu\n", name, i, what, (unsigned long long)got, (unsigned long long)w);
+}
+
+static void subrelease_case(json_object *c) {
+  const char *name = str(c, "name");
+  json_object *set = get(c, "settings");
+  static mc_subrelease_t sr; /* 48 KiB: not on the stack */
+  mc_sr_init(&sr, u64(set, "skip_subrelease_s"), u64(set, "t_schedule_s"), u64(set, "release_rate_bytes"));
+  json_object *steps = get(c, "steps");
+  for (size_t i = 0; i < json_object_array_length(steps); i++) {
+    json_object *s = json_object_array_get_idx(steps, i), *want = get(s, "expect");
+    const char *op = str(s, "op");
+    uint64_t now = u64(s, "now_ms");
+    size_t used = (size_t)u64(s, "used"), fr = (size_t)u64(s, "free");
+    if (!strcmp(op, "record")) {
+      mc_sr_record(&sr, now, used, fr);
+    } else if (!strcmp(op, "note")) {
+      mc_sr_note(&sr, used, fr);
+    } else if (!strcmp(op, "skipped")) {
+      mc_sr_skipped(&sr, now, used, fr, (size_t)u64(s, "pages"));
+    } else if (!strcmp(op, "peak")) {
+      expect_u64(name, i, "peak", mc_sr_peak_used(&sr, now, used, fr), want);
+    } else if (!strcmp(op, "recent_peak")) {
+      expect_u64(name, i, "recent peak", mc_sr_recent_peak_used(&sr, used), want);
+    } else if (!strcmp(op, "budget")) {
+      size_t pages;
+      bool decided = mc_sr_release_budget(&sr, now, used, fr, (size_t)u64(s, "protect"), &pages);
+      expect_u64(name, i, "decided", decided, get(want, "decided"));
+      expect_u64(name, i, "pages", pages, get(want, "pages"));
+    } else if (!strcmp(op, "stats")) {
+      mc_sr_stats_t st;
+      mc_sr_stats(&sr, now, used, fr, &st);
+      expect_u64(name, i, "realized fragmentation", st.realized_fragmentation_pages, get(want, "realized_fragmentation_pages"));
+      expect_u64(name, i, "skipped", st.skipped_pages, get(want, "skipped_pages"));
+      expect_u64(name, i, "correct", st.correct_pages, get(want, "correct_pages"));
+      expect_u64(name, i, "incorrect", st.incorrect_pages, get(want, "incorrect_pages"));
+    } else {
+      fprintf(stderr, "FAIL %s step %zu: unknown op %s\n", name, i, op);
+      mc_t_failed++;
+    }
+  }
+}
+
+TEST(subrelease_vectors) {
+  json_object *f = load_from("MEMCOLO_ALLOC_VECTORS_DIR", "test/vectors", "subrelease.json");
+  if (f == NULL) return;
+  json_object *cases = get(f, "cases");
+  CHECK(json_object_array_length(cases) > 0);
+  for (size_t k = 0; k < json_object_array_length(cases); k++) subrelease_case(json_object_array_get_idx(cases, k));
+  json_object_put(f);
+}
+
 int main(void) {
   mc_ensure_init();
   RUN(gate_vectors);
   RUN(request_vectors);
   RUN(reply_vectors);
+  RUN(subrelease_vectors);
   TEST_END();
 }

@@ -27,6 +27,8 @@ for i in 1 2 3; do
         "$sim" fleet --modes memcolo --json > "$out/fleet-memcolo-$i.json"
 done
 flock /tmp/memcolo-bench.lock "$sim" fleet --out "$out/fleet-ab" > "$out/fleet-ab.txt"
+# TCMalloc-AS: the fleet A/B of Delta (figures, not timings; RESULTS.md's section)
+sh bench/sim/subrelease_ab.sh "$out"
 "$sim" maxmem-timeline --out "$out/maxmem-paper" > "$out/maxmem-paper.txt"
 "$sim" maxmem-timeline --node-mem 144M --out "$out/maxmem-bench" > "$out/maxmem-bench.txt"
 python3 - "$out" <<'PY'

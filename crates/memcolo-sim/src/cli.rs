@@ -86,6 +86,14 @@ pub struct SimArgs {
         default_value = "kernel,memcolo"
     )]
     pub modes: Vec<crate::node::Mode>,
+    /// Fleet: an A/B of any setting on the same mixes, `KEY=V1,V2,...` (a subrelease
+    /// setting such as `skip_subrelease_s=0,60`, a heap churn parameter or a calibration
+    /// field; `memcolo_sim::fleet::Ab`); one row per value and mode.
+    #[arg(long)]
+    pub ab: Option<String>,
+    /// Fleet: a setting for every arm, `KEY=VALUE` (the keys of --ab), repeatable.
+    #[arg(long = "set")]
+    pub set: Vec<String>,
     /// Trace: the JSON file of the node and its processes.
     #[arg(long, required_if_eq("scenario", "trace"))]
     pub trace: Option<PathBuf>,
@@ -267,7 +275,13 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
                     .threads
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             };
-            to_values(crate::fleet::fleet(&f, &a.modes)?)?
+            let ab = a.ab.as_deref().map(crate::fleet::Ab::parse).transpose()?;
+            let mut base = crate::fleet::Arm::base(&f);
+            for kv in &a.set {
+                let (k, v) = kv.split_once('=').context("--set wants KEY=VALUE")?;
+                base = base.with(k.trim(), v.trim()).context("--set")?;
+            }
+            to_values(crate::fleet::fleet_ab(&f, &a.modes, &base, ab.as_ref())?)?
         }
         Scenario::Trace => {
             anyhow::ensure!(!a.modes.is_empty(), "--modes needs at least one mode");

@@ -1,7 +1,12 @@
 //! Fleet mode (issue 26, "Build" 3): `nodes` independent nodes, each running a mix of
 //! processes sampled from the fleet's menu ([`node_mix`]) for a simulated day, each
 //! node run once per management mode (an A/B of kernel alone against memcolo on the
-//! same mixes), and the nodes' figures aggregated into fleet figures ([`FleetRow`]).
+//! same mixes) and per arm of an optional A/B of any setting ([`Ab`]: a subrelease
+//! setting, a heap churn parameter or a calibration field, e.g. `skip_subrelease_s=0,60`
+//! for TCMalloc-AS's Δ), and the nodes' figures aggregated into fleet figures
+//! ([`FleetRow`]), huge page coverage and realized fragmentation included: every
+//! process's heap is a [`crate::heap`] model whose subrelease decisions are
+//! libmemcolo's own ([`crate::subrelease`]).
 //!
 //! Every node is a [`Node`] running the policy crate's own M3 monitor, Hermes advice
 //! and Hermit scheduler, as in the single-node scenarios; nothing is re-implemented
@@ -20,7 +25,9 @@
 //! oversubscribed part of the day and most are not, as in a fleet.
 
 use crate::calib::Calibration;
+use crate::heap::{Churn, HeapStats, NodeHeaps, PAGE_BYTES};
 use crate::node::{Mode, Node, NodeConfig, NodeStats, ProcSpec, Workload};
+use crate::subrelease::Settings;
 use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 use rand_xoshiro::SplitMix64;
 use serde::Serialize;
@@ -146,11 +153,142 @@ pub fn node_mix(node_bytes: u64, day_s: f64, seed: u64) -> Vec<ProcSpec> {
     v
 }
 
-/// The fleet's figures under one management mode.
+/// One arm of a fleet run: the settings its nodes and heaps run with.
+#[derive(Clone, Debug)]
+pub struct Arm {
+    /// `KEY=VALUE` of the A/B, or empty without one.
+    pub label: String,
+    pub calib: Calibration,
+    /// The heaps' subrelease settings (libmemcolo's defaults unless the A/B sets one).
+    pub subrelease: Settings,
+    pub churn: Churn,
+}
+
+impl Arm {
+    /// The arm of no A/B: `f`'s calibration, libmemcolo's and the churn's defaults.
+    pub fn base(f: &FleetConfig) -> Arm {
+        Arm {
+            label: String::new(),
+            calib: f.calib.clone(),
+            subrelease: Settings::default(),
+            churn: Churn::default(),
+        }
+    }
+
+    /// This arm with setting `key` (a field of [`Settings`], [`Churn`] or
+    /// [`Calibration`]) set to the JSON `value`; the label is kept.
+    pub fn with(&self, key: &str, value: &str) -> anyhow::Result<Arm> {
+        fn set<T: Serialize + serde::de::DeserializeOwned>(
+            v: &T,
+            key: &str,
+            value: &serde_json::Value,
+        ) -> anyhow::Result<Option<T>> {
+            let mut o = serde_json::to_value(v)?;
+            let Some(slot) = o.get_mut(key) else {
+                return Ok(None);
+            };
+            *slot = value.clone();
+            Ok(Some(
+                serde_json::from_value(o).map_err(|e| anyhow::anyhow!("{key}={value}: {e}"))?,
+            ))
+        }
+        let value: serde_json::Value = serde_json::from_str(value)
+            .map_err(|e| anyhow::anyhow!("{key}={value}: not JSON: {e}"))?;
+        let mut arm = self.clone();
+        if let Some(s) = set(&arm.subrelease, key, &value)? {
+            arm.subrelease = s;
+        } else if let Some(c) = set(&arm.churn, key, &value)? {
+            arm.churn = c;
+        } else if let Some(c) = set(&arm.calib, key, &value)? {
+            c.validate()?;
+            arm.calib = c;
+        } else {
+            anyhow::bail!(
+                "{key} is not a subrelease setting, a churn parameter or a calibration field"
+            );
+        }
+        anyhow::ensure!(
+            (1..=crate::subrelease::WINDOW_MAX_S).contains(&arm.subrelease.t_schedule_s)
+                && arm.subrelease.skip_subrelease_s <= crate::subrelease::WINDOW_MAX_S,
+            "{key}={value}: skip_subrelease_s must be in 0..=900 and t_schedule_s in 1..=900"
+        );
+        let c = &arm.churn;
+        anyhow::ensure!(
+            c.trough_depth.iter().all(|d| (0.0..=1.0).contains(d))
+                && c.peak_s
+                    .iter()
+                    .chain(&c.trough_s)
+                    .all(|s| s.is_finite() && *s >= 1.0)
+                && (0.0..=1.0).contains(&c.heal_per_s)
+                && (0.0..=1.0).contains(&c.free_share_released),
+            "{key}={value}: churn depths and shares in 0..=1, durations >= 1 s"
+        );
+        Ok(arm)
+    }
+}
+
+/// An A/B of one setting over the same mixes: `KEY=V1,V2,...` where KEY is a field of
+/// [`Settings`] (`skip_subrelease_s`, `t_schedule_s`, `release_rate_bytes`), of
+/// [`Churn`] or of [`Calibration`], and each value is JSON (a number, or an array for
+/// the churn's ranges; commas inside brackets do not split).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ab {
+    pub key: String,
+    pub values: Vec<String>,
+}
+
+impl Ab {
+    /// Parses `KEY=V1,V2,...` (at least one value).
+    pub fn parse(s: &str) -> anyhow::Result<Ab> {
+        let (key, vals) = s
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--ab wants KEY=V1,V2,... (got {s:?})"))?;
+        let mut values = Vec::new();
+        let (mut depth, mut cur) = (0i32, String::new());
+        for ch in vals.chars() {
+            match ch {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                ',' if depth == 0 => {
+                    values.push(std::mem::take(&mut cur));
+                    continue;
+                }
+                _ => {}
+            }
+            cur.push(ch);
+        }
+        values.push(cur);
+        let values: Vec<String> = values.into_iter().map(|v| v.trim().to_string()).collect();
+        anyhow::ensure!(
+            !key.trim().is_empty() && values.iter().all(|v| !v.is_empty()),
+            "--ab wants KEY=V1,V2,... (got {s:?})"
+        );
+        Ok(Ab {
+            key: key.trim().to_string(),
+            values,
+        })
+    }
+
+    /// The arms, one per value, each `base` with the A/B's setting applied.
+    pub fn arms(&self, base: &Arm) -> anyhow::Result<Vec<Arm>> {
+        self.values
+            .iter()
+            .map(|v| {
+                let mut arm = base.with(&self.key, v)?;
+                arm.label = format!("{}={v}", self.key);
+                Ok(arm)
+            })
+            .collect()
+    }
+}
+
+/// The fleet's figures under one management mode (and arm of an A/B).
 #[derive(Clone, Debug, Serialize)]
 pub struct FleetRow {
     /// `kernel` or `memcolo`.
     pub mode: String,
+    /// The A/B arm (`KEY=VALUE`), empty without an A/B.
+    pub arm: String,
     pub nodes: u32,
     pub processes: usize,
     pub simulated_s_per_node: f64,
@@ -181,6 +319,23 @@ pub struct FleetRow {
     pub notifications: u64,
     /// Largest swap use of any node, share of its swap.
     pub peak_swap_ratio: f64,
+    /// Share of heap memory in use on intact huge pages, time-weighted over the fleet
+    /// (ISMM'21 §5's huge page coverage; [`crate::heap`]).
+    pub hugepage_coverage: f64,
+    /// Realized fragmentation (least free-but-mapped heap memory over `T_schedule`,
+    /// ISMM'21 §3.2) over heap memory in use, at minute samples.
+    pub realized_fragmentation_ratio: f64,
+    /// Free but mapped heap memory over heap memory in use, time-weighted: what the
+    /// heaps hold beyond their demand (the memory subrelease saves or keeps).
+    pub heap_free_ratio: f64,
+    /// Mean free but mapped heap memory per node, GiB.
+    pub heap_free_gib_per_node: f64,
+    /// Heap memory subreleased, TiB, all nodes.
+    pub subreleased_tib: f64,
+    /// Huge pages broken by subrelease, all nodes.
+    pub hugepages_broken: u64,
+    /// Skipped releases confirmed by demand within Δ, share of those judged (§4.2).
+    pub skipped_correct_ratio: f64,
 }
 
 fn quantile(v: &mut [f64], q: f64) -> f64 {
@@ -191,15 +346,23 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-/// Runs every node of the fleet under `mode`; returns the nodes' statistics in node
-/// order.
-pub fn run_nodes(f: &FleetConfig, mode: Mode) -> anyhow::Result<Vec<NodeStats>> {
+/// Added to a node's seed for its heaps' churn, which stays apart from the node
+/// model's draws (an A/B of a heap setting runs the same node model).
+const HEAP_SEED: u64 = 0x6865_6170_5f63_6875;
+
+/// Runs every node of the fleet under `mode` and `arm`; returns the nodes' statistics
+/// and heap figures in node order.
+pub fn run_nodes(
+    f: &FleetConfig,
+    mode: Mode,
+    arm: &Arm,
+) -> anyhow::Result<Vec<(NodeStats, HeapStats)>> {
     anyhow::ensure!(f.nodes > 0, "a fleet needs at least one node");
     let day_s = f.duration.as_secs_f64();
     let next = AtomicUsize::new(0);
-    let out: Mutex<Vec<Option<anyhow::Result<NodeStats>>>> =
-        Mutex::new((0..f.nodes).map(|_| None).collect());
-    let run_one = |k: u32| -> anyhow::Result<NodeStats> {
+    type Out = anyhow::Result<(NodeStats, HeapStats)>;
+    let out: Mutex<Vec<Option<Out>>> = Mutex::new((0..f.nodes).map(|_| None).collect());
+    let run_one = |k: u32| -> Out {
         let seed = node_seed(f.seed, k);
         let mut node = Node::new(
             NodeConfig {
@@ -208,7 +371,7 @@ pub fn run_nodes(f: &FleetConfig, mode: Mode) -> anyhow::Result<Vec<NodeStats>> 
                 step: f.step,
                 seed,
                 mode,
-                calib: f.calib.clone(),
+                calib: arm.calib.clone(),
                 poll: Duration::from_secs(1),
                 slo_us: f.slo_us,
                 reclaim_workers: 1,
@@ -217,8 +380,13 @@ pub fn run_nodes(f: &FleetConfig, mode: Mode) -> anyhow::Result<Vec<NodeStats>> 
             },
             node_mix(f.node_bytes, day_s, seed),
         )?;
-        node.run(f.duration);
-        Ok(node.finish())
+        let mut heaps = NodeHeaps::new(arm.subrelease, arm.churn, seed ^ HEAP_SEED);
+        while node.now() < f.duration {
+            node.step();
+            heaps.observe(node.now().as_millis() as u64, node.anon_footprints());
+        }
+        let heap = heaps.finish(node.now().as_millis() as u64);
+        Ok((node.finish(), heap))
     };
     std::thread::scope(|s| {
         for _ in 0..f.threads.clamp(1, 256) {
@@ -239,8 +407,20 @@ pub fn run_nodes(f: &FleetConfig, mode: Mode) -> anyhow::Result<Vec<NodeStats>> 
         .collect()
 }
 
-/// Aggregates the nodes of one mode into the fleet's figures.
-pub fn aggregate(f: &FleetConfig, mode: Mode, nodes: &[NodeStats], wall_s: f64) -> FleetRow {
+/// Aggregates the nodes of one mode and arm into the fleet's figures.
+pub fn aggregate(
+    f: &FleetConfig,
+    mode: Mode,
+    arm: &Arm,
+    runs: &[(NodeStats, HeapStats)],
+    wall_s: f64,
+) -> FleetRow {
+    let nodes: Vec<NodeStats> = runs.iter().map(|r| r.0.clone()).collect();
+    let nodes = &nodes[..];
+    let mut heap = HeapStats::default();
+    for r in runs {
+        heap.merge(&r.1);
+    }
     let mut p99: Vec<f64> = nodes.iter().map(|s| s.lc.p99_us).collect();
     let requests: f64 = nodes.iter().map(|s| s.lc.requests).sum();
     let slow: f64 = nodes
@@ -261,6 +441,7 @@ pub fn aggregate(f: &FleetConfig, mode: Mode, nodes: &[NodeStats], wall_s: f64) 
     let n = nodes.len().max(1) as f64;
     FleetRow {
         mode: mode.as_str().into(),
+        arm: arm.label.clone(),
         nodes: f.nodes,
         processes: procs.count(),
         simulated_s_per_node: f.duration.as_secs_f64(),
@@ -289,16 +470,50 @@ pub fn aggregate(f: &FleetConfig, mode: Mode, nodes: &[NodeStats], wall_s: f64) 
         } else {
             0.0
         },
+        hugepage_coverage: heap.coverage(),
+        realized_fragmentation_ratio: heap.realized_fragmentation_ratio(),
+        heap_free_ratio: heap.free_ratio(),
+        heap_free_gib_per_node: heap.free_page_s * PAGE_BYTES as f64
+            / f.duration.as_secs_f64().max(1.0)
+            / n
+            / (1u64 << 30) as f64,
+        subreleased_tib: heap.subreleased_pages as f64 * PAGE_BYTES as f64 / (1u64 << 40) as f64,
+        hugepages_broken: heap.hugepages_broken,
+        skipped_correct_ratio: {
+            let judged = heap.correct_pages + heap.incorrect_pages;
+            if judged > 0 {
+                heap.correct_pages as f64 / judged as f64
+            } else {
+                0.0
+            }
+        },
     }
 }
 
 /// The fleet under each of `modes` (the same mixes), one row per mode.
 pub fn fleet(f: &FleetConfig, modes: &[Mode]) -> anyhow::Result<Vec<FleetRow>> {
+    fleet_ab(f, modes, &Arm::base(f), None)
+}
+
+/// The fleet under each of `modes` and each arm of `ab` on top of `base` (the same
+/// mixes), one row per arm and mode.
+pub fn fleet_ab(
+    f: &FleetConfig,
+    modes: &[Mode],
+    base: &Arm,
+    ab: Option<&Ab>,
+) -> anyhow::Result<Vec<FleetRow>> {
+    let arms = match ab {
+        Some(ab) => ab.arms(base)?,
+        None => vec![base.clone()],
+    };
     let mut rows = Vec::new();
-    for &mode in modes {
-        let t0 = Instant::now();
-        let nodes = run_nodes(f, mode)?;
-        rows.push(aggregate(f, mode, &nodes, t0.elapsed().as_secs_f64()));
+    for arm in &arms {
+        for &mode in modes {
+            let t0 = Instant::now();
+            let nodes = run_nodes(f, mode, arm)?;
+            rows.push(aggregate(f, mode, arm, &nodes, t0.elapsed().as_secs_f64()));
+        }
     }
     Ok(rows)
 }

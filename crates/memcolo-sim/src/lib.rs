@@ -11,7 +11,11 @@
 //! - [`calib`]: [`Calibration`], the model's constants with their units and sources.
 //! - [`node`]: [`Node`], the model and the policy wiring.
 //! - [`scenario`]: the workloads of `memcolo sim SCENARIO`.
-//! - [`fleet`]: fleet mode, N nodes with sampled mixes and an A/B of the management.
+//! - [`fleet`]: fleet mode, N nodes with sampled mixes and an A/B of the management
+//!   or of any setting.
+//! - [`subrelease`]: libmemcolo's adaptive subrelease decisions (its C file, linked).
+//! - [`heap`]: each process's heap in huge pages under those decisions (huge page
+//!   coverage, realized fragmentation).
 //! - [`maxmem`]: MaxMem's six-process timeline through the policy's MaxMem.
 //! - [`trace`]: a node and its processes read from a JSON trace.
 //! - [`cli`]: `memcolo sim`'s arguments, table and report.
@@ -24,9 +28,11 @@
 pub mod calib;
 pub mod cli;
 pub mod fleet;
+pub mod heap;
 pub mod maxmem;
 pub mod node;
 pub mod scenario;
+pub mod subrelease;
 pub mod trace;
 pub mod validate;
 

@@ -440,6 +440,15 @@ impl Node {
             .map(|p| &p.stats)
     }
 
+    /// Every process's anonymous footprint now, bytes (resident + swapped; 0 before it
+    /// starts and once it has stopped or was killed), in the order of the `procs` given
+    /// to [`Node::new`]: the demand its allocator's heap holds ([`crate::heap`]).
+    pub fn anon_footprints(&self) -> impl Iterator<Item = u64> + '_ {
+        self.procs
+            .iter()
+            .map(|p| if p.alive { p.anon + p.swapped } else { 0 })
+    }
+
     /// Conservation: resident memory never exceeds RAM and swap never exceeds the far
     /// tier.
     pub fn check(&self) -> Result<(), String> {

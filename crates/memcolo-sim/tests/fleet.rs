@@ -2,7 +2,7 @@
 //! swap, the figures do not depend on the thread count, and processes stop when
 //! their time is up.
 
-use memcolo_sim::fleet::{fleet, node_mix, node_seed, FleetConfig};
+use memcolo_sim::fleet::{fleet, fleet_ab, node_mix, node_seed, Ab, Arm, FleetConfig};
 use memcolo_sim::node::{Mode, Node, NodeConfig, ProcSpec, Workload, LC_SAMPLES_PER_STEP};
 use memcolo_sim::Calibration;
 use std::time::Duration;
@@ -145,4 +145,117 @@ fn a_process_stops_at_its_time_and_gives_its_memory_back() {
     let s = node.finish();
     assert_eq!(s.procs[0].finished_s, Some(5.0));
     assert!(!s.procs[0].killed_by_oom && !s.procs[0].killed_by_m3);
+}
+
+#[test]
+fn ab_parses_and_rejects() {
+    let ab = Ab::parse("skip_subrelease_s=0,60").unwrap();
+    assert_eq!(ab.key, "skip_subrelease_s");
+    assert_eq!(ab.values, ["0", "60"]);
+    let ab = Ab::parse("trough_depth=[0.1,0.2],[0.3,0.4]").unwrap();
+    assert_eq!(ab.values, ["[0.1,0.2]", "[0.3,0.4]"]);
+    for bad in ["skip_subrelease_s", "=1,2", "skip_subrelease_s=1,"] {
+        assert!(Ab::parse(bad).is_err(), "{bad}");
+    }
+    let base = Arm::base(&cfg(1, 1, 10));
+    let arms = Ab::parse("skip_subrelease_s=0,60")
+        .unwrap()
+        .arms(&base)
+        .unwrap();
+    assert_eq!(arms[0].subrelease.skip_subrelease_s, 0);
+    assert_eq!(arms[1].subrelease.skip_subrelease_s, 60);
+    assert_eq!(arms[1].label, "skip_subrelease_s=60");
+    // a calibration field and a churn parameter are settings too
+    assert!(base.with("lc_lru_weight", "2.0").is_ok());
+    assert_eq!(
+        base.with("heal_per_s", "0.5").unwrap().churn.heal_per_s,
+        0.5
+    );
+    for (k, v) in [
+        ("no_such_setting", "1"),
+        ("skip_subrelease_s", "901"),
+        ("t_schedule_s", "0"),
+        ("skip_subrelease_s", "-1"),
+        ("skip_subrelease_s", "x"),
+        ("heal_per_s", "2"),
+    ] {
+        assert!(base.with(k, v).is_err(), "{k}={v}");
+    }
+}
+
+/// The fleet A/B of TCMalloc-AS's Δ: the heaps observe the node model, so the node
+/// figures are the same in both arms; Δ = 60 s skips releases (some confirmed), breaks
+/// fewer huge pages and keeps more memory mapped than Δ = 0, which skips none.
+#[test]
+fn skip_subrelease_ab_on_the_same_nodes() {
+    let f = cfg(3, 2, 4 * 3600);
+    let mut base = Arm::base(&f)
+        .with("release_rate_bytes", "67108864")
+        .unwrap();
+    base.label.clear();
+    let ab = Ab::parse("skip_subrelease_s=0,60").unwrap();
+    let rows = fleet_ab(&f, &[Mode::Memcolo], &base, Some(&ab)).unwrap();
+    assert_eq!(rows.len(), 2);
+    let (d0, d60) = (&rows[0], &rows[1]);
+    assert_eq!(d0.arm, "skip_subrelease_s=0");
+    assert_eq!(d0.utilisation, d60.utilisation);
+    assert_eq!(d0.lc_p99_median_us, d60.lc_p99_median_us);
+    for r in &rows {
+        assert!((0.0..=1.0).contains(&r.hugepage_coverage), "{r:?}");
+        assert!(r.realized_fragmentation_ratio >= 0.0 && r.heap_free_ratio >= 0.0);
+        assert!(r.subreleased_tib > 0.0 && r.hugepages_broken > 0, "{r:?}");
+    }
+    assert_eq!(d0.skipped_correct_ratio, 0.0);
+    assert!(d60.skipped_correct_ratio > 0.0);
+    assert!(
+        d60.hugepage_coverage > d0.hugepage_coverage,
+        "{d0:?} {d60:?}"
+    );
+    assert!(d60.heap_free_ratio > d0.heap_free_ratio);
+    assert!(d60.subreleased_tib < d0.subreleased_tib);
+}
+
+#[test]
+fn ab_and_set_from_the_command_line() {
+    let args = |extra: &[&str]| {
+        let mut v = vec![
+            "sim",
+            "fleet",
+            "--nodes",
+            "2",
+            "--duration",
+            "600",
+            "--modes",
+            "memcolo",
+            "--threads",
+            "1",
+        ];
+        v.extend_from_slice(extra);
+        memcolo_sim::parse_args(v).unwrap()
+    };
+    let r = memcolo_sim::cli::report(&args(&[
+        "--set",
+        "release_rate_bytes=67108864",
+        "--ab",
+        "skip_subrelease_s=0,60",
+    ]))
+    .unwrap();
+    let arms: Vec<&str> = r
+        .rows
+        .iter()
+        .map(|row| row["arm"].as_str().unwrap())
+        .collect();
+    assert_eq!(arms, ["skip_subrelease_s=0", "skip_subrelease_s=60"]);
+    assert!(r.rows[0]["hugepage_coverage"].as_f64().is_some());
+    let plain = memcolo_sim::cli::report(&args(&[])).unwrap();
+    assert_eq!(plain.rows.len(), 1);
+    assert_eq!(plain.rows[0]["arm"], "");
+    for bad in [
+        &["--set", "release_rate_bytes"][..],
+        &["--set", "nope=1"],
+        &["--ab", "skip_subrelease_s"],
+        &["--ab", "t_schedule_s=0,300"],
+    ] {
+        assert!(memcolo_sim::cli::report(&args(bad)).is_err(), "{bad:?}");
+    }
 }
