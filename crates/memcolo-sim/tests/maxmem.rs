@@ -58,3 +58,37 @@ fn same_seed_same_timeline() {
     bad.fast_bytes = 0;
     assert!(timeline(&bad).is_err());
 }
+
+#[test]
+fn fast_memory_saved_is_reported_for_latency_sensitive_processes() {
+    let c = bench_size(1);
+    let rows = timeline(&c).unwrap();
+    let table_mib = (c.table_bytes >> 20) as f64;
+    for r in &rows {
+        // p1 is best effort until 220 s: nothing to compare.
+        let best_effort = r.process == "p1" && r.change != "target p1 @220s";
+        assert_eq!(r.saved_vs_table_pct.is_none(), best_effort, "{r:?}");
+        if let Some(saved) = r.saved_vs_table_pct {
+            let expect = 100.0 * (1.0 - r.fast_mib_at_end / table_mib);
+            assert!((saved - expect).abs() < 1e-9, "{r:?}");
+        }
+        let hot = if r.process == "p5"
+            && r.change != "start p5 @40s"
+            && !r.change.starts_with("start p6")
+        {
+            0.75
+        } else {
+            0.5
+        };
+        assert_eq!(r.hot_mib, table_mib * hot, "{r:?}");
+    }
+    // Six tables of 32 MiB do not fit a 144 MiB tier: after p6 starts, the
+    // latency-sensitive processes save fast memory against a table each.
+    let after_p6: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.change == "start p6 @100s")
+        .filter_map(|r| r.saved_vs_table_pct)
+        .collect();
+    assert_eq!(after_p6.len(), 5);
+    assert!(after_p6.iter().sum::<f64>() > 0.0, "{after_p6:?}");
+}
