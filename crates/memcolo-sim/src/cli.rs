@@ -34,7 +34,8 @@ pub enum Scenario {
     /// bench/tiering's timeline), tables and migration cap in the paper's proportion.
     MaxmemTimeline,
     /// A node and its processes from a JSON trace (--trace FILE; see
-    /// memcolo_sim::trace), under each of --modes.
+    /// memcolo_sim::trace) or a recorded memcolo event log (--event-log FILE; see
+    /// memcolo_sim::eventlog), under each of --modes.
     Trace,
 }
 
@@ -87,8 +88,12 @@ pub struct SimArgs {
     )]
     pub modes: Vec<crate::node::Mode>,
     /// Trace: the JSON file of the node and its processes.
-    #[arg(long, required_if_eq("scenario", "trace"))]
+    #[arg(long, conflicts_with = "event_log")]
     pub trace: Option<PathBuf>,
+    /// Trace: a recorded `memcolo` event log (JSON lines) read into the trace; the
+    /// run lasts as long as the log unless --duration is given.
+    #[arg(long)]
+    pub event_log: Option<PathBuf>,
     /// Fleet: OS threads running nodes (default: the CPUs available).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -203,16 +208,25 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         Scenario::Fleet => 1000,
         _ => 100,
     });
-    let trace = match (scenario, &a.trace) {
-        (Scenario::Trace, Some(p)) => Some(crate::trace::Trace::load(p)?),
-        (Scenario::Trace, None) => anyhow::bail!("the trace scenario needs --trace FILE"),
+    let mut log_duration = None;
+    let trace = match (scenario, &a.trace, &a.event_log) {
+        (Scenario::Trace, Some(p), _) => Some(crate::trace::Trace::load(p)?),
+        (Scenario::Trace, None, Some(p)) => {
+            let d = crate::eventlog::Defaults::for_node(a.node_mem.unwrap_or(mem));
+            let imported = crate::eventlog::trace_from_event_log(p, &d)?;
+            log_duration = Some(imported.duration_s.max(1.0));
+            Some(imported.trace)
+        }
+        (Scenario::Trace, None, None) => {
+            anyhow::bail!("the trace scenario needs --trace FILE or --event-log FILE")
+        }
         _ => None,
     };
     let node_bytes = a
         .node_mem
         .or(trace.as_ref().map(|t| t.node_bytes))
         .unwrap_or(mem);
-    let duration_s = a.duration.unwrap_or(dur);
+    let duration_s = a.duration.or(log_duration).unwrap_or(dur);
     anyhow::ensure!(
         duration_s.is_finite() && duration_s > 0.0,
         "--duration must be positive"

@@ -14,6 +14,7 @@
 //! - [`fleet`]: fleet mode, N nodes with sampled mixes and an A/B of the management.
 //! - [`maxmem`]: MaxMem's six-process timeline through the policy's MaxMem.
 //! - [`trace`]: a node and its processes read from a JSON trace.
+//! - [`eventlog`]: a recorded `memcolo` event log read into a trace.
 //! - [`cli`]: `memcolo sim`'s arguments, table and report.
 //! - [`validate`]: `memcolo sim --validate`, the comparison with a recorded bench run.
 //!
@@ -23,6 +24,7 @@
 
 pub mod calib;
 pub mod cli;
+pub mod eventlog;
 pub mod fleet;
 pub mod maxmem;
 pub mod node;
