@@ -37,6 +37,14 @@ pub enum Scenario {
     /// memcolo_sim::trace) or a recorded memcolo event log (--event-log FILE; see
     /// memcolo_sim::eventlog), under each of --modes.
     Trace,
+    /// M3 §7.2 at the paper's size (64 GiB): Fig. 5's and Fig. 8's workloads
+    /// (--workloads), each job's run time under M3 against the best static partition
+    /// found by search (--grid); mean speedup per workload.
+    M3Paper,
+    /// Hermes §5.3 at the paper's size (128 GiB, Redis of 2 GiB, levels
+    /// 0,50,75,100,125,150 unless --levels): SLO violations against the service's
+    /// p90 alone, kernel against memcolo, and their reduction (Fig. 16).
+    HermesPaper,
 }
 
 /// Arguments of `memcolo sim`.
@@ -94,6 +102,14 @@ pub struct SimArgs {
     /// run lasts as long as the log unless --duration is given.
     #[arg(long)]
     pub event_log: Option<PathBuf>,
+    /// m3-paper: workloads, APPS-DELAY (apps of W, P, C, M; delay in s); default
+    /// Fig. 5's then Fig. 8's.
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// m3-paper: the static partitions searched split the top of memory into this
+    /// many parts.
+    #[arg(long, default_value_t = 24)]
+    pub grid: u64,
     /// Fleet: OS threads running nodes (default: the CPUs available).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -101,7 +117,8 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Colocation levels, % of the memory the LC service leaves to batch jobs.
-    #[arg(long, value_delimiter = ',', default_value = "0,50,100,125,150")]
+    /// Default: colocation 0,50,100,125,150; hermes-paper 0,50,75,100,125,150.
+    #[arg(long, value_delimiter = ',')]
     pub levels: Vec<u32>,
     /// m3-elastic: seconds between the starts of the three jobs.
     #[arg(long, default_value_t = 30.0)]
@@ -203,6 +220,8 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         Scenario::Fleet => (256 << 30, 86_400.0),
         Scenario::MaxmemTimeline => (144 << 30, 280.0),
         Scenario::Trace => (1 << 30, 600.0),
+        Scenario::M3Paper => (64 << 30, 2400.0),
+        Scenario::HermesPaper => (128 << 30, 600.0),
     };
     let step_ms = a.step_ms.unwrap_or(match scenario {
         Scenario::Fleet => 1000,
@@ -253,7 +272,14 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         },
     };
     let rows: Vec<serde_json::Value> = match scenario {
-        Scenario::Colocation => to_values(scenario::colocation(&c, &a.levels)?)?,
+        Scenario::Colocation => {
+            let levels = if a.levels.is_empty() {
+                vec![0, 50, 100, 125, 150]
+            } else {
+                a.levels.clone()
+            };
+            to_values(scenario::colocation(&c, &levels)?)?
+        }
         Scenario::M3Elastic => {
             anyhow::ensure!(
                 a.stagger.is_finite() && a.stagger >= 0.0,
@@ -287,6 +313,31 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
             anyhow::ensure!(!a.modes.is_empty(), "--modes needs at least one mode");
             let t = trace.as_ref().expect("loaded above");
             to_values(crate::trace::run(&c, t, &a.modes)?)?
+        }
+        Scenario::M3Paper => {
+            let names: Vec<String> = if a.workloads.is_empty() {
+                crate::papers::FIG5_WORKLOADS
+                    .iter()
+                    .chain(&crate::papers::FIG8_WORKLOADS)
+                    .map(|s| s.to_string())
+                    .collect()
+            } else {
+                a.workloads.clone()
+            };
+            anyhow::ensure!(names.len() <= 100, "at most 100 workloads");
+            let w = names
+                .iter()
+                .map(|n| crate::papers::M3Workload::parse(n))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            to_values(crate::papers::m3_paper(&c, &w, a.grid)?)?
+        }
+        Scenario::HermesPaper => {
+            let levels: Vec<u32> = if a.levels.is_empty() {
+                crate::papers::HERMES_LEVELS.to_vec()
+            } else {
+                a.levels.clone()
+            };
+            to_values(crate::papers::hermes_paper(&c, &levels, c.node_bytes / 64)?)?
         }
         Scenario::MaxmemTimeline => to_values(crate::maxmem::timeline(
             &crate::maxmem::TimelineConfig::scaled(c.node_bytes, c.seed),
