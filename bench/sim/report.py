@@ -38,21 +38,26 @@ HERMES_UTILISATION = 98.5  # Hermes §5.3.2: average node memory utilisation.
 MAXMEM_SAVED = 32.0  # MaxMem §5.2: fast memory saved against HeMem's partition.
 
 
+def die(msg):
+    print(f"report.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
 def load(path, required=True):
     try:
         with open(path) as f:
             return json.load(f)
     except FileNotFoundError:
         if required:
-            sys.exit(f"report.py: {path} missing (run bench/sim/run.sh)")
+            die(f"{path} missing (run bench/sim/run.sh)")
         return None
     except (OSError, ValueError) as e:
-        sys.exit(f"report.py: {path}: {e}")
+        die(f"{path}: {e}")
 
 
 def rows(report, name):
     if not isinstance(report, dict) or not isinstance(report.get("rows"), list):
-        sys.exit(f"report.py: {name}: no rows")
+        die(f"{name}: no rows")
     return report["rows"]
 
 
@@ -217,7 +222,7 @@ def plots(d, m3, hermes, maxmem, fleet, validation):
 
 def main():
     if len(sys.argv) != 2:
-        sys.exit(__doc__)
+        die(__doc__)
     d = sys.argv[1]
     m3 = rows(load(os.path.join(d, "m3-paper", "report.json")), "m3-paper")
     hermes = rows(load(os.path.join(d, "hermes-paper", "report.json")), "hermes-paper")
