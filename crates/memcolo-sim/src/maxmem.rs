@@ -21,6 +21,19 @@ use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 use rand_xoshiro::SplitMix64;
 use serde::Serialize;
 
+/// Sampled updates per table page and epoch of [`TimelineConfig::scaled`]: 10,000
+/// per process and epoch at the paper's size (16,384 pages of 2 MiB per table).
+///
+/// The density, not the size, sets how fast the policy moves a newcomer's hot pages
+/// in: the hotness bins (rule T6) fill and cool at a rate of samples per page, and
+/// with more than about one sample per page and epoch they cool every few epochs and
+/// the other processes' exchanges take the migration budget the newcomer's fill
+/// needs (p6's arrival: 8–11 epochs at 0.3–0.6 samples per page, 15–20 at 1.2–2.4,
+/// at 144 MiB, 288 MiB and 144 GiB alike; `bench/sim/RESULTS.md`). Holding it fixed
+/// makes every size the same experiment. The paper's own density (PEBS, 1 % of
+/// loads, §3.2) depends on GUPS's update rate, which it does not give.
+pub const SAMPLES_PER_PAGE: f64 = 10_000.0 / 16_384.0;
+
 /// The timeline's sizes.
 #[derive(Clone, Debug)]
 pub struct TimelineConfig {
@@ -40,14 +53,17 @@ pub struct TimelineConfig {
 impl TimelineConfig {
     /// Sizes scaled from the paper's (fast tier `fast_bytes`; tables and cap in the
     /// paper's proportion: 32/144 and 10/144 of it); 2 MiB pages from a 1 GiB fast
-    /// tier up, else 4 KiB.
+    /// tier up, else 4 KiB; [`SAMPLES_PER_PAGE`] samples per table page and epoch.
     pub fn scaled(fast_bytes: u64, seed: u64) -> TimelineConfig {
+        let page_bytes = if fast_bytes >= 1 << 30 { 2 << 20 } else { 4096 };
+        let table_bytes = fast_bytes / 144 * 32;
+        let pages = (table_bytes / page_bytes).max(1) as f64;
         TimelineConfig {
             fast_bytes,
-            table_bytes: fast_bytes / 144 * 32,
+            table_bytes,
             cap_bytes: fast_bytes / 144 * 10,
-            page_bytes: if fast_bytes >= 1 << 30 { 2 << 20 } else { 4096 },
-            samples: 10_000,
+            page_bytes,
+            samples: (pages * SAMPLES_PER_PAGE).round().clamp(100.0, 1e6) as u32,
             seed,
         }
     }

@@ -92,3 +92,31 @@ fn fast_memory_saved_is_reported_for_latency_sensitive_processes() {
     assert_eq!(after_p6.len(), 5);
     assert!(after_p6.iter().sum::<f64>() > 0.0, "{after_p6:?}");
 }
+
+/// The epochs of p6's arrival depend on the sampling density (samples per page and
+/// epoch), not on the size: `TimelineConfig::scaled` holds the density, so
+/// `bench/tiering`'s size (8,192 pages per table) and twice it (16,384, the paper's
+/// page count) are the same experiment. With 10,000 samples at every size the
+/// former took 18–20 epochs and the latter 10–11.
+#[test]
+fn the_arrival_takes_the_same_epochs_at_the_bench_size_and_twice_it() {
+    let p6 = |fast: u64| {
+        let c = TimelineConfig::scaled(fast, 1);
+        let rows = timeline(&c).unwrap();
+        rows.iter()
+            .find(|r| r.change == "start p6 @100s" && r.process == "p6")
+            .unwrap()
+            .epochs_to_target
+            .unwrap()
+    };
+    let (bench, twice) = (p6(144 << 20), p6(288 << 20));
+    assert!(
+        bench.abs_diff(twice) <= 3,
+        "144 MiB: {bench} epochs, 288 MiB: {twice}"
+    );
+    assert_eq!(
+        TimelineConfig::scaled(144 << 30, 1).samples,
+        10_000,
+        "the paper's size keeps its 10,000 samples"
+    );
+}
