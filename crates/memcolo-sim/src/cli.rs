@@ -1,6 +1,6 @@
 //! `memcolo sim SCENARIO`: the command line, the summary table on stdout and the
 //! report written with `--out DIR` (`report.json`: settings and rows; `report.csv`:
-//! the rows); `memcolo sim --validate`: the comparison with a recorded bench run
+//! the rows; `trace.json`: the trace read from `--event-log`, which `--trace` takes); `memcolo sim --validate`: the comparison with a recorded bench run
 //! ([`crate::validate`]), written with `--out DIR` as `validation.json` and the
 //! reference it used as `reference.json`.
 
@@ -166,6 +166,10 @@ pub struct Report {
     pub slo_ms: f64,
     pub calibration: Calibration,
     pub rows: Vec<serde_json::Value>,
+    /// The trace read from `--event-log` (written as `trace.json` with `--out`, a
+    /// trace file `--trace` reads back).
+    #[serde(skip)]
+    pub imported_trace: Option<crate::trace::Trace>,
 }
 
 fn calibration(a: &SimArgs) -> anyhow::Result<Calibration> {
@@ -228,12 +232,14 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         _ => 100,
     });
     let mut log_duration = None;
+    let mut imported_trace = None;
     let trace = match (scenario, &a.trace, &a.event_log) {
         (Scenario::Trace, Some(p), _) => Some(crate::trace::Trace::load(p)?),
         (Scenario::Trace, None, Some(p)) => {
             let d = crate::eventlog::Defaults::for_node(a.node_mem.unwrap_or(mem));
             let imported = crate::eventlog::trace_from_event_log(p, &d)?;
             log_duration = Some(imported.duration_s.max(1.0));
+            imported_trace = Some(imported.trace.clone());
             Some(imported.trace)
         }
         (Scenario::Trace, None, None) => {
@@ -353,6 +359,7 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         slo_ms: a.slo_ms,
         calibration: c.calib,
         rows,
+        imported_trace,
     })
 }
 
@@ -462,6 +469,12 @@ pub fn run(a: &SimArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("report.json"), &json)?;
         std::fs::write(dir.join("report.csv"), csv(&r.rows))?;
+        if let Some(t) = &r.imported_trace {
+            std::fs::write(
+                dir.join("trace.json"),
+                serde_json::to_string_pretty(t)? + "\n",
+            )?;
+        }
     }
     let mut stdout = std::io::stdout().lock();
     if a.json {

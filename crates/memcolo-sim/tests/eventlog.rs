@@ -97,6 +97,35 @@ fn the_trace_scenario_runs_a_recorded_log_under_both_modes() {
         assert_eq!(row["finished"], 6, "5 BE jobs and the cache exit: {row}");
         assert!(row["lc_p50_us"].as_f64().unwrap() > 0.0);
     }
+    // With --out the imported trace is written as trace.json, which --trace reads
+    // back into the same run.
+    let dir = tempfile::tempdir().unwrap();
+    memcolo_sim::run(
+        &memcolo_sim::parse_args([
+            "sim",
+            "trace",
+            "--event-log",
+            recorded().to_str().unwrap(),
+            "--json",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    let again = report(
+        &memcolo_sim::parse_args([
+            "sim",
+            "trace",
+            "--trace",
+            dir.path().join("trace.json").to_str().unwrap(),
+            "--duration",
+            &r.duration_s.to_string(),
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(again.rows, r.rows, "the written trace is the one that ran");
 }
 
 #[test]
