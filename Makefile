@@ -118,11 +118,11 @@ test-install:
 test-service:
 	scripts/service-test.sh
 
-# The colocation bench's report generator on synthetic output directories; Debian's
+# The colocation and sim benches' report generators on synthetic output directories; Debian's
 # python3, which has python3-matplotlib (scripts/setup.sh), so the plots are tested too.
 BENCH_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 test-bench-report:
-	$(BENCH_PYTHON) -m unittest bench/colocation/test_report.py bench/test_benchlib.py
+	$(BENCH_PYTHON) -m unittest bench/colocation/test_report.py bench/test_benchlib.py bench/sim/test_report.py
 
 # The Helm chart (deploy/helm/memcolo): `helm template` output validated against the
 # Kubernetes schemas (kubernetes-validate, strict), its agent.toml read by the agent;

@@ -1,6 +1,8 @@
 #!/bin/sh
-# Runs bench/sim: the scale benchmark (3 runs under the bench lock) and the
-# validation scenarios; raw reports go to bench/out/sim/<date>-<host>/ (not in git).
+# Runs bench/sim: the scale benchmark (3 runs under the bench lock), the validation
+# scenarios and the papers' experiments at their sizes; raw reports go to
+# bench/out/sim/<date>-<host>/ (not in git), report.py writes report.md and the plots
+# there and copies the plots into bench/sim/plots/ (committed).
 # Usage: bench/sim/run.sh   (from the repository root; no root needed)
 set -eu
 out="bench/out/sim/$(date +%Y-%m-%d)-$(hostname)"
@@ -40,4 +42,10 @@ fleet = [open(f).read().split() for f in sorted(glob.glob(out + "/fleet-memcolo-
 print("fleet (1,000 nodes, a day) wall s:", ", ".join(t[0] for t in fleet),
       "| user CPU s:", ", ".join(t[1] for t in fleet))
 PY
+# The papers' headline experiments at their own sizes.
+"$sim" m3-paper --out "$out/m3-paper" > "$out/m3-paper.txt"
+"$sim" hermes-paper --out "$out/hermes-paper" > "$out/hermes-paper.txt"
+/usr/bin/python3 bench/sim/report.py "$out"
+mkdir -p bench/sim/plots
+cp "$out"/plots/*.png bench/sim/plots/
 echo "reports in $out"

@@ -1,6 +1,6 @@
 //! `memcolo sim SCENARIO`: the command line, the summary table on stdout and the
 //! report written with `--out DIR` (`report.json`: settings and rows; `report.csv`:
-//! the rows); `memcolo sim --validate`: the comparison with a recorded bench run
+//! the rows; `trace.json`: the trace read from `--event-log`, which `--trace` takes); `memcolo sim --validate`: the comparison with a recorded bench run
 //! ([`crate::validate`]), written with `--out DIR` as `validation.json` and the
 //! reference it used as `reference.json`.
 
@@ -34,8 +34,17 @@ pub enum Scenario {
     /// bench/tiering's timeline), tables and migration cap in the paper's proportion.
     MaxmemTimeline,
     /// A node and its processes from a JSON trace (--trace FILE; see
-    /// memcolo_sim::trace), under each of --modes.
+    /// memcolo_sim::trace) or a recorded memcolo event log (--event-log FILE; see
+    /// memcolo_sim::eventlog), under each of --modes.
     Trace,
+    /// M3 §7.2 at the paper's size (64 GiB): Fig. 5's and Fig. 8's workloads
+    /// (--workloads), each job's run time under M3 against the best static partition
+    /// found by search (--grid); mean speedup per workload.
+    M3Paper,
+    /// Hermes §5.3 at the paper's size (128 GiB, Redis of 2 GiB, levels
+    /// 0,50,75,100,125,150 unless --levels): SLO violations against the service's
+    /// p90 alone, kernel against memcolo, and their reduction (Fig. 16).
+    HermesPaper,
 }
 
 /// Arguments of `memcolo sim`.
@@ -95,8 +104,20 @@ pub struct SimArgs {
     #[arg(long = "set")]
     pub set: Vec<String>,
     /// Trace: the JSON file of the node and its processes.
-    #[arg(long, required_if_eq("scenario", "trace"))]
+    #[arg(long, conflicts_with = "event_log")]
     pub trace: Option<PathBuf>,
+    /// Trace: a recorded `memcolo` event log (JSON lines) read into the trace; the
+    /// run lasts as long as the log unless --duration is given.
+    #[arg(long)]
+    pub event_log: Option<PathBuf>,
+    /// m3-paper: workloads, APPS-DELAY (apps of W, P, C, M; delay in s); default
+    /// Fig. 5's then Fig. 8's.
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// m3-paper: the static partitions searched split the top of memory into this
+    /// many parts.
+    #[arg(long, default_value_t = 24)]
+    pub grid: u64,
     /// Fleet: OS threads running nodes (default: the CPUs available).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -104,7 +125,8 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Colocation levels, % of the memory the LC service leaves to batch jobs.
-    #[arg(long, value_delimiter = ',', default_value = "0,50,100,125,150")]
+    /// Default: colocation 0,50,100,125,150; hermes-paper 0,50,75,100,125,150.
+    #[arg(long, value_delimiter = ',')]
     pub levels: Vec<u32>,
     /// m3-elastic: seconds between the starts of the three jobs.
     #[arg(long, default_value_t = 30.0)]
@@ -152,6 +174,10 @@ pub struct Report {
     pub slo_ms: f64,
     pub calibration: Calibration,
     pub rows: Vec<serde_json::Value>,
+    /// The trace read from `--event-log` (written as `trace.json` with `--out`, a
+    /// trace file `--trace` reads back).
+    #[serde(skip)]
+    pub imported_trace: Option<crate::trace::Trace>,
 }
 
 fn calibration(a: &SimArgs) -> anyhow::Result<Calibration> {
@@ -206,21 +232,34 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         Scenario::Fleet => (256 << 30, 86_400.0),
         Scenario::MaxmemTimeline => (144 << 30, 280.0),
         Scenario::Trace => (1 << 30, 600.0),
+        Scenario::M3Paper => (64 << 30, 2400.0),
+        Scenario::HermesPaper => (128 << 30, 600.0),
     };
     let step_ms = a.step_ms.unwrap_or(match scenario {
         Scenario::Fleet => 1000,
         _ => 100,
     });
-    let trace = match (scenario, &a.trace) {
-        (Scenario::Trace, Some(p)) => Some(crate::trace::Trace::load(p)?),
-        (Scenario::Trace, None) => anyhow::bail!("the trace scenario needs --trace FILE"),
+    let mut log_duration = None;
+    let mut imported_trace = None;
+    let trace = match (scenario, &a.trace, &a.event_log) {
+        (Scenario::Trace, Some(p), _) => Some(crate::trace::Trace::load(p)?),
+        (Scenario::Trace, None, Some(p)) => {
+            let d = crate::eventlog::Defaults::for_node(a.node_mem.unwrap_or(mem));
+            let imported = crate::eventlog::trace_from_event_log(p, &d)?;
+            log_duration = Some(imported.duration_s.max(1.0));
+            imported_trace = Some(imported.trace.clone());
+            Some(imported.trace)
+        }
+        (Scenario::Trace, None, None) => {
+            anyhow::bail!("the trace scenario needs --trace FILE or --event-log FILE")
+        }
         _ => None,
     };
     let node_bytes = a
         .node_mem
         .or(trace.as_ref().map(|t| t.node_bytes))
         .unwrap_or(mem);
-    let duration_s = a.duration.unwrap_or(dur);
+    let duration_s = a.duration.or(log_duration).unwrap_or(dur);
     anyhow::ensure!(
         duration_s.is_finite() && duration_s > 0.0,
         "--duration must be positive"
@@ -247,7 +286,14 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         },
     };
     let rows: Vec<serde_json::Value> = match scenario {
-        Scenario::Colocation => to_values(scenario::colocation(&c, &a.levels)?)?,
+        Scenario::Colocation => {
+            let levels = if a.levels.is_empty() {
+                vec![0, 50, 100, 125, 150]
+            } else {
+                a.levels.clone()
+            };
+            to_values(scenario::colocation(&c, &levels)?)?
+        }
         Scenario::M3Elastic => {
             anyhow::ensure!(
                 a.stagger.is_finite() && a.stagger >= 0.0,
@@ -288,6 +334,31 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
             let t = trace.as_ref().expect("loaded above");
             to_values(crate::trace::run(&c, t, &a.modes)?)?
         }
+        Scenario::M3Paper => {
+            let names: Vec<String> = if a.workloads.is_empty() {
+                crate::papers::FIG5_WORKLOADS
+                    .iter()
+                    .chain(&crate::papers::FIG8_WORKLOADS)
+                    .map(|s| s.to_string())
+                    .collect()
+            } else {
+                a.workloads.clone()
+            };
+            anyhow::ensure!(names.len() <= 100, "at most 100 workloads");
+            let w = names
+                .iter()
+                .map(|n| crate::papers::M3Workload::parse(n))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            to_values(crate::papers::m3_paper(&c, &w, a.grid)?)?
+        }
+        Scenario::HermesPaper => {
+            let levels: Vec<u32> = if a.levels.is_empty() {
+                crate::papers::HERMES_LEVELS.to_vec()
+            } else {
+                a.levels.clone()
+            };
+            to_values(crate::papers::hermes_paper(&c, &levels, c.node_bytes / 64)?)?
+        }
         Scenario::MaxmemTimeline => to_values(crate::maxmem::timeline(
             &crate::maxmem::TimelineConfig::scaled(c.node_bytes, c.seed),
         )?)?,
@@ -302,6 +373,7 @@ pub fn report(a: &SimArgs) -> anyhow::Result<Report> {
         slo_ms: a.slo_ms,
         calibration: c.calib,
         rows,
+        imported_trace,
     })
 }
 
@@ -411,6 +483,12 @@ pub fn run(a: &SimArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("report.json"), &json)?;
         std::fs::write(dir.join("report.csv"), csv(&r.rows))?;
+        if let Some(t) = &r.imported_trace {
+            std::fs::write(
+                dir.join("trace.json"),
+                serde_json::to_string_pretty(t)? + "\n",
+            )?;
+        }
     }
     let mut stdout = std::io::stdout().lock();
     if a.json {

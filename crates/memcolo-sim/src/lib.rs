@@ -18,6 +18,9 @@
 //!   coverage, realized fragmentation).
 //! - [`maxmem`]: MaxMem's six-process timeline through the policy's MaxMem.
 //! - [`trace`]: a node and its processes read from a JSON trace.
+//! - [`eventlog`]: a recorded `memcolo` event log read into a trace.
+//! - [`papers`]: the papers' headline experiments at their own sizes (M3 Fig. 5/8
+//!   against the best static partition; Hermes §5.3's levels on 128 GiB).
 //! - [`cli`]: `memcolo sim`'s arguments, table and report.
 //! - [`validate`]: `memcolo sim --validate`, the comparison with a recorded bench run.
 //!
@@ -27,10 +30,12 @@
 
 pub mod calib;
 pub mod cli;
+pub mod eventlog;
 pub mod fleet;
 pub mod heap;
 pub mod maxmem;
 pub mod node;
+pub mod papers;
 pub mod scenario;
 pub mod subrelease;
 pub mod trace;

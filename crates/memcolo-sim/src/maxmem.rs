@@ -21,6 +21,19 @@ use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 use rand_xoshiro::SplitMix64;
 use serde::Serialize;
 
+/// Sampled updates per table page and epoch of [`TimelineConfig::scaled`]: 10,000
+/// per process and epoch at the paper's size (16,384 pages of 2 MiB per table).
+///
+/// The density, not the size, sets how fast the policy moves a newcomer's hot pages
+/// in: the hotness bins (rule T6) fill and cool at a rate of samples per page, and
+/// with more than about one sample per page and epoch they cool every few epochs and
+/// the other processes' exchanges take the migration budget the newcomer's fill
+/// needs (p6's arrival: 8–11 epochs at 0.3–0.6 samples per page, 15–20 at 1.2–2.4,
+/// at 144 MiB, 288 MiB and 144 GiB alike; `bench/sim/RESULTS.md`). Holding it fixed
+/// makes every size the same experiment. The paper's own density (PEBS, 1 % of
+/// loads, §3.2) depends on GUPS's update rate, which it does not give.
+pub const SAMPLES_PER_PAGE: f64 = 10_000.0 / 16_384.0;
+
 /// The timeline's sizes.
 #[derive(Clone, Debug)]
 pub struct TimelineConfig {
@@ -40,14 +53,17 @@ pub struct TimelineConfig {
 impl TimelineConfig {
     /// Sizes scaled from the paper's (fast tier `fast_bytes`; tables and cap in the
     /// paper's proportion: 32/144 and 10/144 of it); 2 MiB pages from a 1 GiB fast
-    /// tier up, else 4 KiB.
+    /// tier up, else 4 KiB; [`SAMPLES_PER_PAGE`] samples per table page and epoch.
     pub fn scaled(fast_bytes: u64, seed: u64) -> TimelineConfig {
+        let page_bytes = if fast_bytes >= 1 << 30 { 2 << 20 } else { 4096 };
+        let table_bytes = fast_bytes / 144 * 32;
+        let pages = (table_bytes / page_bytes).max(1) as f64;
         TimelineConfig {
             fast_bytes,
-            table_bytes: fast_bytes / 144 * 32,
+            table_bytes,
             cap_bytes: fast_bytes / 144 * 10,
-            page_bytes: if fast_bytes >= 1 << 30 { 2 << 20 } else { 4096 },
-            samples: 10_000,
+            page_bytes,
+            samples: (pages * SAMPLES_PER_PAGE).round().clamp(100.0, 1e6) as u32,
             seed,
         }
     }
@@ -68,6 +84,14 @@ pub struct TimelineRow {
     pub infeasible_share: f64,
     /// Its fast memory at the end of the phase, MiB.
     pub fast_mib_at_end: f64,
+    /// Its hot set (90 % of its updates) in the phase, MiB: the static partition a
+    /// HeMem-style configuration gives it with hindsight (MaxMem §5.2 compares with
+    /// such a partition).
+    pub hot_mib: f64,
+    /// Fast memory saved against a static partition of its whole table (what meets
+    /// its target without knowing the access pattern), % (negative: MaxMem gave it
+    /// more); `None` for a best-effort process (`t_miss` 1 through the phase).
+    pub saved_vs_table_pct: Option<f64>,
 }
 
 struct Gups {
@@ -126,6 +150,8 @@ pub fn timeline(c: &TimelineConfig) -> anyhow::Result<Vec<TimelineRow>> {
     let end_s = 280u64;
     // a_miss, t_miss, infeasible and fast pages per process per epoch.
     let mut trace: Vec<Vec<Option<EpochState>>> = vec![Vec::new(); procs.len()];
+    // Hot share per process per epoch.
+    let mut hot_trace: Vec<Vec<f64>> = vec![Vec::new(); procs.len()];
     let mut counts = vec![0u32; table_pages as usize];
     for t in 0..end_s {
         for (at, _, ev) in &schedule {
@@ -184,6 +210,7 @@ pub fn timeline(c: &TimelineConfig) -> anyhow::Result<Vec<TimelineRow>> {
         }
         let out = mm.step(&samples);
         for (k, p) in procs.iter().enumerate() {
+            hot_trace[k].push(p.hot_share);
             let st = out.procs.iter().find(|s| s.pid == p.pid);
             trace[k].push(st.map(|s| (s.a_miss, s.t_miss, s.infeasible, s.fast_pages)));
         }
@@ -206,6 +233,11 @@ pub fn timeline(c: &TimelineConfig) -> anyhow::Result<Vec<TimelineRow>> {
             }
             let epochs_to_target = phase.iter().position(|s| s.0 <= s.1).map(|e| e as u64);
             let mut second: Vec<f64> = phase[phase.len() / 2..].iter().map(|s| s.0).collect();
+            let fast_mib = phase
+                .last()
+                .map_or(0.0, |s| (s.3 * c.page_bytes) as f64 / (1u64 << 20) as f64);
+            let table_mib = (table_pages * c.page_bytes) as f64 / (1u64 << 20) as f64;
+            let hot_share = hot_trace[k][(next as usize).saturating_sub(1)];
             second.sort_by(f64::total_cmp);
             rows.push(TimelineRow {
                 change: change.clone(),
@@ -213,9 +245,9 @@ pub fn timeline(c: &TimelineConfig) -> anyhow::Result<Vec<TimelineRow>> {
                 epochs_to_target,
                 settled_a_miss: second.get(second.len() / 2).copied().unwrap_or(f64::NAN),
                 infeasible_share: phase.iter().filter(|s| s.2).count() as f64 / phase.len() as f64,
-                fast_mib_at_end: phase
-                    .last()
-                    .map_or(0.0, |s| (s.3 * c.page_bytes) as f64 / (1u64 << 20) as f64),
+                fast_mib_at_end: fast_mib,
+                hot_mib: table_mib * hot_share,
+                saved_vs_table_pct: sensitive.then(|| 100.0 * (1.0 - fast_mib / table_mib)),
             });
         }
     }

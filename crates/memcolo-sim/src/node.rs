@@ -177,6 +177,8 @@ struct Proc {
     /// Time this process was stalled in this step, seconds (direct reclaim).
     step_stall_s: f64,
     gate: Option<AllowRateGate>,
+    /// Later phases, `(at_s, workload)` in time order ([`Node::add_phase`]).
+    phases: std::collections::VecDeque<(f64, Workload)>,
     stats: ProcStats,
 }
 
@@ -360,6 +362,7 @@ impl Node {
                     backlog_s: 0.0,
                     step_stall_s: 0.0,
                     gate,
+                    phases: Default::default(),
                 }
             })
             .collect();
@@ -390,6 +393,64 @@ impl Node {
             seconds: 0,
             slow_seconds: 0,
         })
+    }
+
+    /// From `at_s` (seconds of simulated time) on, process `index` (in [`ProcSpec`]
+    /// order) does `workload` instead: a phase of a process whose rates change. Its
+    /// memory is carried over; what it holds above the phase's size (`ws_bytes`,
+    /// `size_bytes`, `want_bytes`, `file_bytes`) is freed at the change, as a job
+    /// that drops data does. Phases are added in time order.
+    ///
+    /// # Errors
+    /// An index out of range, a phase of another class than the process's, a time
+    /// before the process's start or before its previous phase, or not finite.
+    pub fn add_phase(&mut self, index: usize, at_s: f64, workload: Workload) -> anyhow::Result<()> {
+        let p = self
+            .procs
+            .get_mut(index)
+            .ok_or_else(|| anyhow::anyhow!("no process {index}"))?;
+        anyhow::ensure!(
+            workload.class() == p.spec.workload.class(),
+            "process `{}`: a phase of class {} after class {}",
+            p.spec.name,
+            workload.class().as_str(),
+            p.spec.workload.class().as_str()
+        );
+        let after = p.phases.back().map_or(p.spec.start_s, |ph| ph.0);
+        anyhow::ensure!(
+            at_s.is_finite() && at_s >= after,
+            "process `{}`: phase at {at_s} s is before {after} s",
+            p.spec.name
+        );
+        p.phases.push_back((at_s, workload));
+        Ok(())
+    }
+
+    /// Switches the processes whose next phase is due at `now_s`.
+    fn advance_phases(&mut self, now_s: f64) {
+        for i in 0..self.procs.len() {
+            while self.procs[i].phases.front().is_some_and(|ph| ph.0 <= now_s) {
+                let (_, w) = self.procs[i].phases.pop_front().expect("checked");
+                let size = match &w {
+                    Workload::Lc { ws_bytes, .. } => *ws_bytes,
+                    Workload::BeAnon { size_bytes, .. } => *size_bytes,
+                    Workload::Elastic { want_bytes, .. } => *want_bytes,
+                    Workload::BeFile { file_bytes, .. } => *file_bytes,
+                };
+                let p = &mut self.procs[i];
+                if matches!(w, Workload::BeFile { .. }) {
+                    p.file = p.file.min(size);
+                } else {
+                    // Swapped pages go first (the cold ones), then resident.
+                    let over = (p.anon + p.swapped).saturating_sub(size);
+                    let from_swap = over.min(p.swapped);
+                    p.swapped -= from_swap;
+                    p.anon -= over - from_swap;
+                    self.removed_since += over - from_swap;
+                }
+                self.procs[i].spec.workload = w;
+            }
+        }
     }
 
     /// Simulated time since the start.
@@ -652,6 +713,7 @@ impl Node {
                 self.exit(i);
             }
         }
+        self.advance_phases(now_s);
         for i in 0..self.procs.len() {
             if self.procs[i].alive {
                 self.run_proc(i, dt);

@@ -58,3 +58,65 @@ fn same_seed_same_timeline() {
     bad.fast_bytes = 0;
     assert!(timeline(&bad).is_err());
 }
+
+#[test]
+fn fast_memory_saved_is_reported_for_latency_sensitive_processes() {
+    let c = bench_size(1);
+    let rows = timeline(&c).unwrap();
+    let table_mib = (c.table_bytes >> 20) as f64;
+    for r in &rows {
+        // p1 is best effort until 220 s: nothing to compare.
+        let best_effort = r.process == "p1" && r.change != "target p1 @220s";
+        assert_eq!(r.saved_vs_table_pct.is_none(), best_effort, "{r:?}");
+        if let Some(saved) = r.saved_vs_table_pct {
+            let expect = 100.0 * (1.0 - r.fast_mib_at_end / table_mib);
+            assert!((saved - expect).abs() < 1e-9, "{r:?}");
+        }
+        let hot = if r.process == "p5"
+            && r.change != "start p5 @40s"
+            && !r.change.starts_with("start p6")
+        {
+            0.75
+        } else {
+            0.5
+        };
+        assert_eq!(r.hot_mib, table_mib * hot, "{r:?}");
+    }
+    // Six tables of 32 MiB do not fit a 144 MiB tier: after p6 starts, the
+    // latency-sensitive processes save fast memory against a table each.
+    let after_p6: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.change == "start p6 @100s")
+        .filter_map(|r| r.saved_vs_table_pct)
+        .collect();
+    assert_eq!(after_p6.len(), 5);
+    assert!(after_p6.iter().sum::<f64>() > 0.0, "{after_p6:?}");
+}
+
+/// The epochs of p6's arrival depend on the sampling density (samples per page and
+/// epoch), not on the size: `TimelineConfig::scaled` holds the density, so
+/// `bench/tiering`'s size (8,192 pages per table) and twice it (16,384, the paper's
+/// page count) are the same experiment. With 10,000 samples at every size the
+/// former took 18–20 epochs and the latter 10–11.
+#[test]
+fn the_arrival_takes_the_same_epochs_at_the_bench_size_and_twice_it() {
+    let p6 = |fast: u64| {
+        let c = TimelineConfig::scaled(fast, 1);
+        let rows = timeline(&c).unwrap();
+        rows.iter()
+            .find(|r| r.change == "start p6 @100s" && r.process == "p6")
+            .unwrap()
+            .epochs_to_target
+            .unwrap()
+    };
+    let (bench, twice) = (p6(144 << 20), p6(288 << 20));
+    assert!(
+        bench.abs_diff(twice) <= 3,
+        "144 MiB: {bench} epochs, 288 MiB: {twice}"
+    );
+    assert_eq!(
+        TimelineConfig::scaled(144 << 30, 1).samples,
+        10_000,
+        "the paper's size keeps its 10,000 samples"
+    );
+}
