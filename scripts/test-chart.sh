@@ -56,7 +56,7 @@ grep -q '^kind: ServiceMonitor$' "$out/defaults.yaml" && bad "ServiceMonitor ren
 for rule in 'resources: \[pods\]' 'resources: \[pods/eviction\]' 'resources: \[events\]' 'resources: \[nodes\]'; do
   grep -q "$rule" "$out/defaults.yaml" && ok "RBAC: $rule" || bad "RBAC lacks $rule"
 done
-for must in 'hostPID: true' 'privileged: true' 'path: /sys/fs/cgroup' 'path: /run/memcolo' '- --kubernetes' 'fieldPath: spec.nodeName' 'livenessProbe:' 'readinessProbe:'; do
+for must in 'hostPID: true' 'privileged: true' 'path: /sys/fs/cgroup' 'path: /run/memcolo' '- --kubernetes' 'fieldPath: spec.nodeName' 'livenessProbe:' 'path: /healthz' 'readinessProbe:'; do
   grep -qF -- "$must" "$out/defaults.yaml" && ok "DaemonSet: $must" || bad "DaemonSet lacks $must"
 done
 

@@ -221,11 +221,51 @@ fn start_event_sources(
     }
 }
 
-async fn serve_metrics(addr: String, metrics: Arc<Metrics>) -> anyhow::Result<JoinHandle<()>> {
+/// `GET /healthz`'s answer when the main loop last polled at `last_poll_s` and it is
+/// `now_s` (Unix seconds): 200 while the last poll is at most `max_gap_s` old (also
+/// before the first poll, while the agent starts), 503 saying how old it is after.
+/// A stuck main loop (a poll that never ends) is what a liveness probe should
+/// restart; a slow API server or client never makes it so.
+pub fn health(last_poll_s: i64, now_s: i64, max_gap_s: i64) -> (u16, String) {
+    let age = now_s.saturating_sub(last_poll_s);
+    if last_poll_s == 0 || age <= max_gap_s {
+        (200, "ok\n".into())
+    } else {
+        (
+            503,
+            format!("no poll for {age} s (more than {max_gap_s} s): the main loop is stuck\n"),
+        )
+    }
+}
+
+async fn serve_metrics(
+    addr: String,
+    metrics: Arc<Metrics>,
+    max_gap_s: i64,
+) -> anyhow::Result<JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen for metrics on {addr}: {e}"))?;
+    let m2 = metrics.clone();
     let app = axum::Router::new().route(
+        "/healthz",
+        axum::routing::get(move || {
+            let m = m2.clone();
+            async move {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs() as i64)
+                    .unwrap_or(0);
+                let (code, body) = health(m.last_poll_timestamp.get(), now, max_gap_s);
+                (
+                    axum::http::StatusCode::from_u16(code)
+                        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR),
+                    body,
+                )
+            }
+        }),
+    );
+    let app = app.route(
         "/metrics",
         axum::routing::get(move || {
             let m = metrics.clone();
@@ -306,7 +346,10 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
     let (ev_tx, mut ev_rx) = mpsc::channel::<&'static str>(16);
     start_event_sources(&cfg, &scope, &procfs, ev_tx);
     let metrics_task = if cfg.metrics_addr != "off" {
-        Some(serve_metrics(cfg.metrics_addr.clone(), metrics.clone()).await?)
+        // The main loop polls every poll_ms (and on pressure events): ten missed polls,
+        // and at least 30 s, is a stuck loop.
+        let max_gap_s = ((cfg.poll_ms as i64 * 10) / 1000).max(30);
+        Some(serve_metrics(cfg.metrics_addr.clone(), metrics.clone(), max_gap_s).await?)
     } else {
         None
     };
@@ -472,6 +515,17 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn health_is_the_age_of_the_last_poll() {
+        assert_eq!(health(0, 1_000, 30).0, 200, "starting");
+        assert_eq!(health(990, 1_000, 30).0, 200);
+        assert_eq!(health(970, 1_000, 30).0, 200);
+        let (code, body) = health(960, 1_000, 30);
+        assert_eq!(code, 503);
+        assert!(body.contains("no poll for 40 s"), "{body}");
+    }
+
     use super::*;
 
     #[test]

@@ -59,6 +59,9 @@ pub struct Metrics {
     pub kubernetes_api_reachable: IntGauge,
     /// `memcolo_polls_total{trigger}`: tick or event.
     pub polls: IntCounterVec,
+    /// `memcolo_last_poll_timestamp_seconds`: when the main loop last polled, Unix time
+    /// (what `GET /healthz` judges the agent alive by).
+    pub last_poll_timestamp: IntGauge,
     /// `memcolo_pressure_events_total{source}`.
     pub pressure_events: IntCounterVec,
     /// `memcolo_errors_total{kind}`.
@@ -198,6 +201,15 @@ impl Metrics {
                 g
             },
             polls: cv("memcolo_polls_total", "Sense-decide-act rounds by trigger", &["trigger"]),
+            last_poll_timestamp: {
+                let g = IntGauge::new(
+                    "memcolo_last_poll_timestamp_seconds",
+                    "When the main loop last polled, Unix time in seconds",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
             pressure_events: cv(
                 "memcolo_pressure_events_total",
                 "Kernel memory pressure events received, by source",

@@ -275,3 +275,47 @@ fn tiering_that_cannot_start_leaves_the_agent_running_and_says_why() {
         "{st}"
     );
 }
+
+/// `GET /healthz` on the metrics address answers 200 while the main loop polls, and
+/// the last poll's time is on `/metrics` (what a liveness probe and an alert read).
+#[test]
+fn healthz_answers_while_the_main_loop_polls() {
+    common::require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let _agent = AgentCommand::new(EXE, dir.path()).metrics(&addr).start();
+    let get = |path: &str| -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let h = get("/healthz");
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(h.ends_with("ok\n"), "{h}");
+    // The first poll may still be on its way: a bounded wait.
+    let polled = || {
+        get("/metrics")
+            .lines()
+            .any(|l| l.starts_with("memcolo_last_poll_timestamp_seconds ") && !l.ends_with(" 0"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !polled() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no poll time on /metrics"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

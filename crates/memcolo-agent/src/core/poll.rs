@@ -20,6 +20,9 @@ impl Core {
             .polls
             .with_label_values(&[trigger.as_str()])
             .inc();
+        self.metrics
+            .last_poll_timestamp
+            .set(super::unix_now_s() as i64);
         let sample = match self.scope.sample_with_host(&self.procfs) {
             Ok(s) => {
                 self.sense_error_logged = false;
