@@ -24,11 +24,11 @@ its min and max from its median, in % of the median ("within +-15 %").
 --scale N multiplies each run's work (tput.c's SCALE: at 1 a run is ~0.1 s of CPU time,
 which a busy machine's scheduling disturbs as much as it measures; 20 gives seconds).
 --pin runs thread i on CPU i (TPUT_PIN=1). --callgrind adds, per benchmark and
-allocator, one run under valgrind's callgrind (threads serialized; the count of
+allocator, one run at scale 1 under valgrind's callgrind (threads serialized; the count of
 instructions does not depend on the machine's load): the instructions executed inside
 malloc and free, with what they call, per malloc/free pair of the benchmark (larson:
-THREADS x 400,000 x 10 x SCALE pairs; prodcons: THREADS x 2,000,000 x SCALE; small:
-THREADS x 4,000,000 x SCALE), a machine-independent figure for the fast path (not for
+THREADS x 400,000 x 10 pairs; prodcons: THREADS x 2,000,000; small: THREADS x
+4,000,000), a machine-independent figure for the fast path (not for
 its cycles: an atomic read-modify-write counts as one instruction, a cache miss as
 none).
 
@@ -123,7 +123,7 @@ def callgrind_ir(mode, threads, lib, extra):
     under callgrind (collection toggled on at their entry), or None when valgrind is
     missing or the run failed"""
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--collect-atstart=no",
-           "--toggle-collect=malloc", "--toggle-collect=free", BIN, mode, str(threads), str(SCALE)]
+           "--toggle-collect=malloc", "--toggle-collect=free", BIN, mode, str(threads), "1"]
     try:
         r = subprocess.run(cmd, env=env_for(lib, extra), capture_output=True, text=True, timeout=1800)
     except (OSError, subprocess.TimeoutExpired):
@@ -313,7 +313,7 @@ def main():
                 if ir is None:
                     lines.append(f"| {mode} | {name} | - | - |")
                     continue
-                per = f"{ir / (pairs * a.threads * SCALE):.1f}" if pairs else "-"
+                per = f"{ir / (pairs * a.threads):.1f}" if pairs else "-"
                 lines.append(f"| {mode} | {name} | {per} | {ir / 1e6:.0f} |")
     text = "\n".join(lines) + "\n"
     for fname in ("summary.md", "report.md"):
