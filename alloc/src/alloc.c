@@ -212,8 +212,9 @@ static MC_NOINLINE void mc_debug_free_check(void *p, unsigned cls) {
 /* Every check of a small object's free: the start of an object held by the program
  * (16-byte aligned and its live bit set; the bit is cleared here, one atomic RMW), its
  * padding intact (debug). The live bit alone also refuses interior pointers: no bit
- * but an object's start is ever set. */
-static inline void mc_small_free_checks_in(const uintptr_t *leaf, void *p, uintptr_t e, unsigned cls) {
+ * but an object's start is ever set. leaf: the page map leaf of p (its live map follows
+ * the entries). */
+static inline void mc_small_free_checks(const uintptr_t *leaf, void *p, uintptr_t e, unsigned cls) {
   uintptr_t a = (uintptr_t)p;
   uint64_t bit = mc_livemap_bit(a);
   if (mc_unlikely((a & (MC_ALIGN - 1)) != 0 ||
@@ -222,9 +223,6 @@ static inline void mc_small_free_checks_in(const uintptr_t *leaf, void *p, uintp
   }
   MC_DEBUG_FREE_CHECK(p, cls);
   MC_PAD_CHECK(p, cls);
-}
-static inline void mc_small_free_checks(void *p, uintptr_t e, unsigned cls) {
-  mc_small_free_checks_in(mc_pagemap_root[(uintptr_t)p >> 30], p, e, cls);
 }
 
 MC_EXPORT void MC_NAME(free)(void *p);
@@ -237,16 +235,8 @@ MC_NOINLINE void mc_free_slow(void *p, uintptr_t entry) {
              "a pointer from malloc/calloc/realloc/aligned allocation");
   }
   unsigned cls = (unsigned)(entry & MC_PM_CLASS_MASK);
-  if (cls != 0) {
-    /* a thread that frees before it ever allocated (a consumer) gets its cache now */
-    mc_tcache_t *tc = mc_tcache_dead ? NULL : mc_tcache_get_slow();
-    if (tc != NULL) {
-      MC_NAME(free)(p);
-      return;
-    }
-    /* no thread cache (the thread is being torn down): straight to the central list */
-    mc_small_free_checks(p, entry, cls);
-    mc_central_return(cls, &p, 1);
+  if (cls != 0) { /* a small object: free's own path serves every thread (mc_free_overflow) */
+    MC_NAME(free)(p);
     return;
   }
   if (s->kind != MC_SPAN_LARGE && s->kind != MC_SPAN_REGION) {
@@ -302,7 +292,7 @@ MC_EXPORT void MC_NAME(free)(void *p) {
   unsigned cls = (unsigned)(e & MC_PM_CLASS_MASK);
   mc_tcache_t *tc = mc_tcache; /* mc_tcache_none's lists are full: mc_free_overflow */
   if (mc_likely(cls != 0)) {
-    mc_small_free_checks_in(leaf, p, e, cls);
+    mc_small_free_checks(leaf, p, e, cls);
     mc_bin_t *b = &tc->bins[cls];
     uint32_t n = b->count;
     void **slots = b->slots;
