@@ -94,23 +94,20 @@ static MC_NOINLINE void mc_pad_check(void *p, unsigned cls) {
 #endif
 
 
-/* The thread cache's pop. Objects up to 1 KiB are the fall-through path (no taken
- * branch from the entry to the return: mc_size_to_class's mc_likely; without it the
- * larger classes were laid out there). */
-static inline void *mc_small_fast(size_t size) {
-  mc_tcache_t *tc = mc_tcache;
-  if (mc_likely(tc != NULL)) {
-    unsigned cls = mc_size_to_class(size);
-    mc_bin_t *b = &tc->bins[cls];
-    if (mc_likely(b->count != 0)) return mc_obj_out(b->slots[--b->count]);
-  }
+/* The thread cache's pop of class cls (size's). */
+static inline void *mc_pop(size_t size, unsigned cls) {
+  mc_bin_t *b = &mc_tcache->bins[cls]; /* mc_tcache_none's lists are empty */
+  if (mc_likely(b->count != 0)) return mc_obj_out(b->slots[--b->count]);
   return mc_malloc_slow(size);
 }
+
+/* The thread cache's pop for a size up to MC_SMALL_MAX. */
+static inline void *mc_small_fast(size_t size) { return mc_pop(size, mc_size_to_class(size)); }
 
 static void *mc_large_alloc(size_t size) {
   size_t pages = (size + MC_PAGE_SIZE - 1) >> MC_PAGE_SHIFT;
   if (pages == 0 || size > ((size_t)1 << 46)) { errno = ENOMEM; return NULL; }
-  mc_tcache_t *tc = mc_tcache;
+  mc_tcache_t *tc = mc_tcache_self();
   if (tc) tc->large_allocs++;
   else __atomic_fetch_add(&mc_stat_large_allocs, 1, __ATOMIC_RELAXED);
   if (mc_reserve_on) {
@@ -129,7 +126,7 @@ static void *mc_large_alloc(size_t size) {
 
 MC_NOINLINE void *mc_malloc_slow(size_t size) {
   mc_ensure_init();
-  mc_tcache_t *tc = mc_tcache;
+  mc_tcache_t *tc = mc_tcache_self();
   if (tc == NULL) tc = mc_tcache_get_slow();
   if (tc) tc->slow_calls++; /* per thread: a shared counter here would bounce between cores */
   else __atomic_fetch_add(&mc_stat_slow_calls, 1, __ATOMIC_RELAXED);
@@ -168,7 +165,10 @@ MC_EXPORT void *MC_NAME(malloc)(size_t size) {
 #if MC_DEBUG >= 1
   return mc_alloc_padded(size);
 #endif
-  if (mc_likely(size <= MC_SMALL_MAX)) return mc_small_fast(size);
+  /* up to 1 KiB first, the fall-through path (one compare before the class table;
+   * no taken branch from the entry to the return) */
+  if (mc_likely(size <= 1024)) return mc_pop(size, mc_class_small_idx[(size + 15) >> 4]);
+  if (mc_likely(size <= MC_SMALL_MAX)) return mc_pop(size, mc_class_large_idx[(size + 127) >> 7]);
   return mc_malloc_slow(size);
 }
 
@@ -212,12 +212,13 @@ static MC_NOINLINE void mc_debug_free_check(void *p, unsigned cls) {
 /* Every check of a small object's free: the start of an object held by the program
  * (16-byte aligned and its live bit set; the bit is cleared here, one atomic RMW), its
  * padding intact (debug). The live bit alone also refuses interior pointers: no bit
- * but an object's start is ever set. */
-static inline void mc_small_free_checks(void *p, uintptr_t e, unsigned cls) {
+ * but an object's start is ever set. leaf: the page map leaf of p (its live map follows
+ * the entries). */
+static inline void mc_small_free_checks(const uintptr_t *leaf, void *p, uintptr_t e, unsigned cls) {
   uintptr_t a = (uintptr_t)p;
   uint64_t bit = mc_livemap_bit(a);
   if (mc_unlikely((a & (MC_ALIGN - 1)) != 0 ||
-                  (__atomic_fetch_and(mc_livemap_word(a), ~bit, __ATOMIC_RELAXED) & bit) == 0)) {
+                  (__atomic_fetch_and(mc_livemap_word_in(leaf, a), ~bit, __ATOMIC_RELAXED) & bit) == 0)) {
     mc_free_refused(p, e, cls);
   }
   MC_DEBUG_FREE_CHECK(p, cls);
@@ -227,22 +228,15 @@ static inline void mc_small_free_checks(void *p, uintptr_t e, unsigned cls) {
 MC_EXPORT void MC_NAME(free)(void *p);
 
 MC_NOINLINE void mc_free_slow(void *p, uintptr_t entry) {
+  if (p == NULL) return;
   mc_span_t *s = (mc_span_t *)(entry & MC_PM_SPAN_MASK);
   if (s == NULL) {
     mc_fatal("free of a pointer that memcolo did not return (or already freed) ", p, 0,
              "a pointer from malloc/calloc/realloc/aligned allocation");
   }
   unsigned cls = (unsigned)(entry & MC_PM_CLASS_MASK);
-  if (cls != 0) {
-    /* a thread that frees before it ever allocated (a consumer) gets its cache now */
-    mc_tcache_t *tc = mc_tcache_dead ? NULL : mc_tcache_get_slow();
-    if (tc != NULL) {
-      MC_NAME(free)(p);
-      return;
-    }
-    /* no thread cache (the thread is being torn down): straight to the central list */
-    mc_small_free_checks(p, entry, cls);
-    mc_central_return(cls, &p, 1);
+  if (cls != 0) { /* a small object: free's own path serves every thread (mc_free_overflow) */
+    MC_NAME(free)(p);
     return;
   }
   if (s->kind != MC_SPAN_LARGE && s->kind != MC_SPAN_REGION) {
@@ -257,8 +251,22 @@ MC_NOINLINE void mc_free_slow(void *p, uintptr_t entry) {
 }
 
 /* A full list: its oldest half goes to the central lists. Out of line, so that free's
- * fast path needs no stack frame (p's address is taken here). */
+ * fast path needs no stack frame (p's address is taken here). p has passed the checks.
+ * A thread without a cache (mc_tcache_none, whose lists are all full) gets one now: a
+ * consumer's first free; a thread being torn down gives p to the central lists. */
 static MC_NOINLINE void mc_free_overflow(mc_tcache_t *tc, unsigned cls, void *p) {
+  if (mc_unlikely(tc == &mc_tcache_none)) {
+    tc = mc_tcache_dead ? NULL : mc_tcache_get_slow();
+    if (tc == NULL) {
+      mc_central_return(cls, &p, 1);
+      return;
+    }
+    mc_bin_t *b = &tc->bins[cls];
+    if (b->count < b->max) {
+      b->slots[b->count++] = p;
+      return;
+    }
+  }
   if (mc_unlikely(!mc_tcache_overflow(tc, cls))) {
     mc_central_return(cls, &p, 1);
     return;
@@ -268,12 +276,23 @@ static MC_NOINLINE void mc_free_overflow(mc_tcache_t *tc, unsigned cls, void *p)
 }
 
 MC_EXPORT void MC_NAME(free)(void *p) {
-  if (mc_unlikely(p == NULL)) return;
-  uintptr_t e = mc_pagemap_entry(p);
+  /* NULL (any pointer into the first page) and pointers past the page map's 48 bits
+   * take the slow path: one compare */
+  uintptr_t a = (uintptr_t)p;
+  if (mc_unlikely(a - MC_PAGE_SIZE >= ((uintptr_t)1 << 48) - MC_PAGE_SIZE)) {
+    mc_free_slow(p, 0);
+    return;
+  }
+  const uintptr_t *leaf = mc_pagemap_root[a >> 30];
+  if (mc_unlikely(leaf == NULL)) {
+    mc_free_slow(p, 0);
+    return;
+  }
+  uintptr_t e = leaf[(a >> MC_PAGE_SHIFT) & ((1u << 18) - 1)];
   unsigned cls = (unsigned)(e & MC_PM_CLASS_MASK);
-  mc_tcache_t *tc = mc_tcache;
-  if (mc_likely(cls != 0 && tc != NULL)) {
-    mc_small_free_checks(p, e, cls);
+  mc_tcache_t *tc = mc_tcache; /* mc_tcache_none's lists are full: mc_free_overflow */
+  if (mc_likely(cls != 0)) {
+    mc_small_free_checks(leaf, p, e, cls);
     mc_bin_t *b = &tc->bins[cls];
     uint32_t n = b->count;
     void **slots = b->slots;

@@ -33,8 +33,8 @@
  *             handed out, is caught at the free wherever the first free left the
  *             object. No other bit is ever set (a span's bits are all clear when it
  *             goes back to the page heap), so a pointer into an object, or past a
- *             span's last object, finds its bit clear too. Kept beside the page map
- *             (1 GiB of address space per leaf).
+ *             span's last object, finds its bit clear too. Kept in each page map
+ *             leaf's mapping, after its entries (1 GiB of address space per leaf).
  *
  * Locks, in order: central[shard][c].lock -> heap lock (mc_heap.lock) ; pool lock -> heap lock.
  * Prefixes: public memcolo_*, shared internal mc_<file>_*, file-private static.
@@ -289,13 +289,21 @@ static inline uintptr_t mc_pagemap_entry(const void *p) {
 }
 /* The live map (see the glossary): per page map leaf (2^30 bytes of address space),
  * 2^26 bits, one per 16-byte granule, set while the object starting there is held by
- * the program. Mapped with the leaf (8 MiB of address space; only the words of the
- * granules of small spans ever become resident: 1/128 of those spans' bytes). Its
- * words are shared by objects of different threads: updated with atomic RMWs. */
-extern uint64_t *mc_livemap_root[1 << 18];
+ * the program. Mapped right after the leaf's entries, in the same mapping (8 MiB of
+ * address space; only the words of the granules of small spans ever become resident:
+ * 1/128 of those spans' bytes), so that free, which has loaded the leaf's address for
+ * the page map entry, finds the live map word without another load. Its words are
+ * shared by objects of different threads: updated with atomic RMWs. */
+#define MC_PM_LEAF_BYTES (sizeof(uintptr_t) << 18)
 #define MC_LIVEMAP_BYTES ((size_t)1 << (30 - 4 - 3))
+/* the word of address a's granule, in the live map of a's leaf (a < 2^48, in the map) */
+static inline uint64_t *mc_livemap_word_in(const uintptr_t *leaf, uintptr_t a) {
+  /* the byte offset of word a >> 10, as one shift and mask: an addressing mode's
+   * displacement then adds MC_PM_LEAF_BYTES */
+  return (uint64_t *)((const char *)leaf + MC_PM_LEAF_BYTES + ((a >> 7) & (((uintptr_t)1 << 23) - 8)));
+}
 static inline uint64_t *mc_livemap_word(uintptr_t a) {
-  return &mc_livemap_root[a >> 30][(a >> 10) & ((1u << 20) - 1)];
+  return mc_livemap_word_in(mc_pagemap_root[a >> 30], a);
 }
 static inline uint64_t mc_livemap_bit(uintptr_t a) { return (uint64_t)1 << ((a >> 4) & 63); }
 static inline mc_span_t *mc_pagemap_get(const void *p) {
@@ -383,7 +391,13 @@ typedef struct mc_tcache_s {
   uint64_t slow_calls, large_allocs; /* telemetry, summed by memcolo_stats */
   struct mc_tcache_s *next_all, *prev_all;
 } mc_tcache_t;
+/* The calling thread's cache; &mc_tcache_none (every list empty and full at once, never
+ * written) until the thread's first allocation and after its cache is destroyed, so that
+ * the fast paths need no test for a missing cache: their slow paths tell it apart. */
 extern __thread mc_tcache_t *mc_tcache __attribute__((tls_model("initial-exec")));
+extern mc_tcache_t mc_tcache_none;
+/* the calling thread's cache, or NULL when it has none (yet, or any more) */
+static inline mc_tcache_t *mc_tcache_self(void) { return mc_tcache != &mc_tcache_none ? mc_tcache : NULL; }
 extern __thread int mc_tcache_dead __attribute__((tls_model("initial-exec")));
 mc_tcache_t *mc_tcache_get_slow(void);
 void *mc_tcache_refill(mc_tcache_t *tc, unsigned cls);

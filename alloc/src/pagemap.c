@@ -5,8 +5,8 @@
  * size class in bits 0-5 for small spans (0 otherwise), the span's shard in bits
  * 48-55 and the page's index in its span in bits 56-63, so that free() learns the
  * class, the shard and the pointer's offset in its span without reading the span.
- * Each leaf comes with its part of the live map (internal.h), zero at first: no
- * object of a new span is held by the program.
+ * Each leaf comes with its part of the live map (internal.h), in the same mapping
+ * after the entries, zero at first: no object of a new span is held by the program.
  * Small spans have every page in the map (objects lie anywhere in them); large blocks
  * have their first page and, for aligned blocks, the page of the returned pointer. All
  * writers hold the heap lock; readers (free) read entries of spans they own. */
@@ -15,7 +15,6 @@
 #include "internal.h"
 
 uintptr_t *mc_pagemap_root[1 << 18];
-uint64_t *mc_livemap_root[1 << 18];
 
 bool mc_pagemap_set(uintptr_t page_addr, mc_span_t *s) {
   uintptr_t a = page_addr >> MC_PAGE_SHIFT;
@@ -23,11 +22,9 @@ bool mc_pagemap_set(uintptr_t page_addr, mc_span_t *s) {
   uintptr_t *leaf = mc_pagemap_root[a >> 18];
   if (leaf == NULL) {
     if (s == NULL) return true;
-    leaf = (uintptr_t *)mc_os_meta_alloc(sizeof(uintptr_t) << 18);
-    uint64_t *live = (uint64_t *)mc_os_meta_alloc(MC_LIVEMAP_BYTES);
-    if (leaf == NULL || live == NULL) return false;
-    /* the live map first: an object of a page in the map has its bits */
-    __atomic_store_n(&mc_livemap_root[a >> 18], live, __ATOMIC_RELEASE);
+    /* the entries and, right after them, the leaf's live map (internal.h) */
+    leaf = (uintptr_t *)mc_os_meta_alloc(MC_PM_LEAF_BYTES + MC_LIVEMAP_BYTES);
+    if (leaf == NULL) return false;
     __atomic_store_n(&mc_pagemap_root[a >> 18], leaf, __ATOMIC_RELEASE);
   }
   uintptr_t e = 0;

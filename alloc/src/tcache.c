@@ -16,7 +16,8 @@
 
 #include "internal.h"
 
-__thread mc_tcache_t *mc_tcache __attribute__((tls_model("initial-exec")));
+mc_tcache_t mc_tcache_none; /* bins of count 0 and max 0: malloc and free take their slow paths */
+__thread mc_tcache_t *mc_tcache __attribute__((tls_model("initial-exec"))) = &mc_tcache_none;
 __thread int mc_tcache_dead __attribute__((tls_model("initial-exec"))); /* its cache was destroyed */
 static pthread_key_t mc_tcache_key;
 static mc_tcache_t *mc_tcache_all, *mc_tcache_free;
@@ -37,7 +38,7 @@ static void mc_tcache_destroy(void *arg) {
   mc_tcache_t *tc = (mc_tcache_t *)arg;
   if (tc == NULL) return;
   for (unsigned c = 1; c < MC_CLASSES; c++) mc_tcache_flush_oldest(tc, c, tc->bins[c].count);
-  mc_tcache = NULL;
+  mc_tcache = &mc_tcache_none;
   mc_tcache_dead = 1;
   pthread_mutex_lock(&mc_heap.lock);
   mc_stat_slow_calls += tc->slow_calls;
@@ -80,7 +81,7 @@ static inline void mc_tcache_set_max(mc_tcache_t *tc, unsigned cls) {
 
 mc_tcache_t *mc_tcache_get_slow(void) {
   mc_ensure_init();
-  if (mc_tcache) return mc_tcache;
+  if (mc_tcache != &mc_tcache_none) return mc_tcache;
   if (mc_tcache_dead) return NULL; /* malloc/free from later TLS destructors: go central */
   pthread_mutex_lock(&mc_heap.lock);
   mc_tcache_t *tc = mc_tcache_free;
@@ -159,7 +160,7 @@ bool mc_tcache_overflow(mc_tcache_t *tc, unsigned cls) {
 
 /* Empties the calling thread's cache (malloc_trim). */
 void mc_tcache_flush_self(void) {
-  mc_tcache_t *tc = mc_tcache;
+  mc_tcache_t *tc = mc_tcache_self();
   if (tc == NULL) return;
   for (unsigned c = 1; c < MC_CLASSES; c++) mc_tcache_flush_oldest(tc, c, tc->bins[c].count);
 }
@@ -168,7 +169,7 @@ void mc_tcache_flush_self(void) {
  * unreachable; their objects are simply leaked (as every allocator does), but the
  * records are recycled. Runs with the heap lock re-initialized. */
 void mc_tcache_flush_all_for_fork_child(void) {
-  mc_tcache_t *me = mc_tcache;
+  mc_tcache_t *me = mc_tcache_self();
   mc_tcache_t *tc = mc_tcache_all;
   mc_tcache_all = NULL;
   mc_tcache_live = 0;

@@ -1,6 +1,7 @@
 /* test_errors.c — bad input is reported with a clear message and aborts: double free
  * (small and large, back to back or not, from another thread, after the object left the
- * thread cache), free of a pointer memcolo never returned, interior pointers, realloc of
+ * thread cache, as a thread's first calls), free of a pointer memcolo never returned
+ * (static storage, the first page, past 48 bits), interior pointers, realloc of
  * a freed object, a corrupted thread-cache free list and (debug builds) a write past the
  * size asked for. Each case runs in a child process whose stderr and exit signal are
  * checked; a misuse that is not caught at the free goes on to allocate and says whether
@@ -178,6 +179,21 @@ static void double_free_cross_thread(void) {
   pthread_mutex_unlock(&hold);
   pthread_join(t, NULL);
   probe(64, NULL);
+}
+
+/* the double free is the thread's first two calls: the first free finds no cache (the
+ * fast path's empty stand-in) and makes one, the second must still be refused */
+static void *free_twice(void *p) {
+  MC_API(free)(p);
+  MC_API(free)(p);
+  return NULL;
+}
+static void double_free_first_calls_of_thread(void) {
+  void *a = MC_API(malloc)(48);
+  pthread_t t;
+  pthread_create(&t, NULL, free_twice, a);
+  pthread_join(t, NULL);
+  probe(48, NULL);
 }
 
 static void realloc_after_free(void) {
@@ -361,6 +377,16 @@ static void free_foreign(void) {
   MC_API(free)(not_heap + 16);
 }
 
+/* free's fast path sends NULL, the first page and pointers past 48 bits to its slow
+ * path with one compare: only NULL is accepted there */
+static void free_first_page(void) {
+  MC_API(free)(NULL);
+  MC_API(free)((void *)(uintptr_t)0x40);
+}
+static void free_past_48_bits(void) {
+  MC_API(free)((void *)(uintptr_t)0xffff800000401000ull);
+}
+
 static void free_interior_large(void) {
   char *p = (char *)MC_API(malloc)(200000);
   MC_API(free)(p + 8192);
@@ -403,6 +429,9 @@ int main(void) {
   run_bad("double_free_nonadjacent_16", double_free_nonadjacent_16, "double free");
   run_bad("double_free_transfer_cache", double_free_transfer_cache, "double free");
   run_bad("double_free_cross_thread", double_free_cross_thread, "double free");
+  run_bad("double_free_first_calls_of_thread", double_free_first_calls_of_thread, "double free");
+  run_bad("free_first_page", free_first_page, "did not return");
+  run_bad("free_past_48_bits", free_past_48_bits, "did not return");
   run_bad("realloc_after_free", realloc_after_free, "double free");
   run_bad("free_interior_small", free_interior_small, "interior pointer");
   run_bad("free_interior_small_odd", free_interior_small_odd, "interior pointer");

@@ -6,10 +6,16 @@
  *   realloc   realloc growth chains from 16 B to 1 MiB
  *   larson    a server: each thread replaces random slots (free + malloc 16..1000 B);
  *             threads exit and new ones inherit their slots
- * usage: tput MODE [THREADS]    (TPUT_SMAPS=PATH: resident KiB per mapping at the end;
- *                                TPUT_PAGES=PATH: the resident pages of each mapping) */
+ * usage: tput MODE [THREADS [SCALE]]
+ *   SCALE (default 1) multiplies the work: prodcons' objects, small's rounds, realloc's
+ *   chains, larson's generations (at 1, ~0.1 s of CPU time each: scale 20 gives runs of
+ *   seconds, whose times a busy machine disturbs less in proportion);
+ *   TPUT_PIN=1: thread i runs on the i-th CPU of the process's affinity (mod their number);
+ *   TPUT_SMAPS=PATH: resident KiB per mapping at the end;
+ *   TPUT_PAGES=PATH: the resident pages of each mapping */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +34,36 @@ static inline uint64_t rnd(uint64_t *s) {
   return z ^ (z >> 31);
 }
 static void *volatile sink;
+static long scale = 1;
+
+/* TPUT_PIN=1: pthread_create with thread `idx` on the idx-th allowed CPU */
+static cpu_set_t allowed;
+static int pin, n_allowed;
+static void spawn(pthread_t *th, void *(*fn)(void *), void *arg, int idx) {
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  if (pin && n_allowed > 0) {
+    int want = idx % n_allowed, seen = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+      if (!CPU_ISSET(c, &allowed)) continue;
+      if (seen++ == want) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        pthread_attr_setaffinity_np(&at, sizeof(one), &one);
+        break;
+      }
+    }
+  }
+  if (pthread_create(th, &at, fn, arg) != 0) { perror("tput: pthread_create"); exit(1); }
+  pthread_attr_destroy(&at);
+}
 
 /* ---- producer/consumer: a bounded ring per pair */
 #define RING 4096
 typedef struct { pthread_mutex_t m; pthread_cond_t c; void *slot[RING]; size_t head, tail; int done; } ring_t;
 static ring_t rings[8];
-static long pc_objects = 2000000;
+static long pc_objects = 2000000; /* per producer, x scale */
 static void *producer(void *a) {
   ring_t *r = &rings[(uintptr_t)a];
   uint64_t s = (uintptr_t)a + 1;
@@ -72,7 +102,7 @@ static void *small(void *a) {
   enum { N = 1000000 };
   void **v = malloc(N * sizeof(void *));
   uint64_t s = (uintptr_t)a + 7;
-  for (int round = 0; round < 4; round++) {
+  for (long round = 0; round < 4 * scale; round++) {
     for (int i = 0; i < N; i++) { v[i] = malloc(16 + rnd(&s) % 113); *(char *)v[i] = 1; }
     for (int i = N - 1; i > 0; i--) { int j = (int)(rnd(&s) % (uint64_t)(i + 1)); void *t = v[i]; v[i] = v[j]; v[j] = t; }
     for (int i = 0; i < N; i++) free(v[i]);
@@ -84,7 +114,7 @@ static void *small(void *a) {
 /* ---- realloc growth */
 static void *grow(void *a) {
   uint64_t s = (uintptr_t)a + 3;
-  for (int chain = 0; chain < 3000; chain++) {
+  for (long chain = 0; chain < 3000 * scale; chain++) {
     size_t n = 16;
     char *p = malloc(n);
     size_t limit = (size_t)1 << (10 + rnd(&s) % 11); /* 1 KiB .. 1 MiB */
@@ -161,26 +191,32 @@ static void pages_dump(const char *path) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: %s prodcons|small|realloc|larson [THREADS]\n", argv[0]); return 2; }
+  if (argc < 2) { fprintf(stderr, "usage: %s prodcons|small|realloc|larson [THREADS [SCALE]]\n", argv[0]); return 2; }
   const char *mode = argv[1];
   int t = argc > 2 ? atoi(argv[2]) : 2;
   if (t < 1 || t > 8) t = 2;
+  scale = argc > 3 ? atol(argv[3]) : 1;
+  if (scale < 1 || scale > 100000) scale = 1;
+  pc_objects *= scale;
+  const char *pe = getenv("TPUT_PIN");
+  pin = pe != NULL && atoi(pe) != 0;
+  if (pin && sched_getaffinity(0, sizeof(allowed), &allowed) == 0) n_allowed = CPU_COUNT(&allowed);
   pthread_t th[16];
   uint64_t t0 = now_ns();
   if (!strcmp(mode, "prodcons")) {
     for (int i = 0; i < t; i++) { pthread_mutex_init(&rings[i].m, NULL); pthread_cond_init(&rings[i].c, NULL); }
-    for (int i = 0; i < t; i++) pthread_create(&th[i], NULL, producer, (void *)(uintptr_t)i);
-    for (int i = 0; i < t; i++) pthread_create(&th[t + i], NULL, consumer, (void *)(uintptr_t)i);
+    for (int i = 0; i < t; i++) spawn(&th[i], producer, (void *)(uintptr_t)i, i);
+    for (int i = 0; i < t; i++) spawn(&th[t + i], consumer, (void *)(uintptr_t)i, t + i);
     for (int i = 0; i < 2 * t; i++) pthread_join(th[i], NULL);
   } else if (!strcmp(mode, "small") || !strcmp(mode, "realloc")) {
     void *(*fn)(void *) = !strcmp(mode, "small") ? small : grow;
-    for (int i = 0; i < t; i++) pthread_create(&th[i], NULL, fn, (void *)(uintptr_t)i);
+    for (int i = 0; i < t; i++) spawn(&th[i], fn, (void *)(uintptr_t)i, i);
     for (int i = 0; i < t; i++) pthread_join(th[i], NULL);
   } else if (!strcmp(mode, "larson")) {
     larson_t *ls = calloc((size_t)t, sizeof(larson_t));
     for (int i = 0; i < t; i++) ls[i].seed = (uint64_t)i + 11;
-    for (int gen = 0; gen < 10; gen++) { /* threads exit; successors inherit the slots */
-      for (int i = 0; i < t; i++) pthread_create(&th[i], NULL, larson, &ls[i]);
+    for (long gen = 0; gen < 10 * scale; gen++) { /* threads exit; successors inherit the slots */
+      for (int i = 0; i < t; i++) spawn(&th[i], larson, &ls[i], i);
       for (int i = 0; i < t; i++) pthread_join(th[i], NULL);
     }
     for (int i = 0; i < t; i++) for (int k = 0; k < SLOTS; k++) free(ls[i].slot[k]);

@@ -18,18 +18,36 @@ not counted), and peak RSS over glibc's (median, quartiles, min and max: glibc's
 peak moves by about +-170 KiB from run to run with where libc loads, so one pair says
 little).
 A gap is taken as real when the lower quartile of the paired ratios is above 1.10 (or
-the upper one below 1.0 for a lead).
+the upper one below 1.0 for a lead). The spread of a figure is the larger distance of
+its min and max from its median, in % of the median ("within +-15 %").
+
+--scale N multiplies each run's work (tput.c's SCALE: at 1 a run is ~0.1 s of CPU time,
+which a busy machine's scheduling disturbs as much as it measures; 20 gives seconds).
+--pin runs thread i on CPU i (TPUT_PIN=1). --callgrind adds, per benchmark and
+allocator, one run at scale 1 under valgrind's callgrind (threads serialized; the count of
+instructions does not depend on the machine's load): the instructions executed inside
+malloc and free, with what they call, per malloc/free pair of the benchmark (larson:
+THREADS x 400,000 x 10 pairs; prodcons: THREADS x 2,000,000; small: THREADS x
+4,000,000), a machine-independent figure for the fast path (not for
+its cycles: an atomic read-modify-write counts as one instruction, a cache miss as
+none).
 
 usage: tput_ab.py [--reps 9] [--modes prodcons,small,realloc,larson] [--threads 2]
+                  [--scale N] [--pin] [--callgrind]
                   [--lib NAME=PATH[:ENV=VAL,...]] ... [--peers glibc,...|--no-peers] [--no-lock] [--out DIR]
+                  [--section NAME]
 run_bench.py's throughput part runs the same repetitions through run_interleaved().
 With no --lib, the tree's alloc/build/libmemcolo.so runs as memcolo-norsv
 (MEMCOLO_CLASS=be, as run_bench.py does). Writes DIR/tput_ab.csv (raw) and
-DIR/summary.md; prints the summary.
+DIR/summary.md (and DIR/report.md, the same); prints the summary. DIR defaults to
+bench/out/alloc/tput_ab-<UTC stamp>/ (ignored by git). With --section NAME the summary,
+with DIR/notes.md when present, becomes section NAME of bench/alloc/RESULTS.md
+(benchlib.publish; only for runs under bench/out/).
 """
 import argparse
 import fcntl
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +55,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
 from benchlib import cpu_times  # noqa: E402
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 BIN = os.path.join(ROOT, "alloc", "build", "bench", "tput")
@@ -59,6 +78,12 @@ def env_for(lib, extra):
     return env
 
 
+SCALE = 1
+PIN = False
+# malloc/free pairs of one tput run at scale 1, per thread (callgrind's per-pair figure)
+PAIRS = {"larson": 400000 * 10, "prodcons": 2000000, "small": 4000000, "realloc": None}
+
+
 def run_one(mode, threads, lib, extra):
     """one tput run: (wall_ms, cpu_ms, peak_rss_kib) or None on failure"""
     r, w = os.pipe()
@@ -69,7 +94,10 @@ def run_one(mode, threads, lib, extra):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
         try:
-            os.execve(BIN, [BIN, mode, str(threads)], env_for(lib, extra))
+            env = env_for(lib, extra)
+            if PIN:
+                env["TPUT_PIN"] = "1"
+            os.execve(BIN, [BIN, mode, str(threads), str(SCALE)], env)
         finally:
             os._exit(127)
     os.close(w)
@@ -88,6 +116,20 @@ def run_one(mode, threads, lib, extra):
     except ValueError:
         return None
     return float(wall), (ru.ru_utime + ru.ru_stime) * 1000.0, int(rss)
+
+
+def callgrind_ir(mode, threads, lib, extra):
+    """instructions executed inside malloc and free (with what they call) in one run
+    under callgrind (collection toggled on at their entry), or None when valgrind is
+    missing or the run failed"""
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--collect-atstart=no",
+           "--toggle-collect=malloc", "--toggle-collect=free", BIN, mode, str(threads), "1"]
+    try:
+        r = subprocess.run(cmd, env=env_for(lib, extra), capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
+    return int(m.group(1)) if r.returncode == 0 and m else None
 
 
 def parse_lib(spec):
@@ -174,7 +216,14 @@ def verdict(ratios):
     return "within 10 %" if med <= 1.10 else "unclear"
 
 
+def spread_pct(xs):
+    """the larger distance of min and max from the median, in % of the median"""
+    med = statistics.median(xs)
+    return 100.0 * max(med - min(xs), max(xs) - med) / med if med else 0.0
+
+
 def main():
+    global SCALE, PIN
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--modes", default="prodcons,small,realloc,larson")
@@ -184,17 +233,26 @@ def main():
     ap.add_argument("--peers", default="glibc,jemalloc,tcmalloc,mimalloc",
                     help="peers to run (the paired ratios compare with these only)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--scale", type=int, default=1, help="tput.c's SCALE: work per run x N")
+    ap.add_argument("--pin", action="store_true", help="thread i on CPU i (TPUT_PIN=1)")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="also one run per benchmark and allocator under callgrind (instructions per pair)")
+    ap.add_argument("--section", help="publish the summary as this section of bench/alloc/RESULTS.md")
     ap.add_argument("--no-lock", action="store_true",
                     help="do not take the benchmark lock (the caller holds it, e.g. flock(1) around this)")
     a = ap.parse_args()
-    if not os.path.exists(BIN):
+    SCALE, PIN = max(1, a.scale), a.pin
+    src = os.path.join(HERE, "tput.c")
+    if not os.path.exists(BIN) or os.path.getmtime(BIN) < os.path.getmtime(src):
         os.makedirs(os.path.dirname(BIN), exist_ok=True)
-        subprocess.run(["gcc", "-O2", "-pthread", "-o", BIN, os.path.join(HERE, "tput.c")], check=True)
+        subprocess.run(["gcc", "-O2", "-pthread", "-o", BIN, src], check=True)
     libs = [parse_lib(s) for s in a.lib] or [("memcolo-norsv", LIB, {"MEMCOLO_CLASS": "be"})]
     peers = [p for p in PEERS if p[0] in a.peers.split(",")]
     allocs = ([] if a.no_peers else peers) + libs
-    out = a.out or os.path.join("/tmp", "tput_ab-" + time.strftime("%Y%m%dT%H%M%S"))
+    out = a.out or os.path.join(ROOT, "bench", "out", "alloc", "tput_ab-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     os.makedirs(out, exist_ok=True)
+    command = " ".join(["python3", "bench/alloc/tput_ab.py"] + sys.argv[1:])
+    benchlib.record_machine(out, command)
     modes = a.modes.split(",")
     rows = run_interleaved(modes, a.threads, allocs, a.reps, lock=not a.no_lock,
                            log=lambda m: print(m, file=sys.stderr, flush=True))
@@ -203,9 +261,10 @@ def main():
         for r in rows:
             f.write(f"{r['rep']},{r['benchmark']},{r['allocator']},{r['wall_ms']:.1f},{r['cpu_ms']:.0f},"
                     f"{r['peak_rss_kib']},{r['busy']:.2f},{r['load1']}\n")
-    lines = [f"# tput interleaved: {a.reps} repetitions, {a.threads} threads", "",
-             "| benchmark | allocator | wall ms median | min | max | cpu ms median | peak RSS KiB median | min | max | busy median |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"# tput interleaved: {a.reps} repetitions, {a.threads} threads, scale {SCALE}"
+             + (", threads pinned" if PIN else ""), "",
+             "| benchmark | allocator | wall ms median | min | max | spread +-% | cpu ms median | min | max | spread +-% | peak RSS KiB median | min | max | busy median |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     peer_names = [p[0] for p in allocs if p not in libs]
     for mode in modes:
         for name, _, _ in allocs:
@@ -216,13 +275,14 @@ def main():
             c = [r["cpu_ms"] for r in rs]
             m = [r["peak_rss_kib"] for r in rs]
             lines.append(f"| {mode} | {name} | {statistics.median(w):.1f} | {min(w):.1f} | {max(w):.1f} | "
-                         f"{statistics.median(c):.0f} | {statistics.median(m):.0f} | {min(m)} | {max(m)} | "
+                         f"{spread_pct(w):.0f} | {statistics.median(c):.0f} | {min(c):.0f} | {max(c):.0f} | "
+                         f"{spread_pct(c):.0f} | {statistics.median(m):.0f} | {min(m)} | {max(m)} | "
                          f"{statistics.median(r['busy'] for r in rs):.2f} |")
     if peer_names:
         lines += ["", "Paired per repetition: wall / fastest peer's wall in the same repetition, "
                   "peak RSS / glibc's.", "",
-                  "| benchmark | allocator | best peer (median) | wall ratio median | q1 | q3 | verdict | CPU ratio median | RSS ratio median | q1 | q3 | min | max |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| benchmark | allocator | best peer (median) | wall ratio median | q1 | q3 | verdict | CPU ratio median | q1 | q3 | RSS ratio median | q1 | q3 | min | max |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for mode in modes:
             med = {}
             for p in peer_names:
@@ -238,13 +298,31 @@ def main():
                 med_r = statistics.median(ratios)
                 rss_s = (f"{statistics.median(rss):.3f} | {quartiles(rss)[0]:.3f} | {quartiles(rss)[1]:.3f} | "
                          f"{min(rss):.3f} | {max(rss):.3f}") if rss else "- | - | - | - | -"
+                cq1, cq3 = quartiles(cpus)
                 lines.append(f"| {mode} | {name} | {best} ({med.get(best, 0):.1f}) | {med_r:.3f} | {q1:.3f} | {q3:.3f} | "
-                             f"{verdict(ratios)} | {statistics.median(cpus):.3f} | {rss_s} |")
+                             f"{verdict(ratios)} | {statistics.median(cpus):.3f} | {cq1:.3f} | {cq3:.3f} | {rss_s} |")
+    if a.callgrind:
+        lines += ["", "Instructions (callgrind, one run each, threads serialized) inside malloc and free, "
+                  "per malloc/free pair.", "",
+                  "| benchmark | allocator | instructions per pair | in all (M) |",
+                  "|---|---|---|---|"]
+        for mode in modes:
+            pairs = PAIRS.get(mode)
+            for name, lib, extra in allocs:
+                ir = callgrind_ir(mode, a.threads, lib, extra)
+                if ir is None:
+                    lines.append(f"| {mode} | {name} | - | - |")
+                    continue
+                per = f"{ir / (pairs * a.threads):.1f}" if pairs else "-"
+                lines.append(f"| {mode} | {name} | {per} | {ir / 1e6:.0f} |")
     text = "\n".join(lines) + "\n"
-    with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write(text)
+    for fname in ("summary.md", "report.md"):
+        with open(os.path.join(out, fname), "w") as f:
+            f.write(text)
     print(text)
     print(f"raw: {out}/tput_ab.csv", file=sys.stderr)
+    if a.section:
+        benchlib.publish(HERE, a.section, out, command=command)
 
 
 if __name__ == "__main__":
