@@ -1516,6 +1516,24 @@ fn red_zone_caps_be_groups_memory_high_on_v2_and_green_restores_it() {
         "restored at shutdown"
     );
     drop(core);
+    // An LC process joins a capped group: the cap is lifted at the next poll.
+    let mut core = cgs.core(&h, &metrics);
+    set_used(zone_used(&core, "red"));
+    core.poll(Duration::from_secs(7), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (300 * MIB).to_string()
+    );
+    h.proc_.add(500, 1, "lc", 500, 10);
+    cgs.place(500, "node/be");
+    register(&mut core, 1, &ROOT, Some(500), Class::Lc, NotifyMode::None);
+    core.poll(Duration::from_secs(8), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (2048 * MIB).to_string(),
+        "no longer BE only: restored"
+    );
+    drop(core);
 
     // The option off: nothing capped.
     let h = harness(|c| c.m3.be_memory_high = false);
