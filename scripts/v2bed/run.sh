@@ -8,9 +8,9 @@
 # 2. Builds the test programs named in scripts/v2bed/tests (`cargo test --no-run`) and
 #    packs an initramfs: busybox, scripts/v2bed/init as /init, those programs and the
 #    memcolo binary at the paths cargo gave them (the tests find the binary by the
-#    path compiled into them), python3 with its standard library, the zram modules
-#    of the guest kernel, and every shared library these need (ldd). The image is
-#    cached in target/v2bed/ under the hash of its inputs.
+#    path compiled into them), python3 with its standard library, util-linux's
+#    setpriv, the zram modules of the guest kernel, and every shared library these
+#    need (ldd). The image is cached in target/v2bed/ under the hash of its inputs.
 # 3. Boots Debian's kernel on it with qemu-system-x86_64 under TCG, bounded by
 #    MEMCOLO_V2BED_TIMEOUT seconds (default 1500); /init runs the tests and powers off.
 #    It also checks that `memcolo doctor` lists the v2 memory files there.
@@ -129,9 +129,10 @@ MODS=$(for m in zram lzo-rle; do modprobe -S "$KVER" --show-depends "$m" || echo
   | awk '$1 == "insmod" || $1 == "FAIL" {print $2}' | awk '!seen[$0]++')
 for m in $MODS; do [ -f "$m" ] || cannot_run "no module $m of kernel $KVER"; done
 PYTHON=$(readlink -f /usr/bin/python3)
+SETPRIV=$(readlink -f "$(command -v setpriv)") || cannot_run "no setpriv (util-linux)"
 PYLIB=$(dirname "$("$PYTHON" -c 'import os; print(os.__file__)')")
 key=$( {
-  sha256sum "$KERNEL" "$BUSYBOX" "$PYTHON" scripts/v2bed/init "$0" "$OUT/tests.resolved" $MODS \
+  sha256sum "$KERNEL" "$BUSYBOX" "$PYTHON" "$SETPRIV" scripts/v2bed/init "$0" "$OUT/tests.resolved" $MODS \
     ${MEMCOLO_V2BED_RUN:+"$MEMCOLO_V2BED_RUN"}
   xargs -a "$OUT/bins" sha256sum
   echo "$PYLIB"
@@ -167,6 +168,9 @@ if [ ! -f "$IMAGE" ]; then
   cp "$PYTHON" "$STAGE/usr/bin/"
   ln -s "${PYTHON##*/}" "$STAGE/usr/bin/python3"
   elves+=("$PYTHON")
+  # util-linux's setpriv: hermes_e2e's tenants drop to other uids with it.
+  cp "$SETPRIV" "$STAGE/usr/bin/setpriv"
+  elves+=("$SETPRIV")
   # The standard library without its tests, caches and tools.
   mkdir -p "$STAGE$PYLIB"
   (cd "$PYLIB" && tar -c --exclude=__pycache__ --exclude=./test --exclude=./idlelib \

@@ -221,6 +221,13 @@ pub struct M3Section {
     /// Algorithm 1 walks processes holding less than an equal share of top last
     /// (rule R3c of `memcolo_policy::m3`). Default false (the paper's Algorithm 1).
     pub fair_share: bool,
+    /// On a cgroup v2 scope, entering the red zone (at or above high) sets `memory.high`
+    /// of each memory cgroup that holds only BE processes to its usage, so the kernel
+    /// throttles the job and reclaims from it instead of from the node; back at or
+    /// below low the previous `memory.high` is restored (Senpai; KEP-2570's memory
+    /// throttling). Notifications and the kill above top still apply. No effect on
+    /// v1, which has no `memory.high`. Default true (bench/v2qos).
+    pub be_memory_high: bool,
 }
 
 impl Default for M3Section {
@@ -244,6 +251,7 @@ impl Default for M3Section {
             reclaim_history: M3Config::DEFAULT_RECLAIM_HISTORY,
             resignal_after_s: M3Config::DEFAULT_RESIGNAL_AFTER.as_secs(),
             fair_share: paper.fair_share,
+            be_memory_high: true,
         }
     }
 }

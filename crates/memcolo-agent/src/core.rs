@@ -18,12 +18,16 @@
 //!
 //! This file holds the state and its construction; the methods are grouped by
 //! concept: `requests.rs` (client requests, proofs of registered processes),
-//! `poll.rs` (the round and its metrics), `actions.rs` (notify, kill), `advice.rs`
+//! `poll.rs` (the round and its metrics), `class_groups.rs` (the memory cgroups of each
+//! class and their events), `be_memory_high.rs` (BE groups capped in the red zone on
+//! cgroup v2), `actions.rs` (notify, kill), `advice.rs`
 //! (Hermes rounds), `reclaim_targets.rs` (the snapshot for asynchronous reclaim),
 //! `cpu_affinity.rs` (the agent kept off LC CPUs), `status.rs` (saved state, status).
 
 mod actions;
 mod advice;
+mod be_memory_high;
+mod class_groups;
 mod cpu_affinity;
 mod poll;
 mod reclaim_targets;
@@ -258,6 +262,10 @@ pub struct Core {
     kube: Option<crate::kubernetes::KubeNode>,
     /// Where the pods' `memcolo.io/t-miss` go, when tiering runs.
     tier_defaults: Option<crate::tier::TierDefaults>,
+    /// The memory cgroups of each class's processes and their events ([`class_groups`]).
+    class_groups: class_groups::ClassGroups,
+    /// The BE groups whose `memory.high` the red zone capped ([`be_memory_high`]).
+    be_memory_high: be_memory_high::BeMemoryHigh,
 }
 
 impl Core {
@@ -273,6 +281,8 @@ impl Core {
         mut events: EventLog,
     ) -> anyhow::Result<Core> {
         let procfs = ProcFs::new(cfg.procfs.clone());
+        // Caps of BE groups' memory.high a previous agent left in force.
+        be_memory_high::restore_journal(&cfg.state_dir);
         let sample = scope.sample_with_host(&procfs)?;
         let scope_total_bytes = sample.total_bytes;
         let mut monitor = Monitor::try_new(cfg.m3_config(scope_total_bytes)).map_err(|e| {
@@ -337,6 +347,8 @@ impl Core {
             mechanisms: crate::mechanisms::Mechanisms::from_config(&cfg),
             kube: None,
             tier_defaults: None,
+            class_groups: Default::default(),
+            be_memory_high: Default::default(),
             cfg,
         };
         let mut kept = 0;

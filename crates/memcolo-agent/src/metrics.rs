@@ -50,6 +50,15 @@ pub struct Metrics {
     pub file_advice_rounds: IntCounterVec,
     /// `memcolo_kills_total`.
     pub kills: IntCounter,
+    /// `memcolo_cgroup_memory_events_total{group,event}`: the kernel's limit and OOM
+    /// events of the scope group (`scope`) and of each class's memory cgroups (`lc`,
+    /// `be`, `elastic`) since the agent first saw them: `low`, `high`, `max`, `oom`,
+    /// `oom_kill` of v2 `memory.events`; on v1 only `max` (`memory.failcnt`) and
+    /// `oom_kill` (`memory.oom_control`). See `core/class_groups.rs`.
+    pub cgroup_memory_events: IntCounterVec,
+    /// `memcolo_be_memory_high_groups`: BE groups whose `memory.high` the red zone
+    /// capped now (cgroup v2, `m3.be_memory_high`).
+    pub be_memory_high_groups: IntGauge,
     /// `memcolo_pod_evictions_total{via}`: BE pods asked to leave the node in
     /// Kubernetes mode, through the Eviction API (`eviction_api`) or, with the API
     /// server unreachable above top, by killing their processes (`sigkill`).
@@ -186,6 +195,20 @@ impl Metrics {
                 &["outcome"],
             ),
             kills: c("memcolo_kills_total", "BE processes killed above the top of memory"),
+            cgroup_memory_events: cv(
+                "memcolo_cgroup_memory_events_total",
+                "Memory cgroup events (memory.events: low, high, max, oom, oom_kill; v1: max from memory.failcnt, oom_kill) of the scope group and of each class's groups since the agent first saw them",
+                &["group", "event"],
+            ),
+            be_memory_high_groups: {
+                let g = IntGauge::new(
+                    "memcolo_be_memory_high_groups",
+                    "BE memory cgroups whose memory.high the red zone capped now (cgroup v2)",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
             pod_evictions: cv(
                 "memcolo_pod_evictions_total",
                 "BE pods asked to leave the node (Kubernetes mode), via eviction_api or sigkill",

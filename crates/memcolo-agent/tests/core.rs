@@ -1243,3 +1243,413 @@ fn pods_are_registrations_notified_as_their_annotations_say_and_never_killed_by_
     let left: Vec<Pid> = h.core.registry().iter().map(|e| e.pid).collect();
     assert_eq!(left, [400]);
 }
+
+/// A fake memory cgroup of `version` at `dir` holding `used` bytes, with the kernel's
+/// files (the v2 ones as the guest of scripts/v2bed printed them).
+fn fake_group(dir: &Path, version: u8, used: u64) {
+    std::fs::create_dir_all(dir).unwrap();
+    let w = |name: &str, text: String| std::fs::write(dir.join(name), text).unwrap();
+    if version == 2 {
+        w("memory.current", format!("{used}\n"));
+        w("memory.max", "max\n".into());
+        w(
+            "memory.stat",
+            format!("anon {used}\nfile 0\ninactive_file 0\nactive_file 0\n"),
+        );
+        set_events(dir, 2, [0; 5]);
+    } else {
+        w("memory.usage_in_bytes", format!("{used}\n"));
+        w("memory.limit_in_bytes", "9223372036854771712\n".into());
+        w(
+            "memory.stat",
+            format!("rss {used}\ncache 0\ninactive_file 0\nactive_file 0\n"),
+        );
+        set_events(dir, 1, [0; 5]);
+    }
+}
+
+/// Writes a group's event counters `[low, high, max, oom, oom_kill]`: v2
+/// `memory.events`; v1 `memory.failcnt` (max) and `memory.oom_control` (oom_kill).
+fn set_events(dir: &Path, version: u8, [low, high, max, oom, oom_kill]: [u64; 5]) {
+    if version == 2 {
+        std::fs::write(
+            dir.join("memory.events"),
+            format!("low {low}\nhigh {high}\nmax {max}\noom {oom}\noom_kill {oom_kill}\noom_group_kill 0\n"),
+        )
+        .unwrap();
+    } else {
+        std::fs::write(dir.join("memory.failcnt"), format!("{max}\n")).unwrap();
+        std::fs::write(
+            dir.join("memory.oom_control"),
+            format!("oom_kill_disable 0\nunder_oom 0\noom_kill {oom_kill}\n"),
+        )
+        .unwrap();
+    }
+}
+
+/// The value of one series of the exposition text, if it is there.
+fn series(text: &str, name_and_labels: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+}
+
+/// `memcolo_cgroup_memory_events_total` on a cgroup scope of either version: the
+/// scope's events and those of the groups of LC and BE processes, counted from the
+/// first poll; v2 has all five counters, v1 only max and oom_kill.
+#[test]
+fn memory_events_of_the_scope_and_class_groups_are_counted_in_metrics() {
+    for version in [2u8, 1] {
+        let h = harness(|_| {});
+        let cg = h._dir.path().join("cgroup");
+        let scope_dir = cg.join("node");
+        fake_group(&scope_dir, version, GIB);
+        fake_group(&scope_dir.join("lc"), version, GIB / 4);
+        fake_group(&scope_dir.join("be"), version, GIB / 2);
+        // A BE group nested in the BE group: counted once, through its parent.
+        fake_group(&scope_dir.join("be").join("inner"), version, GIB / 4);
+        let self_dir = h.proc_.root.join("self");
+        std::fs::create_dir_all(&self_dir).unwrap();
+        let (mount, line) = if version == 2 {
+            (format!("cgroup2 {} cgroup2 rw 0 0\n", cg.display()), "0::")
+        } else {
+            (
+                format!("cgroup {} cgroup rw,memory 0 0\n", cg.display()),
+                "4:memory:",
+            )
+        };
+        std::fs::write(self_dir.join("mounts"), mount).unwrap();
+        for (pid, group) in [
+            (100, "/node/lc"),
+            (200, "/node/be"),
+            (201, "/node/be/inner"),
+            (300, "/"),
+        ] {
+            h.proc_.add(pid, 1, "job", pid as u64, 10);
+            std::fs::write(
+                h.proc_.root.join(pid.to_string()).join("cgroup"),
+                format!("{line}{group}\n"),
+            )
+            .unwrap();
+        }
+        let metrics = Arc::new(Metrics::new());
+        let mut core = Core::new(
+            h.cfg.clone(),
+            Scope::Cgroup(memcolo_linux::cgroup::MemoryCgroup::open(&scope_dir).unwrap()),
+            Box::new(Shared::default()),
+            Box::new(Watched::default()),
+            Box::new(memcolo_linux::fake::FakeProver {
+                procfs: ProcFs::new(h.cfg.procfs.clone()),
+            }),
+            metrics.clone(),
+            EventLog::off(),
+        )
+        .unwrap();
+        for (pid, class) in [
+            (100, Class::Lc),
+            (200, Class::Be),
+            (201, Class::Be),
+            (300, Class::Be),
+        ] {
+            let r = register(&mut core, 1, &ROOT, Some(pid), class, NotifyMode::None);
+            assert!(matches!(r, Reply::Registered { .. }), "{r:?}");
+        }
+        // Events before the first poll are not the agent's to count.
+        set_events(&scope_dir.join("be"), version, [1, 1, 1, 1, 1]);
+        core.poll(Duration::from_secs(1), Trigger::Tick);
+        let t = metrics.render();
+        let key = |g: &str, e: &str| {
+            format!("memcolo_cgroup_memory_events_total{{event=\"{e}\",group=\"{g}\"}}")
+        };
+        assert_eq!(series(&t, &key("be", "max")), Some(0), "v{version}: {t}");
+        set_events(&scope_dir, version, [0, 0, 7, 0, 1]);
+        set_events(&scope_dir.join("lc"), version, [3, 0, 0, 0, 0]);
+        set_events(&scope_dir.join("be"), version, [1, 41, 6, 2, 2]);
+        core.poll(Duration::from_secs(2), Trigger::Tick);
+        let t = metrics.render();
+        let want: &[(&str, &str, Option<u64>)] = if version == 2 {
+            &[
+                ("scope", "max", Some(7)),
+                ("scope", "oom_kill", Some(1)),
+                ("lc", "low", Some(3)),
+                ("lc", "high", Some(0)),
+                ("be", "high", Some(40)),
+                ("be", "max", Some(5)),
+                ("be", "oom", Some(1)),
+                ("be", "oom_kill", Some(1)),
+                ("be", "low", Some(0)),
+            ]
+        } else {
+            &[
+                ("scope", "max", Some(7)),
+                ("scope", "oom_kill", Some(1)),
+                ("lc", "max", Some(0)),
+                ("lc", "low", None),
+                ("be", "high", None),
+                ("be", "max", Some(5)),
+                ("be", "oom", None),
+                ("be", "oom_kill", Some(1)),
+            ]
+        };
+        for (g, e, v) in want {
+            assert_eq!(series(&t, &key(g, e)), *v, "v{version} {g} {e}: {t}");
+        }
+        assert_eq!(series(&t, &key("elastic", "max")), None, "v{version}: {t}");
+    }
+}
+
+/// A fake cgroup tree below the harness's directory, mounted (in the fake procfs's
+/// `self/mounts`) as cgroup2 or the v1 memory hierarchy, with a scope group `node`;
+/// `place` puts fake process `pid` in group `rel` (its `/proc/PID/cgroup` and the
+/// group's `cgroup.procs`).
+struct FakeCgroups {
+    mount: PathBuf,
+    version: u8,
+    proc_root: PathBuf,
+}
+
+impl FakeCgroups {
+    fn new(h: &Harness, version: u8) -> FakeCgroups {
+        let mount = h._dir.path().join("cgroup");
+        let self_dir = h.proc_.root.join("self");
+        std::fs::create_dir_all(&self_dir).unwrap();
+        let line = if version == 2 {
+            format!("cgroup2 {} cgroup2 rw 0 0\n", mount.display())
+        } else {
+            format!("cgroup {} cgroup rw,memory 0 0\n", mount.display())
+        };
+        std::fs::write(self_dir.join("mounts"), line).unwrap();
+        FakeCgroups {
+            mount,
+            version,
+            proc_root: h.proc_.root.clone(),
+        }
+    }
+    fn group(&self, rel: &str, used: u64) -> PathBuf {
+        let d = self.mount.join(rel);
+        fake_group(&d, self.version, used);
+        if self.version == 2 {
+            std::fs::write(d.join("memory.high"), "max\n").unwrap();
+        }
+        std::fs::write(d.join("cgroup.procs"), "").unwrap();
+        d
+    }
+    fn place(&self, pid: Pid, rel: &str) {
+        let prefix = if self.version == 2 {
+            "0::"
+        } else {
+            "4:memory:"
+        };
+        std::fs::write(
+            self.proc_root.join(pid.to_string()).join("cgroup"),
+            format!("{prefix}/{rel}\n"),
+        )
+        .unwrap();
+        let procs = self.mount.join(rel).join("cgroup.procs");
+        let mut text = std::fs::read_to_string(&procs).unwrap_or_default();
+        text.push_str(&format!("{pid}\n"));
+        std::fs::write(procs, text).unwrap();
+    }
+    fn core(&self, h: &Harness, metrics: &Arc<Metrics>) -> Core {
+        Core::new(
+            h.cfg.clone(),
+            Scope::Cgroup(
+                memcolo_linux::cgroup::MemoryCgroup::open(self.mount.join("node")).unwrap(),
+            ),
+            Box::new(Shared::default()),
+            Box::new(Watched::default()),
+            Box::new(memcolo_linux::fake::FakeProver {
+                procfs: ProcFs::new(h.cfg.procfs.clone()),
+            }),
+            metrics.clone(),
+            EventLog::off(),
+        )
+        .unwrap()
+    }
+}
+
+fn read_trimmed(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap().trim().to_string()
+}
+
+/// `m3.be_memory_high` on a v2 scope: entering red caps the memory.high of the group
+/// holding only BE processes at its usage, and not that of a group shared with an LC
+/// process or holding an unregistered process; green restores the previous value; a
+/// cap left by an agent that died is restored at the next start; a v1 scope and the
+/// option turned off leave memory.high alone.
+#[test]
+fn red_zone_caps_be_groups_memory_high_on_v2_and_green_restores_it() {
+    const MIB: u64 = 1 << 20;
+    let h = harness(|_| {});
+    let cgs = FakeCgroups::new(&h, 2);
+    let node = cgs.group("node", 512 * MIB);
+    std::fs::write(node.join("memory.max"), format!("{}\n", 1024 * MIB)).unwrap();
+    let be = cgs.group("node/be", 300 * MIB);
+    let mixed = cgs.group("node/mixed", 100 * MIB);
+    let stranger = cgs.group("node/stranger", 100 * MIB);
+    // The BE group's own earlier memory.high: restored as it was.
+    std::fs::write(be.join("memory.high"), format!("{}\n", 2048 * MIB)).unwrap();
+    for (pid, rel) in [
+        (100, "node/lc"),
+        (200, "node/be"),
+        (201, "node/be"),
+        (300, "node/mixed"),
+        (301, "node/mixed"),
+        (400, "node/stranger"),
+        (401, "node/stranger"),
+    ] {
+        if rel == "node/lc" {
+            cgs.group(rel, 100 * MIB);
+        }
+        h.proc_.add(pid, 1, "job", pid as u64, 10);
+        cgs.place(pid, rel);
+    }
+    // 201 is a child of 200 (one job); 401 is nobody's: not registered.
+    h.proc_.add(201, 200, "job", 201, 10);
+    let metrics = Arc::new(Metrics::new());
+    let mut core = cgs.core(&h, &metrics);
+    for (pid, class) in [
+        (100, Class::Lc),
+        (200, Class::Be),
+        (300, Class::Be),
+        (301, Class::Lc),
+        (400, Class::Be),
+    ] {
+        let r = register(&mut core, 1, &ROOT, Some(pid), class, NotifyMode::None);
+        assert!(matches!(r, Reply::Registered { .. }), "{r:?}");
+    }
+    // Used memory in the middle of a zone of the thresholds in force (M3 adapts them).
+    let zone_used = |core: &Core, zone: &str| {
+        let t = core.monitor().thresholds();
+        match zone {
+            "green" => t.low_bytes / 2,
+            "yellow" => (t.low_bytes + t.high_bytes) / 2,
+            _ => (t.high_bytes + t.top_bytes) / 2,
+        }
+    };
+    let set_used = |bytes: u64| {
+        std::fs::write(node.join("memory.current"), format!("{bytes}\n")).unwrap();
+        std::fs::write(
+            node.join("memory.stat"),
+            format!("anon {bytes}\nfile 0\ninactive_file 0\nactive_file 0\n"),
+        )
+        .unwrap();
+    };
+    set_used(zone_used(&core, "green"));
+    core.poll(Duration::from_secs(1), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (2048 * MIB).to_string(),
+        "green: untouched"
+    );
+    set_used(zone_used(&core, "red"));
+    core.poll(Duration::from_secs(2), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (300 * MIB).to_string(),
+        "red: capped at usage"
+    );
+    assert_eq!(
+        read_trimmed(&mixed.join("memory.high")),
+        "max",
+        "a group with an LC process"
+    );
+    assert_eq!(
+        read_trimmed(&stranger.join("memory.high")),
+        "max",
+        "a group with an unregistered process"
+    );
+    assert!(
+        metrics.render().contains("memcolo_be_memory_high_groups 1"),
+        "{}",
+        metrics.render()
+    );
+    let journal = h.cfg.state_dir.join("be-memory-high.json");
+    assert!(journal.exists());
+    // Still red, the group's usage fell (Hermit's reclaim): the cap follows it down.
+    std::fs::write(be.join("memory.current"), format!("{}\n", 280 * MIB)).unwrap();
+    core.poll(Duration::from_secs(2), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (280 * MIB).to_string(),
+        "red: follows usage down"
+    );
+    std::fs::write(be.join("memory.current"), format!("{}\n", 300 * MIB)).unwrap();
+    // Yellow keeps the cap; green restores it.
+    set_used(zone_used(&core, "yellow"));
+    core.poll(Duration::from_secs(3), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (280 * MIB).to_string(),
+        "yellow: kept"
+    );
+    set_used(zone_used(&core, "green"));
+    core.poll(Duration::from_secs(4), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (2048 * MIB).to_string(),
+        "green: restored"
+    );
+    assert!(!journal.exists());
+    // Capped again, then the agent dies: its successor restores the cap at start.
+    set_used(zone_used(&core, "red"));
+    core.poll(Duration::from_secs(5), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (300 * MIB).to_string()
+    );
+    assert!(core.flush_state());
+    drop(core);
+    let core = cgs.core(&h, &metrics);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (2048 * MIB).to_string(),
+        "restored at start"
+    );
+    assert!(!journal.exists());
+    // A clean shutdown restores too.
+    let mut core = core;
+    core.poll(Duration::from_secs(6), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (300 * MIB).to_string()
+    );
+    core.shutdown();
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (2048 * MIB).to_string(),
+        "restored at shutdown"
+    );
+    drop(core);
+    // An LC process joins a capped group: the cap is lifted at the next poll.
+    let mut core = cgs.core(&h, &metrics);
+    set_used(zone_used(&core, "red"));
+    core.poll(Duration::from_secs(7), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (300 * MIB).to_string()
+    );
+    h.proc_.add(500, 1, "lc", 500, 10);
+    cgs.place(500, "node/be");
+    register(&mut core, 1, &ROOT, Some(500), Class::Lc, NotifyMode::None);
+    core.poll(Duration::from_secs(8), Trigger::Tick);
+    assert_eq!(
+        read_trimmed(&be.join("memory.high")),
+        (2048 * MIB).to_string(),
+        "no longer BE only: restored"
+    );
+    drop(core);
+
+    // The option off: nothing capped.
+    let h = harness(|c| c.m3.be_memory_high = false);
+    let cgs = FakeCgroups::new(&h, 2);
+    let node = cgs.group("node", 900 * MIB);
+    std::fs::write(node.join("memory.max"), format!("{}\n", 1024 * MIB)).unwrap();
+    let be = cgs.group("node/be", 300 * MIB);
+    h.proc_.add(200, 1, "job", 200, 10);
+    cgs.place(200, "node/be");
+    let mut core = cgs.core(&h, &Arc::new(Metrics::new()));
+    register(&mut core, 1, &ROOT, Some(200), Class::Be, NotifyMode::None);
+    core.poll(Duration::from_secs(1), Trigger::Tick);
+    assert_eq!(core.monitor().zone(), memcolo_policy::m3::Zone::Red);
+    assert_eq!(read_trimmed(&be.join("memory.high")), "max", "off");
+}

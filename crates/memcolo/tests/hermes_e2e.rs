@@ -1,5 +1,5 @@
 //! Hermes' file-cache advice against hostile BE tenants, on the real kernel: a real
-//! `memcolo agent` manages a scratch memory cgroup (v1) scope whose used memory is
+//! `memcolo agent` manages a scratch memory cgroup scope (v1 or v2) whose used memory is
 //! above `adv_thr`, and unprivileged tenants (uids 61200-61299, dropped to with
 //! `setpriv`) registered as BE try to turn the root agent's advice against it or
 //! against other users:
@@ -13,8 +13,9 @@
 //! - files the tenant holds but does not own (another user's, root's) are never
 //!   advised, while its own files, open or only mapped, are.
 //!
-//! Needs root, `setpriv`, `/usr/bin/python3` and the cgroup v1 memory controller;
-//! without them the tests fail saying why. Waits are bounded and counted in polls;
+//! Needs root, `setpriv`, `/usr/bin/python3` and a memory cgroup, v1 or v2; without
+//! them the tests fail saying why. Runs in the cgroup v2 guest too
+//! (`scripts/v2bed/tests`). Waits are bounded and counted in polls;
 //! nothing depends on the machine's speed.
 
 mod common;
@@ -80,12 +81,13 @@ impl Rig {
                 .is_ok_and(|o| o.status.success()),
             "setpriv (util-linux) is needed"
         );
-        let own = common::own_v1_memory_cgroup();
         let exe = env!("CARGO_BIN_EXE_memcolo");
         let tmp = tempfile::tempdir().unwrap();
         let id = format!("memcolo-hermes-{tag}-{}", std::process::id());
-        let scope = own.join(&id);
-        std::fs::create_dir(&scope).unwrap();
+        let scope_cg = memcolo_testkit::own_memory_cgroup()
+            .create_child(&id)
+            .unwrap();
+        let scope = scope_cg.path().to_path_buf();
         let work = PathBuf::from("/var/tmp").join(&id);
         let _ = std::fs::remove_dir_all(&work);
         std::fs::create_dir(&work).unwrap();
@@ -101,11 +103,9 @@ impl Rig {
             children: vec![],
             _tmp: tmp,
         };
-        std::fs::write(
-            scope.join("memory.limit_in_bytes"),
-            format!("{}", 512 * MIB),
-        )
-        .unwrap();
+        scope_cg
+            .write_limit(memcolo_linux::cgroup::Limit::Bytes(512 * MIB))
+            .unwrap();
         // adv_thr = 5 % of 512 MiB = 25.6 MiB: every tenant's ballast is above it.
         // Hermes' advice alone: Hermit reclaim (on by default) drops BE page cache
         // too, and would race the advice this test follows.
@@ -138,8 +138,9 @@ impl Rig {
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "echo $$ > {}/cgroup.procs && exec setpriv --reuid={uid} --regid={uid} --clear-groups {PYTHON} -u -c \"$0\" \"$@\"",
-                self.scope.display()
+                "echo $$ > {}/cgroup.procs && exec {} --reuid={uid} --regid={uid} --clear-groups {PYTHON} -u -c \"$0\" \"$@\"",
+                self.scope.display(),
+                setpriv().display()
             ))
             .arg(format!("{PRELUDE}\n{script}"))
             .args(args)
@@ -251,6 +252,19 @@ impl Drop for Rig {
         common::empty_and_remove_cgroup(&self.scope, &[]);
         let _ = std::fs::remove_dir_all(&self.work);
     }
+}
+
+/// util-linux's `setpriv`, found in `PATH`: by its path, because a busybox `sh` (the
+/// cgroup v2 guest's) runs its own `setpriv` applet, which lacks `--reuid`, before
+/// looking in `PATH`.
+fn setpriv() -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("setpriv"))
+                .find(|f| f.is_file())
+        })
+        .expect("setpriv (util-linux) is needed")
 }
 
 /// Writes `mib` MiB as root, mode `mode`, owned by `uid`, synced (so its page cache

@@ -107,6 +107,8 @@ impl Core {
             self.sync_pod_registrations(&p);
         }
         self.update_poll_metrics(&sample);
+        self.update_class_groups(procs.full);
+        self.apply_be_memory_high(&procs);
         self.last_sample = Some(sample);
         self.publish_reclaim_targets(&procs);
         // The registry is marked for saving on every change; the adapted thresholds

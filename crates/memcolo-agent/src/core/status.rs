@@ -47,8 +47,10 @@ impl Core {
         }
     }
 
-    /// Saves the state (clean shutdown).
+    /// Gives capped BE groups their `memory.high` back and saves the state (clean
+    /// shutdown).
     pub fn shutdown(&mut self) {
+        self.release_be_memory_high();
         self.persist();
         self.flush_state();
         self.events
