@@ -39,7 +39,7 @@ use memcolo_linux::procfs::ProcFs;
 use memcolo_policy::kubernetes::QosClass;
 use memcolo_policy::m3::Thresholds;
 use memcolo_policy::Class;
-use memcolo_testkit::{cannot_run, real_cgroup_v1_available, Scratch};
+use memcolo_testkit::{cannot_run, hog_in, real_cgroup_v1_available, Scratch};
 use serde_json::{json, Value};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -292,6 +292,42 @@ async fn get(c: &kube::Client, path: &str) -> Value {
     call(c, "GET", path, None)
         .await
         .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+/// Pod `name` of namespace `batch` (labelled `app: <name>`) runs, its status written
+/// as a kubelet would, and a PodDisruptionBudget allows no disruption of it, with the
+/// status the disruption controller (not running here) would write: the API server
+/// refuses its eviction with 429 (it ignores budgets for Pending pods).
+async fn run_under_a_budget(admin: &kube::Client, name: &str) {
+    call(
+        admin,
+        "PATCH",
+        &format!("/api/v1/namespaces/batch/pods/{name}/status"),
+        Some(json!({"status": {
+            "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+    create(
+        admin,
+        "/apis/policy/v1/namespaces/batch/poddisruptionbudgets",
+        json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": name}}}}),
+    )
+    .await;
+    call(
+        admin,
+        "PATCH",
+        &format!("/apis/policy/v1/namespaces/batch/poddisruptionbudgets/{name}/status"),
+        Some(
+            json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
+            "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}),
+        ),
+    )
+    .await
+    .unwrap();
 }
 
 /// The Helm chart's ServiceAccount, ClusterRole and ClusterRoleBinding, as JSON.
@@ -687,37 +723,7 @@ async fn kubernetes_mode_against_a_real_api_server() {
     // etl-high runs (its status written as a kubelet would) and a
     // PodDisruptionBudget allows no disruption of it: the eviction is refused with
     // 429, reported once, with no Event.
-    call(
-        admin,
-        "PATCH",
-        "/api/v1/namespaces/batch/pods/etl-high/status",
-        Some(json!({"status": {
-        "phase": "Running",
-        "conditions": [{"type": "Ready", "status": "True"}]}})),
-    )
-    .await
-    .unwrap();
-    create(
-        admin,
-        "/apis/policy/v1/namespaces/batch/poddisruptionbudgets",
-        json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "etl-high"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "etl-high"}}}}),
-    )
-    .await;
-    // What the disruption controller (not running here) would write.
-    call(
-        admin,
-        "PATCH",
-        "/apis/policy/v1/namespaces/batch/poddisruptionbudgets/etl-high/status",
-        Some(
-            json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
-            "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}),
-        ),
-    )
-    .await
-    .unwrap();
+    run_under_a_budget(admin, "etl-high").await;
     assert!(worker.send(ApiRequest::Evict {
         pod: b2.clone(),
         body: eviction_body(&b2, Some(30)),
@@ -815,50 +821,14 @@ async fn kubernetes_mode_against_a_real_api_server() {
     );
 }
 
-/// A process in `dir` (a container group) that touches `mib` MiB of anonymous memory
-/// and sleeps; it joins the group before allocating, so the memory is charged there.
-struct Hog(Child);
-
-impl Drop for Hog {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn hog_in(dir: &Path, mib: u64) -> Hog {
-    use std::io::{BufRead, Write};
-    let mut child = Hog(Command::new("python3")
-        .args([
-            "-c",
-            &format!(
-                "import sys,time; sys.stdin.readline(); b=bytearray({mib}<<20); \
-                 [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; \
-                 print('ready', flush=True); time.sleep(600)"
-            ),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap());
-    std::fs::write(dir.join("cgroup.procs"), child.0.id().to_string()).unwrap();
-    child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.0.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
-    child
-}
-
 /// Kubernetes mode whole ([`KubeNode`], as the agent runs it) against the real API
 /// server: the three pods' containers are real processes holding memory in a cgroup
 /// v1 tree laid out as the kubelet's cgroupfs driver lays it out (in a scratch group
 /// below this test's own), named by the UIDs the API server gave the pods. Above top,
 /// the lowest-priority BE pod is evicted through the API server with an Event, never
 /// the LC pod; a BE pod that a PodDisruptionBudget protects is refused (429), which
-/// is an answer: its processes are not killed, and it is asked again at most once a
-/// poll. The node's signals appear on the Node.
+/// is an answer: its processes are not killed, and it is asked again only after a
+/// back-off. The node's signals appear on the Node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_node_evicts_through_a_real_api_server() {
     let test = "kube_node_evicts_through_a_real_api_server";
@@ -1024,35 +994,7 @@ async fn kube_node_evicts_through_a_real_api_server() {
     // etl-high runs and a PodDisruptionBudget allows no disruption of it. Far above
     // top, only etl-high is asked for (etl-low's eviction is in flight, the LC pod
     // never), the API server refuses it, and it is not killed either.
-    call(
-        admin,
-        "PATCH",
-        "/api/v1/namespaces/batch/pods/etl-high/status",
-        Some(json!({"status": {
-        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
-    )
-    .await
-    .unwrap();
-    create(
-        admin,
-        "/apis/policy/v1/namespaces/batch/poddisruptionbudgets",
-        json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "etl-high"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "etl-high"}}}}),
-    )
-    .await;
-    call(
-        admin,
-        "PATCH",
-        "/apis/policy/v1/namespaces/batch/poddisruptionbudgets/etl-high/status",
-        Some(
-            json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
-            "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}),
-        ),
-    )
-    .await
-    .unwrap();
+    run_under_a_budget(admin, "etl-high").await;
     let polls = 10;
     let mut asked = Vec::new();
     for _ in 0..polls {

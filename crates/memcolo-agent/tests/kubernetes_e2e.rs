@@ -15,54 +15,14 @@ use memcolo_linux::procfs::ProcFs;
 use memcolo_policy::m3::Thresholds;
 use memcolo_policy::Class;
 use memcolo_proto::NotifyMode;
-use memcolo_testkit::{real_cgroup_v1_available, wait_for, Scratch};
-use std::io::Write;
+use memcolo_testkit::{hog_in, real_cgroup_v1_available, wait_for, Hog, Scratch};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 const LC_UID: &str = "11111111-2222-4333-8444-555555555555";
 const BE_LOW_UID: &str = "33333333-4444-4555-8666-777777777777";
 const BE_HIGH_UID: &str = "44444444-5555-4666-8777-888888888888";
-
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A process in `dir` (a container group) that touches `mib` MiB of anonymous memory
-/// and sleeps; it joins the group before allocating, so the memory is charged there.
-fn hog_in(dir: &Path, mib: u64) -> Reaped {
-    let mut child = Reaped(
-        Command::new("python3")
-            .args([
-                "-c",
-                &format!(
-                    "import sys,time; sys.stdin.readline(); b=bytearray({mib}<<20); \
-                     [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; \
-                     print('ready', flush=True); time.sleep(600)"
-                ),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    std::fs::write(dir.join("cgroup.procs"), child.0.id().to_string()).unwrap();
-    child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(child.0.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
-    child
-}
 
 fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(
@@ -91,7 +51,7 @@ fn metas() -> Vec<PodMeta> {
 }
 
 struct Node {
-    _procs: Vec<Reaped>,
+    _procs: Vec<Hog>,
     kubepods: PathBuf,
     _scratch: Scratch,
 }

@@ -282,6 +282,45 @@ pub fn memserver_address(child: &mut std::process::Child) -> String {
         .to_string()
 }
 
+/// A process started by [`hog_in`], killed and reaped when dropped.
+pub struct Hog(pub std::process::Child);
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A process in the cgroup directory `dir` (a container's group, say) that touches
+/// `mib` MiB of anonymous memory and sleeps: it joins the group before allocating, so
+/// the memory is charged there, and this returns once it is all touched.
+pub fn hog_in(dir: &Path, mib: u64) -> Hog {
+    use std::io::{BufRead, Write};
+    let mut child = Hog(Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import sys,time; sys.stdin.readline(); b=bytearray({mib}<<20); \
+                 [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; \
+                 print('ready', flush=True); time.sleep(600)"
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 starts"));
+    std::fs::write(dir.join("cgroup.procs"), child.0.id().to_string())
+        .unwrap_or_else(|e| panic!("join {}: {e}", dir.display()));
+    child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.0.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "the hog in {}", dir.display());
+    child
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
