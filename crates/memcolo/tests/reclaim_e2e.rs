@@ -141,9 +141,12 @@ fn reclaim_agent_pages_out_be_memory_and_never_lc() {
         .port();
     let maddr = format!("127.0.0.1:{port}");
     let cfg = tmp.path().join("agent.toml");
+    // Hermit's workers alone: on v2 the red zone's BE `memory.high` cap would make the
+    // kernel take the BE group's memory first, and this test measures the workers.
     std::fs::write(
         &cfg,
-        "[reclaim]\nenabled = true\nmax_workers = 1\nturnaround_poll_ms = 100\n",
+        "[reclaim]\nenabled = true\nmax_workers = 1\nturnaround_poll_ms = 100\n\
+         [m3]\nbe_memory_high = false\n",
     )
     .unwrap();
     let ev = tmp.path().join("events.jsonl");
