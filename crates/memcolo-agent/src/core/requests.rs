@@ -417,23 +417,15 @@ impl Core {
         if notify == NotifyMode::Signal {
             // Without a handler, the first real-time signal's default action would
             // kill the process.
-            let sigs = notify_signals();
-            match self.procfs.read_pid_status(target) {
-                Ok(st) => {
-                    let handled = st.sig_cgt | st.sig_ign;
-                    let missing: Vec<i32> = sigs
-                        .iter()
-                        .copied()
-                        .filter(|s| handled & (1u64 << (s - 1)) == 0)
-                        .collect();
-                    if !missing.is_empty() {
-                        return err(
-                            ErrorCode::BadRequest,
-                            format!(
-                                "process {target} has no handler for signal(s) {missing:?} (SIGRTMIN+1..3 carry low, high and top): the first notification would kill it; install handlers first or register with notify socket"
-                            ),
-                        );
-                    }
+            match self.unhandled_notify_signals(target) {
+                Ok(missing) if missing.is_empty() => {}
+                Ok(missing) => {
+                    return err(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "process {target} has no handler for signal(s) {missing:?} (SIGRTMIN+1..3 carry low, high and top): the first notification would kill it; install handlers first or register with notify socket"
+                        ),
+                    );
                 }
                 Err(e) => {
                     return err(
@@ -585,20 +577,14 @@ impl Core {
                 continue;
             };
             let mut notify = w.notify;
-            if notify == NotifyMode::Signal {
-                let handled = self
-                    .procfs
-                    .read_pid_status(w.pid)
-                    .map(|st| st.sig_cgt | st.sig_ign)
-                    .unwrap_or(0);
-                if notify_signals()
-                    .iter()
-                    .any(|s| handled & (1u64 << (s - 1)) == 0)
-                {
-                    tracing::warn!(pid = w.pid, pod = %w.name,
-                        "memcolo.io/notify is signal but the process has no handler for SIGRTMIN+1..3: not signalled");
-                    notify = NotifyMode::None;
-                }
+            if notify == NotifyMode::Signal
+                && !self
+                    .unhandled_notify_signals(w.pid)
+                    .is_ok_and(|m| m.is_empty())
+            {
+                tracing::warn!(pid = w.pid, pod = %w.name,
+                    "memcolo.io/notify is signal but the process has no handler for SIGRTMIN+1..3: not signalled");
+                notify = NotifyMode::None;
             }
             let entry = Entry {
                 pid: w.pid,
@@ -633,6 +619,18 @@ impl Core {
             self.persist();
             self.update_registry_metrics();
         }
+    }
+
+    /// The notification signals (SIGRTMIN+1..3) that process `pid` neither catches
+    /// nor ignores: without a handler, the first one's default action would kill it.
+    fn unhandled_notify_signals(&self, pid: Pid) -> memcolo_linux::Result<Vec<i32>> {
+        let st = self.procfs.read_pid_status(pid)?;
+        let handled = st.sig_cgt | st.sig_ign;
+        Ok(notify_signals()
+            .iter()
+            .copied()
+            .filter(|s| handled & (1u64 << (s - 1)) == 0)
+            .collect())
     }
 
     pub(super) fn forget(&mut self, pid: Pid) {
