@@ -72,10 +72,10 @@ impl Core {
                 self.monitor.thresholds(),
                 &stamp,
             ) {
-                Ok(r) => {
-                    let processes = r.processes.clone();
+                Ok(mut r) => {
+                    let processes = std::mem::take(&mut r.processes);
                     if let Some(d) = &self.tier_defaults {
-                        d.replace(r.tier_targets.clone());
+                        d.replace(std::mem::take(&mut r.tier_targets));
                     }
                     // The event log says which pods were asked to go, and how.
                     for (uid, via) in r
