@@ -5,7 +5,9 @@
  * free() reads the pointer's page map entry, which carries the size class: an unknown
  * pointer aborts with a message. Double frees are caught at the free, wherever the
  * first free left the object (this thread's cache, another's, a transfer cache, its
- * span): malloc sets the object's bit in the live map (internal.h) and free clears it,
+ * span), unless MEMCOLO_DOUBLE_FREE_CHECK=0 turns this off (then only the object-start
+ * test runs at the free, and the central lists' check catches a double free once both
+ * copies reach the span): malloc sets the object's bit in the live map (internal.h) and free clears it,
  * aborting if it was clear. The bits are metadata (no object is read or written: a use
  * after free cannot corrupt them or a list), one atomic RMW on each side. Only a live
  * object's start has its bit set, so the same test refuses an interior pointer (or one
@@ -39,10 +41,12 @@ void mc_secret_init(void) {
   mc_secret = k != 0 ? k : 0x9E3779B97F4A7C15ull;
 }
 
-/* an object handed out: its live bit set */
+bool mc_double_free_check = true;
+
+/* an object handed out: its live bit set (MEMCOLO_DOUBLE_FREE_CHECK) */
 static inline void *mc_obj_out(void *p) {
   uintptr_t a = (uintptr_t)p;
-  __atomic_fetch_or(mc_livemap_word(a), mc_livemap_bit(a), __ATOMIC_RELAXED);
+  if (mc_likely(mc_double_free_check)) __atomic_fetch_or(mc_livemap_word(a), mc_livemap_bit(a), __ATOMIC_RELAXED);
   return p;
 }
 
@@ -182,17 +186,26 @@ static MC_NOINLINE void mc_not_live(void *p, unsigned cls) {
            "an object malloc returned and that is not yet freed");
 }
 
+/* The object-start test: a, in a page of a small span (entry e, class cls), is the start
+ * of one of the span's objects: its offset in the span (the page's index from the
+ * entry) is below the span's last object and a multiple of the class's size
+ * (mc_class_check; sizes are multiples of 16, so a passes only 16-byte aligned). */
+static inline bool mc_object_start(uintptr_t a, uintptr_t e, unsigned cls) {
+  uint32_t off = (uint32_t)(((e >> MC_PM_PAGE_SHIFT) << MC_PAGE_SHIFT) | (a & (MC_PAGE_SIZE - 1)));
+  const mc_class_check_t *k = &mc_class_check[cls];
+  return off < k->end && (uint64_t)off * k->magic < k->magic;
+}
+
 /* A free (or realloc) of p, in a page of a small span (entry e, class cls), that the
- * live map refused: p is not 16-byte aligned or its granule's bit is clear. The bits
+ * live map refused (or, with MEMCOLO_DOUBLE_FREE_CHECK=0, the object-start test): p is
+ * not 16-byte aligned or its granule's bit is clear. The bits
  * are set only at the starts of live objects, so this is an interior pointer (or one
  * past the span's last object) or an object that is not live; the object-start test
  * tells which, for the message: p's offset in its span (the page's index from the
  * entry) is a multiple of the class's size below the span's last object
  * (mc_class_check). */
 static MC_NOINLINE void mc_free_refused(void *p, uintptr_t e, unsigned cls) {
-  uint32_t off = (uint32_t)(((e >> MC_PM_PAGE_SHIFT) << MC_PAGE_SHIFT) | ((uintptr_t)p & (MC_PAGE_SIZE - 1)));
-  const mc_class_check_t *k = &mc_class_check[cls];
-  if (off >= k->end || (uint64_t)off * k->magic >= k->magic) mc_free_interior(p, cls);
+  if (!mc_object_start((uintptr_t)p, e, cls)) mc_free_interior(p, cls);
   mc_not_live(p, cls);
 }
 
@@ -216,11 +229,14 @@ static MC_NOINLINE void mc_debug_free_check(void *p, unsigned cls) {
  * the entries). */
 static inline void mc_small_free_checks(const uintptr_t *leaf, void *p, uintptr_t e, unsigned cls) {
   uintptr_t a = (uintptr_t)p;
-  uint64_t bit = mc_livemap_bit(a);
-  if (mc_unlikely((a & (MC_ALIGN - 1)) != 0 ||
-                  (__atomic_fetch_and(mc_livemap_word_in(leaf, a), ~bit, __ATOMIC_RELAXED) & bit) == 0)) {
-    mc_free_refused(p, e, cls);
+  bool ok;
+  if (mc_likely(mc_double_free_check)) {
+    uint64_t bit = mc_livemap_bit(a);
+    ok = (a & (MC_ALIGN - 1)) == 0 && (__atomic_fetch_and(mc_livemap_word_in(leaf, a), ~bit, __ATOMIC_RELAXED) & bit) != 0;
+  } else {
+    ok = mc_object_start(a, e, cls);
   }
+  if (mc_unlikely(!ok)) mc_free_refused(p, e, cls);
   MC_DEBUG_FREE_CHECK(p, cls);
   MC_PAD_CHECK(p, cls);
 }
@@ -380,9 +396,13 @@ MC_EXPORT void *MC_NAME(realloc)(void *p, size_t size) {
     /* a freed object would be handed back in place while it is also free */
     unsigned cls = (unsigned)(e & MC_PM_CLASS_MASK);
     uintptr_t a = (uintptr_t)p;
-    if (mc_unlikely((a & (MC_ALIGN - 1)) != 0 ||
-                    (__atomic_load_n(mc_livemap_word(a), __ATOMIC_RELAXED) & mc_livemap_bit(a)) == 0)) {
-      mc_free_refused(p, e, cls);
+    if (mc_double_free_check) {
+      if (mc_unlikely((a & (MC_ALIGN - 1)) != 0 ||
+                      (__atomic_load_n(mc_livemap_word(a), __ATOMIC_RELAXED) & mc_livemap_bit(a)) == 0)) {
+        mc_free_refused(p, e, cls);
+      }
+    } else if (mc_unlikely(!mc_object_start(a, e, cls))) {
+      mc_free_interior(p, cls);
     }
     MC_PAD_CHECK(p, cls);
     size_t cur = mc_class_size[cls] - MC_PAD_BYTES; /* the most the object holds */

@@ -62,6 +62,9 @@ void mc_init(void) {
     return;
   }
   mc_options_init();
+  /* before any object is handed out: an object handed out unmarked would be refused at
+   * its free if the check were turned on after it */
+  mc_double_free_check = MC_DEBUG >= 1 || MC_OPT(MC_OPT_DOUBLE_FREE_CHECK) != 0;
   mc_os_thp_init();
   mc_sizeclass_init();
   mc_secret_init();

@@ -189,6 +189,7 @@ typedef enum {
   MC_OPT_TIER_RECOVER_S,      /* how long tiered memory waits for a new agent after a crash */
   MC_OPT_T_MISS,              /* target fast-memory miss ratio (string: mc_options_str; NULL = agent's) */
   MC_OPT_TIER_SOCKET,         /* the tiering socket (string: mc_options_str; NULL = beside SOCKET) */
+  MC_OPT_DOUBLE_FREE_CHECK,   /* 1: the live map's double-free check at every free; 0: the object-start test only */
   MC_OPT__COUNT
 } mc_option_t;
 
@@ -265,7 +266,7 @@ extern uint8_t mc_class_small_idx[(1024 >> 4) + 1];
  * and off % size == 0, tested as off * magic < magic with magic = ceil(2^64 / size)
  * (Lemire, Kaser, Kurz, "Faster remainder by direct computation", 2019, §3). */
 typedef struct { uint64_t magic; uint32_t end; uint32_t unused; } mc_class_check_t;
-extern mc_class_check_t mc_class_check[MC_CLASSES];
+extern mc_class_check_t mc_class_check[MC_CLASSES] __attribute__((visibility("hidden")));
 extern uint8_t mc_class_large_idx[(MC_SMALL_MAX >> 7) + 1];
 void mc_sizeclass_init(void);
 static inline unsigned mc_size_to_class(size_t size) {
@@ -408,6 +409,9 @@ size_t mc_tcache_count(void);
 bool mc_tcache_contains(mc_tcache_t *tc, unsigned cls, const void *p);
 
 /* ---------------------------------------------------------------- alloc.c */
+/* MEMCOLO_DOUBLE_FREE_CHECK (alloc.c): true until init reads the option (debug builds:
+ * always). It may only go from true to false, before the first object is handed out. */
+extern bool mc_double_free_check __attribute__((visibility("hidden")));
 extern uint64_t mc_secret;        /* random, nonzero (debug canaries); set by mc_secret_init */
 void mc_secret_init(void);
 void *mc_malloc_slow(size_t size);

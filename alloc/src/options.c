@@ -84,6 +84,8 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
     "target fast-memory miss ratio sent with each tiered region (MaxMem §3.2); unset: the agent's default"},
   [MC_OPT_TIER_SOCKET] = {"TIER_SOCKET", MC_OT_PATH, 0, 0, 0, NULL,
     "the agent's tiering socket; unset: `tier.sock` in the directory of `MEMCOLO_SOCKET`"},
+  [MC_OPT_DOUBLE_FREE_CHECK] = {"DOUBLE_FREE_CHECK", MC_OT_BOOL, 1, 0, 1, NULL,
+    "1: a double free, or a free of an object never handed out, aborts at the free, wherever the first free left the object (the live map: an atomic update on every malloc and free); 0: the object-start test alone (interior and foreign pointers still abort; a double free only once both copies are back in the object's span), for tcmalloc's speed on allocation-bound programs (README, \"Misuse checks\"); debug builds always check"},
 };
 
 long mc_options_cache[MC_OPT__COUNT];

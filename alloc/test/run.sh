@@ -32,6 +32,7 @@ for v in rel dbg; do
   run_prog "$v/test_unit" "$B/$v/test_unit"
   run_prog "$v/test_stress" "$B/$v/test_stress"
   run_prog "$v/test_errors" "$B/$v/test_errors"
+  run_prog "$v/test_errors (MEMCOLO_DOUBLE_FREE_CHECK=0)" MEMCOLO_DOUBLE_FREE_CHECK=0 "$B/$v/test_errors"
   run_prog "$v/test_reserve" MEMCOLO_CLASS=lc "$B/$v/test_reserve"
   run_prog "$v/test_agent" "$B/$v/test_agent"
   run_prog "$v/test_vectors" "$B/$v/test_vectors"
