@@ -645,6 +645,9 @@ static bool backoff_update(size_t large_demand, size_t block_bytes) {
  * program held within it and gave back is still backed (the huge page cache keeps the
  * demand that left in the last 1-2 s, pageheap.c cache_insert), so only growth above
  * it is demand on the reserve. */
+/* The heap's fill is recent while it pre-faulted within this long: surplus then is
+ * (mostly) memory the reserve faulted in itself, and goes back at once */
+#define MC_FILL_RECENT_US 1000000
 #define MC_SMALL_HW_BUCKETS 10
 #define MC_SMALL_HW_BUCKET_MS 100
 
@@ -668,7 +671,7 @@ static void *mc_reserve_main(void *arg) {
   const double rate_tau_us = 32000.0;
   double horizon_us = (double)MC_OPT(MC_OPT_RSV_HORIZON_MS) * 1000.0;
   double rate_large = 0;
-  uint64_t last_us = mc_now_us();
+  uint64_t last_us = mc_now_us(), last_fill_us = 0;
   while (mc_reserve_thread_running) {
     uint64_t resume = __atomic_load_n(&mc_resume_at_ms, __ATOMIC_ACQUIRE);
     if (resume != 0 && mc_now_ms() >= resume &&
@@ -733,18 +736,25 @@ static void *mc_reserve_main(void *arg) {
     while (fill && mc_reserve_on && mc_heap_backed_free_bytes() + MC_HUGE_SIZE <= rsv && guard-- > 0) {
       if (!mc_heap_prefault_one_hugepage()) break;
       progress = 1;
+      last_fill_us = now_us;
       __atomic_fetch_add(&mc_prefaulted_bytes, MC_HUGE_SIZE, __ATOMIC_RELAXED);
       mc_reserve_yield_point();
     }
     /* Surplus: above TRIM_THR it goes at once (Hermes); between RSV_THR and TRIM_THR
-     * (Hermes' hysteresis) it stays while the demand goes on and goes in the first round
-     * without small demand. Held longer it was the whole of the reservation's cost:
-     * after a burst the target fell back to min_rsv while the memory pre-faulted for the
-     * burst stayed, and peak RSS outside the reservation was 1.4-1.9x glibc's on a bursty
-     * multi-threaded program (bench/alloc/bursty.c mstress, 8 runs: the band trimmed
-     * after 10 ms 14.5-21.0 MiB, after 4 ms 15.1-25.1, in the next round 14.8-21.0,
-     * median 15.5, glibc 12.9) */
-    size_t fb = mc_heap_backed_free_bytes(), keep = small == 0 ? rsv : trim_thr;
+     * (Hermes' hysteresis) memory the program freed stays while the demand goes on and
+     * goes in the first round without small demand. But while the fill is recent (it
+     * pre-faulted within MC_FILL_RECENT_US) the surplus is the reserve's own: memory
+     * faulted in for a target that has since fallen. It goes at once, down to the
+     * target, and not only whole free huge pages: the free pages of huge pages in use
+     * too (as periodic release takes them). Held in the band, after a burst the target
+     * fell back to min_rsv while the memory pre-faulted for the burst stayed, undeclared:
+     * peak RSS outside the reservation 2.1x glibc's on a quiet machine (bench/alloc/
+     * bursty.c mstress, 5 runs: 26.9 MiB [21.1-27.3], glibc 12.9); whole huge pages
+     * alone at once, 15-24 MiB; with their free pages beyond a huge page of slack,
+     * 15.6-17.5 MiB (6 runs) */
+    size_t fb = mc_heap_backed_free_bytes();
+    bool own = last_fill_us != 0 && now_us - last_fill_us < MC_FILL_RECENT_US;
+    size_t keep = small == 0 || own ? rsv : trim_thr;
     if (fb > keep) {
       /* whole free huge pages of the cache go, down to `keep` free bytes in all (the
        * free pages of huge pages in use count too): the cache keeps what `keep` leaves
@@ -752,7 +762,13 @@ static void *mc_reserve_main(void *arg) {
       pthread_mutex_lock(&mc_heap.lock);
       size_t cache = mc_heap.cache_backed_n * MC_HUGE_SIZE, other = fb > cache ? fb - cache : 0;
       size_t protect = keep > other ? (keep - other) / MC_HUGE_SIZE * MC_HUGE_SIZE : 0;
-      mc_heap_release_locked(fb - keep, true, protect);
+      size_t done = mc_heap_release_locked(fb - keep, true, protect);
+      /* the reserve's own surplus left in huge pages in use: their free pages too, as
+       * periodic release takes them (never breaking a nearly full huge page), beyond a
+       * huge page of slack (each page released is faulted again by the next fill: with
+       * none, a producer/consumer program spent 2-3x the system time) */
+      if (own && done + MC_HUGE_SIZE < fb - keep)
+        mc_heap_release_periodic_locked(fb - keep - done - MC_HUGE_SIZE, protect);
       pthread_mutex_unlock(&mc_heap.lock);
     }
     unlock_handed_out();
