@@ -29,7 +29,7 @@ static const mc_option_desc_t mc_option_table[MC_OPT__COUNT] = {
   [MC_OPT_MIN_RSV_BYTES] = {"MIN_RSV", MC_OT_BYTES, 5L << 20, 0, LONG_MAX, NULL,
     "min_rsv of Hermes §3.2: the smallest reserve"},
   [MC_OPT_TRIM_FACTOR_PCT] = {"TRIM_FACTOR", MC_OT_X100, 400, 0, 10000, NULL,
-    "TRIM_THR = this x the reserve target (decimals allowed)"},
+    "TRIM_THR = this x the pool's target: pooled blocks above it are unmapped (decimals allowed); the page heap's free memory above its own target goes at once"},
   [MC_OPT_MLOCK] = {"MLOCK", MC_OT_BOOL, 1, 0, 1, NULL,
     "mlock pooled large blocks until they are handed out (Hermes §4; needs CAP_IPC_LOCK or room in RLIMIT_MEMLOCK, else one warning and plain pre-faulting); 0 = never"},
   [MC_OPT_RELEASE_RATE_BYTES] = {"RELEASE_RATE", MC_OT_BYTES, 1L << 20, 0, LONG_MAX, NULL,

@@ -645,9 +645,6 @@ static bool backoff_update(size_t large_demand, size_t block_bytes) {
  * program held within it and gave back is still backed (the huge page cache keeps the
  * demand that left in the last 1-2 s, pageheap.c cache_insert), so only growth above
  * it is demand on the reserve. */
-/* The heap's fill is recent while it pre-faulted within this long: surplus then is
- * (mostly) memory the reserve faulted in itself, and goes back at once */
-#define MC_FILL_RECENT_US 1000000
 #define MC_SMALL_HW_BUCKETS 10
 #define MC_SMALL_HW_BUCKET_MS 100
 
@@ -671,7 +668,7 @@ static void *mc_reserve_main(void *arg) {
   const double rate_tau_us = 32000.0;
   double horizon_us = (double)MC_OPT(MC_OPT_RSV_HORIZON_MS) * 1000.0;
   double rate_large = 0;
-  uint64_t last_us = mc_now_us(), last_fill_us = 0;
+  uint64_t last_us = mc_now_us();
   while (mc_reserve_thread_running) {
     uint64_t resume = __atomic_load_n(&mc_resume_at_ms, __ATOMIC_ACQUIRE);
     if (resume != 0 && mc_now_ms() >= resume &&
@@ -730,45 +727,38 @@ static void *mc_reserve_main(void *arg) {
     size_t rsv = (size_t)(factor * (double)small);
     if (rsv < min_rsv) rsv = min_rsv;
     __atomic_store_n(&mc_rsv_target_bytes, rsv, __ATOMIC_RELAXED);
-    size_t trim_thr = (size_t)(trim_factor * (double)rsv);
     int guard = 64, progress = 0;
     mgmt_set_idle(false);
     while (fill && mc_reserve_on && mc_heap_backed_free_bytes() + MC_HUGE_SIZE <= rsv && guard-- > 0) {
       if (!mc_heap_prefault_one_hugepage()) break;
       progress = 1;
-      last_fill_us = now_us;
       __atomic_fetch_add(&mc_prefaulted_bytes, MC_HUGE_SIZE, __ATOMIC_RELAXED);
       mc_reserve_yield_point();
     }
-    /* Surplus: above TRIM_THR it goes at once (Hermes); between RSV_THR and TRIM_THR
-     * (Hermes' hysteresis) memory the program freed stays while the demand goes on and
-     * goes in the first round without small demand. But while the fill is recent (it
-     * pre-faulted within MC_FILL_RECENT_US) the surplus is the reserve's own: memory
-     * faulted in for a target that has since fallen. It goes at once, down to the
-     * target, and not only whole free huge pages: the free pages of huge pages in use
-     * too (as periodic release takes them). Held in the band, after a burst the target
-     * fell back to min_rsv while the memory pre-faulted for the burst stayed, undeclared:
-     * peak RSS outside the reservation 2.1x glibc's on a quiet machine (bench/alloc/
-     * bursty.c mstress, 5 runs: 26.9 MiB [21.1-27.3], glibc 12.9); whole huge pages
-     * alone at once, 15-24 MiB; with their free pages beyond a huge page of slack,
-     * 15.6-17.5 MiB (6 runs) */
+    /* Surplus: the heap's free backed memory above RSV_THR goes at once, beyond a huge
+     * page of slack: whole free huge pages of the cache first, then the free pages of
+     * huge pages in use, as periodic release takes them (never breaking a nearly full
+     * huge page). Hermes keeps what lies between RSV_THR and TRIM_THR while demand goes
+     * on (its hysteresis; TRIM_THR still bounds the pool): after a burst the target fell
+     * back to min_rsv while the memory the burst used and freed stayed, undeclared, as
+     * long as the program went on allocating. A program whose bursts never pause
+     * (bench/alloc/bursty.c mstress, 4 threads) then ran with 1.86-2.1x glibc's peak RSS
+     * outside the reservation on a quiet machine (5 runs: 24-27 MiB, glibc 12.9; the
+     * reserve trace: 18.7 MiB free backed against a 5 MiB target to the end); whole
+     * huge pages alone at once, 15-24 MiB; with their free pages, 14.7-16.0 MiB, but
+     * with no slack a producer/consumer program's system time was 2-3x (each page
+     * released is faulted again by the next fill); with a huge page of slack
+     * 15.1-16.0 MiB and the system time as before. */
     size_t fb = mc_heap_backed_free_bytes();
-    bool own = last_fill_us != 0 && now_us - last_fill_us < MC_FILL_RECENT_US;
-    size_t keep = small == 0 || own ? rsv : trim_thr;
-    if (fb > keep) {
-      /* whole free huge pages of the cache go, down to `keep` free bytes in all (the
-       * free pages of huge pages in use count too): the cache keeps what `keep` leaves
-       * beside those, in whole huge pages, rounded down */
+    if (fb > rsv + MC_HUGE_SIZE) {
+      size_t excess = fb - rsv - MC_HUGE_SIZE, keep = fb - excess;
       pthread_mutex_lock(&mc_heap.lock);
+      /* the cache keeps what `keep` leaves beside the free pages of huge pages in use,
+       * in whole huge pages, rounded down */
       size_t cache = mc_heap.cache_backed_n * MC_HUGE_SIZE, other = fb > cache ? fb - cache : 0;
       size_t protect = keep > other ? (keep - other) / MC_HUGE_SIZE * MC_HUGE_SIZE : 0;
-      size_t done = mc_heap_release_locked(fb - keep, true, protect);
-      /* the reserve's own surplus left in huge pages in use: their free pages too, as
-       * periodic release takes them (never breaking a nearly full huge page), beyond a
-       * huge page of slack (each page released is faulted again by the next fill: with
-       * none, a producer/consumer program spent 2-3x the system time) */
-      if (own && done + MC_HUGE_SIZE < fb - keep)
-        mc_heap_release_periodic_locked(fb - keep - done - MC_HUGE_SIZE, protect);
+      size_t done = mc_heap_release_locked(excess, true, protect);
+      if (done < excess) mc_heap_release_periodic_locked(excess - done, protect);
       pthread_mutex_unlock(&mc_heap.lock);
     }
     unlock_handed_out();

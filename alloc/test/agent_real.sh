@@ -83,8 +83,10 @@ probe_ready() { grep -q '^ready' "$TMP/probe.out"; }
 start_agent
 [ -S "$SOCK" ] || { echo "FAIL agent-real (the agent did not start)"; tail -5 "$TMP/agent.err"; exit 0; }
 
-# 1. registration
-sh -c "echo \$\$ >'$SCOPE/cgroup.procs' && exec env MEMCOLO_CLASS=lc MEMCOLO_SOCKET='$SOCK' MEMCOLO_HP_CACHE=256m '$TMP/agent_probe'" \
+# 1. registration (MEMCOLO_RESERVE=0: with the reservation on, the management thread
+# itself gives back the free memory above the reserve's target, and the probe's free
+# pages would be gone before the agent asks for them)
+sh -c "echo \$\$ >'$SCOPE/cgroup.procs' && exec env MEMCOLO_CLASS=lc MEMCOLO_RESERVE=0 MEMCOLO_SOCKET='$SOCK' MEMCOLO_HP_CACHE=256m '$TMP/agent_probe'" \
   >"$TMP/probe.out" 2>"$TMP/probe.err" &
 PROBE=$!
 if wait_for 30 registered && [ "$(proc_field "$PROBE" class)" = '"lc"' ] && \
