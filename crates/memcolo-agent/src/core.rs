@@ -29,6 +29,7 @@ mod advice;
 mod be_memory_high;
 mod class_groups;
 mod cpu_affinity;
+mod pid_namespaces;
 mod poll;
 mod reclaim_targets;
 mod requests;
@@ -266,6 +267,9 @@ pub struct Core {
     class_groups: class_groups::ClassGroups,
     /// The BE groups whose `memory.high` the red zone capped ([`be_memory_high`]).
     be_memory_high: be_memory_high::BeMemoryHigh,
+    /// Pids of containers' pid namespaces mapped to the agent's, with a bounded number
+    /// of `/proc` walks ([`pid_namespaces`]).
+    ns_maps: std::cell::RefCell<pid_namespaces::PidNamespaceMaps>,
 }
 
 impl Core {
@@ -349,6 +353,7 @@ impl Core {
             tier_defaults: None,
             class_groups: Default::default(),
             be_memory_high: Default::default(),
+            ns_maps: Default::default(),
             cfg,
         };
         let mut kept = 0;

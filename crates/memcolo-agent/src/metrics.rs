@@ -75,6 +75,9 @@ pub struct Metrics {
     pub pressure_events: IntCounterVec,
     /// `memcolo_errors_total{kind}`.
     pub errors: IntCounterVec,
+    /// `memcolo_pid_namespace_walks_total`: walks of `/proc` to map pids named in
+    /// containers' pid namespaces to the agent's (bounded per second).
+    pub pid_namespace_walks: IntCounter,
     /// `memcolo_state_writes_total`: registry writes (`registry.json` replaced).
     pub state_writes: IntCounter,
     /// `memcolo_state_write_errors_total`: failed registry writes (retried at the
@@ -239,6 +242,10 @@ impl Metrics {
                 &["source"],
             ),
             errors: cv("memcolo_errors_total", "Errors by kind", &["kind"]),
+            pid_namespace_walks: c(
+                "memcolo_pid_namespace_walks_total",
+                "Walks of /proc to map pids named in containers' pid namespaces to the agent's",
+            ),
             state_writes: c("memcolo_state_writes_total", "Registry writes (registry.json replaced)"),
             state_write_errors: c(
                 "memcolo_state_write_errors_total",

@@ -320,29 +320,28 @@ impl ProcFs {
             .map_err(|e| Error::io(&path, e))
     }
 
-    /// The process whose id is `ns_pid` in pid namespace `ns` (a [`pid_namespace`]
-    /// value), as this procfs names it: a process directly in `ns` (not in a namespace
-    /// below it) whose last `NSpid` entry is `ns_pid`. `None` when there is none. Cost:
-    /// one `stat` per process of the procfs, and a `status` read per process in `ns`.
-    /// What it returns is a pid, not a proof: open it and check again.
+    /// Every process directly in pid namespace `ns` (a [`pid_namespace`] value, not a
+    /// namespace below it), by its pid there (its last `NSpid` entry), with its pid as
+    /// this procfs names it. Cost: one `stat` per process of the procfs, and a `status`
+    /// read per process in `ns`. Pids, not proofs: open one and check again.
     ///
     /// [`pid_namespace`]: ProcFs::pid_namespace
-    pub fn find_in_pid_namespace(&self, ns: u64, ns_pid: Pid) -> Result<Option<Pid>> {
-        if ns_pid <= 0 {
-            return Ok(None);
-        }
+    pub fn pid_namespace_map(&self, ns: u64) -> Result<std::collections::HashMap<Pid, Pid>> {
+        let mut map = std::collections::HashMap::new();
         for pid in self.pids()? {
             if self.pid_namespace(pid).ok() != Some(ns) {
                 continue;
             }
-            if self
+            if let Some(&inner) = self
                 .read_pid_status(pid)
-                .is_ok_and(|s| s.nspid.last() == Some(&ns_pid))
+                .ok()
+                .as_ref()
+                .and_then(|s| s.nspid.last())
             {
-                return Ok(Some(pid));
+                map.insert(inner, pid);
             }
         }
-        Ok(None)
+        Ok(map)
     }
 
     /// `/proc/<pid>/stat`. The command name sits between the first `(` and the *last*

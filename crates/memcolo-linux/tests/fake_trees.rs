@@ -786,10 +786,12 @@ fn pids_named_in_a_pid_namespace_map_to_the_process_in_that_namespace() {
     let a = std::fs::metadata(&ctr_a).unwrap().ino();
     assert_eq!(procfs.pid_namespace(100).unwrap(), a);
     assert_eq!(procfs.read_pid_status(300).unwrap().nspid, [300, 3, 2]);
-    assert_eq!(procfs.find_in_pid_namespace(a, 1).unwrap(), Some(100));
-    assert_eq!(procfs.find_in_pid_namespace(a, 2).unwrap(), Some(101));
-    assert_eq!(procfs.find_in_pid_namespace(a, 3).unwrap(), None);
-    assert_eq!(procfs.find_in_pid_namespace(a, 0).unwrap(), None);
+    // the nested namespace's process (NSpid 300 3 2) is not one of a's
+    let in_a = procfs.pid_namespace_map(a).unwrap();
+    assert_eq!(in_a.len(), 2, "{in_a:?}");
+    assert_eq!(in_a.get(&1), Some(&100));
+    assert_eq!(in_a.get(&2), Some(&101));
+    assert_eq!(in_a.get(&3), None);
     let b = std::fs::metadata(&ctr_b).unwrap().ino();
-    assert_eq!(procfs.find_in_pid_namespace(b, 2).unwrap(), Some(200));
+    assert_eq!(procfs.pid_namespace_map(b).unwrap().get(&2), Some(&200));
 }

@@ -599,6 +599,107 @@ fn root_in_a_container_pid_namespace_names_pids_of_its_own_namespace_only() {
     }
 }
 
+/// Run in a new pid namespace as its root: asks `argv[2]` times for a pid its
+/// namespace does not have, then (a second later) for its own child; prints the
+/// count of each answer's type and code, then the last answer.
+const NS_FLOOD: &str = r#"
+import collections, json, os, socket, sys, time
+sock, n = sys.argv[1], int(sys.argv[2])
+child = os.fork()
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(30)
+s.connect(sock)
+f = s.makefile()
+def ask(line):
+    s.sendall(line.encode() + b'\n')
+    return json.loads(f.readline())
+seen = collections.Counter()
+for _ in range(n):
+    a = ask('{"v":1,"type":"register","pid":4242,"class":"be","notify":"none"}')
+    seen[a["type"] + ":" + a.get("code", "")] += 1
+time.sleep(1.2)
+print(json.dumps(seen), flush=True)
+print(json.dumps(ask('{"v":1,"type":"register","pid":%d,"class":"be","notify":"none"}' % child)), flush=True)
+sys.stdin.readline()
+"#;
+
+/// Root in a container's pid namespace names a pid there in a loop: each request
+/// walked the whole of `/proc` on the agent's main loop (one `stat` per process of
+/// the node), so a container kept the agent busy at will. A namespace's map now
+/// comes from one walk, reused for 250 ms, and walks are capped per second: the
+/// answers are still right, the walks bounded.
+#[test]
+fn root_in_a_container_pid_namespace_cannot_make_the_agent_walk_proc_per_request() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(&cfg, "[hermes]\nenabled = false\n").unwrap();
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let agent = AgentCommand::new(&exe(), dir.path())
+        .config(&cfg)
+        .metrics(&addr)
+        .stderr(Stdio::null())
+        .start();
+    let mut procs = Procs::default();
+    let mut c = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", PYTHON, "-c", NS_FLOOD])
+        .arg(&agent.socket)
+        .arg("400")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let unshare_pid = c.id();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut lines = [String::new(), String::new()];
+    for l in &mut lines {
+        out.read_line(l).unwrap();
+    }
+    procs.0.push(c);
+    let seen: Value = serde_json::from_str(lines[0].trim()).unwrap();
+    let last: Value = serde_json::from_str(lines[1].trim()).unwrap();
+    let walks = metrics_series(&addr, "memcolo_pid_namespace_walks_total");
+    assert!(
+        walks <= 20.0,
+        "400 requests walked /proc {walks} times (answers {seen})"
+    );
+    let map = seen.as_object().unwrap();
+    let total: u64 = map.values().filter_map(Value::as_u64).sum();
+    assert_eq!(total, 400, "{seen}");
+    for k in map.keys() {
+        assert!(
+            k == "error:no_such_process" || k == "error:limit_exceeded",
+            "an answer of {k} to a pid the namespace lacks: {seen}"
+        );
+    }
+    // the container's own child is still found (a walk after the flood's second)
+    let ns_init: u32 = children_of(unshare_pid)[0];
+    let ns_child: u32 = children_of(ns_init)[0];
+    assert_eq!(last["type"], "registered", "{last}");
+    assert_eq!(last["pid"], ns_child, "{last}");
+}
+
+/// One series of the agent's `/metrics` (0 when it is absent).
+fn metrics_series(addr: &str, name: &str) -> f64 {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// The children of `pid` (`/proc/PID/task/*/children`), waiting a bounded time for one.
 fn children_of(pid: u32) -> Vec<u32> {
     let mut kids = Vec::new();

@@ -3,6 +3,7 @@
 //! `reclaimed` answers to notifications, cgroup creation, status; and the end of a
 //! registration when its process exits or can no longer be proved.
 
+use super::pid_namespaces::NsLookup;
 use super::{err, notify_signals, unix_now_s, Core, Peer, PeerNamespace};
 use crate::registry::{self, Entry};
 use memcolo_linux::identity::{IdentityError, ProvenProcess};
@@ -211,11 +212,12 @@ impl Core {
     /// What a pid in a request names. It is read where the peer lives: a peer in the
     /// agent's pid namespace names the agent's pids; a peer in another one (a
     /// container's) names pids of its own namespace, mapped here to the agent's
-    /// ([`memcolo_linux::procfs::ProcFs::find_in_pid_namespace`]), so that no process
-    /// outside a container can be named from inside it. Another process than the
+    /// ([`super::pid_namespaces`], a bounded number of `/proc` walks), so that no
+    /// process outside a container can be named from inside it. Another process than the
     /// peer may be named by root only: the node's root anywhere, a namespace's root
     /// within it. Errors: `bad_request` (pid <= 0), `permission_denied`,
-    /// `no_such_process` (nothing of that id in the peer's namespace).
+    /// `no_such_process` (nothing of that id in the peer's namespace),
+    /// `limit_exceeded` (the agent's `/proc` walks for this second are spent).
     pub(super) fn named(&self, peer: &Peer, pid: Option<Pid>) -> Result<Named, Reply> {
         let Some(p) = pid else {
             return Ok(Named::Peer);
@@ -244,14 +246,27 @@ impl Core {
                 if peer.uid != 0 {
                     return Err(denied());
                 }
-                match self.procfs.find_in_pid_namespace(ns, p) {
-                    Ok(Some(h)) => Ok(Named::Other {
+                let walks = self.ns_maps.borrow().walks();
+                let found = self.ns_maps.borrow_mut().lookup(
+                    &self.procfs,
+                    ns,
+                    p,
+                    std::time::Instant::now(),
+                );
+                let walked = self.ns_maps.borrow().walks() - walks;
+                self.metrics.pid_namespace_walks.inc_by(walked);
+                match found {
+                    Ok(NsLookup::Found(h)) => Ok(Named::Other {
                         pid: h,
                         ns: Some((ns, p)),
                     }),
-                    Ok(None) => Err(err(
+                    Ok(NsLookup::Missing) => Err(err(
                         ErrorCode::NoSuchProcess,
                         format!("no process {p} in the caller's pid namespace"),
+                    )),
+                    Ok(NsLookup::Busy) => Err(err(
+                        ErrorCode::LimitExceeded,
+                        format!("too many lookups of pids in containers' pid namespaces this second; ask again for pid {p}"),
                     )),
                     Err(e) => Err(err(
                         ErrorCode::Internal,
@@ -287,6 +302,7 @@ impl Core {
             let same = p.pid_namespace(&self.procfs).ok() == Some(ns)
                 && p.pid_in_own_namespace(&self.procfs).ok() == Some(ns_pid);
             if !same {
+                self.ns_maps.borrow_mut().forget(ns);
                 return Err(err(
                     ErrorCode::NoSuchProcess,
                     format!("process {ns_pid} left the caller's pid namespace"),
