@@ -17,7 +17,6 @@ mod common;
 use common::agent::AgentCommand;
 use common::{agent_status, wait_for};
 use memcolo_linux::cgroup::{CgroupVersion, Limit};
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -36,22 +35,6 @@ for _ in range(240):
     time.sleep(0.01)
 time.sleep(600)
 "#;
-
-fn metrics(addr: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
-}
-
-/// The value of one series, if the exposition has it.
-fn series(text: &str, name_and_labels: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
-}
 
 fn high(group: &Path) -> String {
     std::fs::read_to_string(group.join("memory.high"))
@@ -120,20 +103,23 @@ fn red_zone_caps_a_real_be_groups_memory_high_and_green_restores_it() {
     wait_for(
         "the kernel's throttling of the BE group counted in /metrics",
         Duration::from_secs(300),
-        || series(&metrics(&addr), be_high).is_some_and(|v| v > 0.0),
+        || common::metrics_series(&common::agent_metrics(&addr), be_high).is_some_and(|v| v > 0.0),
     );
-    let m = metrics(&addr);
+    let m = common::agent_metrics(&addr);
     assert_eq!(
-        series(&m, "memcolo_be_memory_high_groups"),
+        common::metrics_series(&m, "memcolo_be_memory_high_groups"),
         Some(1.0),
         "{m}"
     );
     for e in ["low", "high", "max", "oom", "oom_kill"] {
         let key = format!("memcolo_cgroup_memory_events_total{{event=\"{e}\",group=\"scope\"}}");
-        assert!(series(&m, &key).is_some(), "{key} missing: {m}");
+        assert!(
+            common::metrics_series(&m, &key).is_some(),
+            "{key} missing: {m}"
+        );
     }
     assert_eq!(
-        series(
+        common::metrics_series(
             &m,
             "memcolo_cgroup_memory_events_total{event=\"oom_kill\",group=\"lc\"}"
         ),

@@ -33,7 +33,6 @@ use common::agent::{Agent, AgentCommand};
 use common::{agent_status, wait_for};
 use memcolo_linux::cgroup::{CgroupVersion, Limit, MemoryCgroup};
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -87,25 +86,9 @@ fn swap_of(group: &Path) -> u64 {
         .swap_bytes
 }
 
-/// `GET /metrics` over plain HTTP/1.1.
-fn metrics(addr: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
-}
-
 /// The value of the series `name` (with its labels, if any) in exposition text.
 fn series(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no series {name} in:\n{text}"))
+    common::metrics_series(text, name).unwrap_or_else(|| panic!("no series {name} in:\n{text}"))
 }
 
 #[test]
@@ -222,7 +205,7 @@ fn reclaim_agent_pages_out_be_memory_and_never_lc() {
     let s = status();
     assert!(s["reclaim"]["batches_total"].as_u64().unwrap() >= 1, "{s}");
     assert!(stat(&be_path, if v2 { "pgsteal" } else { "total_pgpgout" }) * 4096 >= 32 * MIB);
-    let m = metrics(&maddr);
+    let m = common::agent_metrics(&maddr);
     assert!(series(&m, "memcolo_reclaim_bytes_total") >= (32 * MIB) as f64);
     assert!(series(&m, "memcolo_reclaim_cpu_seconds_total") > 0.0);
     assert_eq!(series(&m, "memcolo_reclaim_workers{kind=\"budget\"}"), 1.0);
@@ -292,7 +275,7 @@ fn reclaim_agent_pages_out_be_memory_and_never_lc() {
     }
     let p50 = t["p50_s"].as_f64().unwrap();
     assert!(p50 > 0.0 && p50 <= t["horizon_s"].as_f64().unwrap(), "{t}");
-    let m = metrics(&maddr);
+    let m = common::agent_metrics(&maddr);
     assert!(series(&m, "memcolo_reclaim_page_turnaround_sampled_seconds_count") >= 1.0);
     assert!(started.elapsed() < Duration::from_secs(60));
 

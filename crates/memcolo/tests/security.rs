@@ -665,7 +665,11 @@ fn root_in_a_container_pid_namespace_cannot_make_the_agent_walk_proc_per_request
     procs.0.push(c);
     let seen: Value = serde_json::from_str(lines[0].trim()).unwrap();
     let last: Value = serde_json::from_str(lines[1].trim()).unwrap();
-    let walks = metrics_series(&addr, "memcolo_pid_namespace_walks_total");
+    let walks = common::metrics_series(
+        &common::agent_metrics(&addr),
+        "memcolo_pid_namespace_walks_total",
+    )
+    .unwrap_or_else(|| panic!("no walks counted on /metrics"));
     assert!(
         walks <= 20.0,
         "400 requests walked /proc {walks} times (answers {seen})"
@@ -684,20 +688,6 @@ fn root_in_a_container_pid_namespace_cannot_make_the_agent_walk_proc_per_request
     let ns_child: u32 = children_of(ns_init)[0];
     assert_eq!(last["type"], "registered", "{last}");
     assert_eq!(last["pid"], ns_child, "{last}");
-}
-
-/// One series of the agent's `/metrics` (0 when it is absent).
-fn metrics_series(addr: &str, name: &str) -> f64 {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// The children of `pid` (`/proc/PID/task/*/children`), waiting a bounded time for one.

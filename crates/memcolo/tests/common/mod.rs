@@ -58,6 +58,36 @@ pub fn agent_status(exe: &str, sock: &Path) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// The agent's `GET /metrics` at `addr` (plain HTTP/1.1), the whole response.
+#[allow(dead_code)]
+pub fn agent_metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+/// The value of the series `name_and_labels` (its name, with its labels if any) in
+/// exposition text, if the text has it.
+#[allow(dead_code)]
+pub fn metrics_series(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(name_and_labels)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// The helpers for tests on the real kernel, shared by every crate's tests.
 #[allow(unused_imports)]
 pub use memcolo_testkit::{
