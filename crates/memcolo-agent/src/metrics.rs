@@ -244,7 +244,7 @@ impl Metrics {
             errors: cv("memcolo_errors_total", "Errors by kind", &["kind"]),
             pid_namespace_walks: c(
                 "memcolo_pid_namespace_walks_total",
-                "Walks of /proc to map pids named in containers' pid namespaces to the agent's",
+                "Walks of the process table to map pids named in containers' pid namespaces to the agent's",
             ),
             state_writes: c("memcolo_state_writes_total", "Registry writes (registry.json replaced)"),
             state_write_errors: c(
