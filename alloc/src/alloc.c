@@ -396,14 +396,10 @@ MC_EXPORT void *MC_NAME(realloc)(void *p, size_t size) {
     /* a freed object would be handed back in place while it is also free */
     unsigned cls = (unsigned)(e & MC_PM_CLASS_MASK);
     uintptr_t a = (uintptr_t)p;
-    if (mc_double_free_check) {
-      if (mc_unlikely((a & (MC_ALIGN - 1)) != 0 ||
-                      (__atomic_load_n(mc_livemap_word(a), __ATOMIC_RELAXED) & mc_livemap_bit(a)) == 0)) {
-        mc_free_refused(p, e, cls);
-      }
-    } else if (mc_unlikely(!mc_object_start(a, e, cls))) {
-      mc_free_interior(p, cls);
-    }
+    bool ok = mc_double_free_check
+                  ? (a & (MC_ALIGN - 1)) == 0 && (__atomic_load_n(mc_livemap_word(a), __ATOMIC_RELAXED) & mc_livemap_bit(a)) != 0
+                  : mc_object_start(a, e, cls);
+    if (mc_unlikely(!ok)) mc_free_refused(p, e, cls);
     MC_PAD_CHECK(p, cls);
     size_t cur = mc_class_size[cls] - MC_PAD_BYTES; /* the most the object holds */
     size_t old = MC_DEBUG >= 1 ? mc_usable_size(p) : cur;

@@ -751,7 +751,7 @@ static void *mc_reserve_main(void *arg) {
      * 15.1-16.0 MiB and the system time as before. */
     size_t fb = mc_heap_backed_free_bytes();
     if (fb > rsv + MC_HUGE_SIZE) {
-      size_t excess = fb - rsv - MC_HUGE_SIZE, keep = fb - excess;
+      size_t keep = rsv + MC_HUGE_SIZE, excess = fb - keep;
       pthread_mutex_lock(&mc_heap.lock);
       /* the cache keeps what `keep` leaves beside the free pages of huge pages in use,
        * in whole huge pages, rounded down */

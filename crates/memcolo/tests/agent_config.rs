@@ -287,20 +287,7 @@ fn healthz_answers_while_the_main_loop_polls() {
         l.local_addr().unwrap().to_string()
     };
     let _agent = AgentCommand::new(EXE, dir.path()).metrics(&addr).start();
-    let get = |path: &str| -> String {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-            .unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        text
-    };
+    let get = |path: &str| common::agent_http_get(&addr, path, Duration::from_secs(10));
     let h = get("/healthz");
     assert!(h.starts_with("HTTP/1.1 200"), "{h}");
     assert!(h.ends_with("ok\n"), "{h}");

@@ -246,15 +246,15 @@ impl Core {
                 if peer.uid != 0 {
                     return Err(denied());
                 }
-                let walks = self.ns_maps.borrow().walks();
-                let found = self.ns_maps.borrow_mut().lookup(
-                    &self.procfs,
-                    ns,
-                    p,
-                    std::time::Instant::now(),
-                );
-                let walked = self.ns_maps.borrow().walks() - walks;
-                self.metrics.pid_namespace_walks.inc_by(walked);
+                let found = {
+                    let mut maps = self.ns_maps.borrow_mut();
+                    let before = maps.walks();
+                    let found = maps.lookup(&self.procfs, ns, p, std::time::Instant::now());
+                    self.metrics
+                        .pid_namespace_walks
+                        .inc_by(maps.walks() - before);
+                    found
+                };
                 match found {
                     Ok(NsLookup::Found(h)) => Ok(Named::Other {
                         pid: h,

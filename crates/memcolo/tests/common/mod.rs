@@ -58,21 +58,27 @@ pub fn agent_status(exe: &str, sock: &Path) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// The agent's `GET /metrics` at `addr` (plain HTTP/1.1), the whole response.
+/// `GET path` from the agent's HTTP listener at `addr` (plain HTTP/1.1), the whole
+/// response, each read waiting at most `timeout`.
 #[allow(dead_code)]
-pub fn agent_metrics(addr: &str) -> String {
+pub fn agent_http_get(addr: &str, path: &str, timeout: std::time::Duration) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
-        .unwrap();
+    s.set_read_timeout(Some(timeout)).unwrap();
     write!(
         s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
     body
+}
+
+/// The agent's `GET /metrics` at `addr`, the whole response.
+#[allow(dead_code)]
+pub fn agent_metrics(addr: &str) -> String {
+    agent_http_get(addr, "/metrics", std::time::Duration::from_secs(30))
 }
 
 /// The value of the series `name_and_labels` (its name, with its labels if any) in
